@@ -1,0 +1,32 @@
+# make test   : create .venv if missing, install everything the tests need, run ruff and pytest.
+# make report : the same setup, then the parity table (class x framework x dtype vs torch_ref).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: test test-slow report lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, pinned: the CPU build of 2.13.0 (an unpinned torch pulls a CUDA build).
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -e ".[all]"
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+report: $(STAMP)
+	$(BIN)/python -m parity_tests report
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

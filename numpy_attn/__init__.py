@@ -1,0 +1,60 @@
+"""numpy_attn: the attention classes of the notes as pure NumPy functions.
+
+This package is the readable definition of the math; it imports NumPy and nothing else.
+
+Axis letters, used in every docstring and shape comment:
+    B batch, T query tokens, S key tokens (S = T in self-attention), N heads, H head size,
+    D input width (``d_in``, ``hidden_size``), E projection width (``d_out`` = N * H).
+
+Layer functions take ``(params, x, *, <constructor arguments the weights cannot tell>,
+return_steps=False)``. ``params`` is the project's one weights format: a plain dict of arrays
+keyed by the torch class's ``state_dict`` names, in torch's layout (see ``numpy_attn.spec``).
+Masks are boolean with True = hidden (the notes' meaning); dropout keep-masks have True = keep.
+A query whose every key is hidden gets zero attention weights (the notes' classes give NaN).
+Dropout happens only when an ``rng`` (``numpy.random.Generator``) or a keep-mask is passed.
+"""
+
+from numpy_attn.attention import scaled_dot_product_attention
+from numpy_attn.causal import causal_attention, multi_head_attention_wrapper
+from numpy_attn.dropout import dropout
+from numpy_attn.fused import (
+    fused_causal_attention,
+    fused_multi_head_attention,
+    fused_single_head_attention,
+)
+from numpy_attn.heads import merge_heads, split_heads
+from numpy_attn.linear import linear
+from numpy_attn.masks import causal_mask
+from numpy_attn.multi_head import multi_head_attention
+from numpy_attn.self_attention import self_attention_v1, self_attention_v2
+from numpy_attn.simplified import simplified_self_attention
+from numpy_attn.softmax import softmax, softmax_naive
+from numpy_attn.spec import LAYERS, LayerDims, check_layer, infer_dims, param_shapes
+from numpy_attn.steps import STEP_DOCS, Steps
+
+__all__ = [
+    "LAYERS",
+    "STEP_DOCS",
+    "LayerDims",
+    "Steps",
+    "causal_attention",
+    "causal_mask",
+    "check_layer",
+    "dropout",
+    "fused_causal_attention",
+    "fused_multi_head_attention",
+    "fused_single_head_attention",
+    "infer_dims",
+    "linear",
+    "merge_heads",
+    "multi_head_attention",
+    "multi_head_attention_wrapper",
+    "param_shapes",
+    "scaled_dot_product_attention",
+    "self_attention_v1",
+    "self_attention_v2",
+    "simplified_self_attention",
+    "softmax",
+    "softmax_naive",
+    "split_heads",
+]

@@ -1,0 +1,28 @@
+"""Softmax, the numerically stable one and the notes' naive one."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["softmax", "softmax_naive"]
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax along ``axis``, subtracting the maximum first so that ``exp`` cannot overflow.
+
+    float16 and bfloat16 are computed in float32 and cast back. A slice whose every entry is
+    ``-inf`` (every key masked) gives zeros, not the NaN of ``torch.softmax``; NaN still
+    propagates to its own slice.
+    """
+    x_acc = x.astype(np.float32) if x.dtype.itemsize < 4 else x
+    x_max = np.max(x_acc, axis=axis, keepdims=True)
+    x_max = np.where(x_max == -np.inf, 0, x_max)  # a fully masked slice: exp(-inf - 0) = 0
+    unnormalized = np.exp(x_acc - x_max)
+    denominator = np.sum(unnormalized, axis=axis, keepdims=True)
+    weights = unnormalized / np.where(denominator == 0, 1, denominator)
+    return weights.astype(x.dtype, copy=False)
+
+
+def softmax_naive(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The notes' ``exp(x) / exp(x).sum()``: overflows to NaN for large inputs (kept to show it)."""
+    return np.exp(x) / np.sum(np.exp(x), axis=axis, keepdims=True)

@@ -1,0 +1,161 @@
+"""Input validation shared by numpy_attn and jax_attn.
+
+Every check looks at shapes, dtypes and Python numbers only, so it runs the same way on NumPy
+arrays, JAX arrays and JAX tracers (under ``jax.jit`` shapes and dtypes are static, so the checks
+run once, at trace time). Both packages call these functions, which is what makes their error
+types and messages identical. Values (non-finite weights) are checked by ``check_finite`` only
+where they are concrete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "check_array",
+    "check_context_length",
+    "check_divisible",
+    "check_dropout",
+    "check_finite",
+    "check_input",
+    "check_keep_mask",
+    "check_padding_mask",
+    "check_params",
+    "is_floating",
+]
+
+FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
+
+
+def is_floating(dtype: Any) -> bool:
+    """True for the floating dtypes this project computes in (bfloat16 included)."""
+    return np.dtype(dtype).name in FLOAT_NAMES
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    shape = getattr(value, "shape", None)
+    return None if shape is None else tuple(shape)
+
+
+def check_array(name: str, value: Any) -> tuple[int, ...]:
+    """Return ``value.shape``; raise TypeError if ``value`` is not an array."""
+    shape = _shape(value)
+    if shape is None or not hasattr(value, "dtype"):
+        raise TypeError(f"{name} must be an array, got {type(value).__name__}")
+    return shape
+
+
+def check_input(x: Any, *, layout: str, d_in: int | None = None, name: str = "x") -> tuple[int, ...]:
+    """Check a layer input against ``layout`` (e.g. ``"(B, T, D)"``) and the weights' width.
+
+    Raises TypeError for a non-floating dtype, ValueError for a wrong rank, an empty axis or a
+    feature width other than ``d_in``. Returns the shape.
+    """
+    shape = check_array(name, x)
+    rank = layout.count(",") + 1
+    if not is_floating(x.dtype):
+        raise TypeError(
+            f"{name} must have a floating dtype ({', '.join(FLOAT_NAMES)}), "
+            f"got {np.dtype(x.dtype).name} with shape {shape}"
+        )
+    if len(shape) != rank:
+        raise ValueError(f"{name} must have shape {layout}, got shape {shape} (rank {len(shape)})")
+    if 0 in shape:
+        raise ValueError(f"{name} must not have an empty axis, got shape {shape} for {layout}")
+    if d_in is not None and shape[-1] != d_in:
+        raise ValueError(
+            f"{name} has {shape[-1]} features (shape {shape}) but the weights expect d_in={d_in}"
+        )
+    return shape
+
+
+def check_context_length(shape: Sequence[int], context_length: int, name: str = "context_length"):
+    """The reference classes slice a (context_length, context_length) mask: T may not exceed it."""
+    num_tokens = shape[-2]
+    if num_tokens > context_length:
+        raise ValueError(f"x has {num_tokens} tokens (shape {tuple(shape)}) but {name} is {context_length}")
+
+
+def check_divisible(width_name: str, width: int, num_heads: int) -> None:
+    if not isinstance(num_heads, (int, np.integer)) or isinstance(num_heads, bool) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+    if width % num_heads != 0:
+        raise ValueError(f"{width_name}={width} is not divisible by num_heads={num_heads}")
+
+
+def check_dropout(name: str, p: Any) -> None:
+    """Dropout probabilities lie in [0, 1): p = 1 would divide by zero when rescaling."""
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a float in [0, 1), got {type(p).__name__}")
+    if not 0.0 <= float(p) < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {p}")
+
+
+def _check_bool_mask(name: str, mask: Any, expected: tuple[int, ...], what: str) -> None:
+    shape = check_array(name, mask)
+    if np.dtype(mask.dtype) != np.bool_ or shape != expected:
+        raise ValueError(
+            f"{name} must be a bool array of shape {what} = {expected}, "
+            f"got {np.dtype(mask.dtype).name} array of shape {shape}"
+        )
+
+
+def check_keep_mask(name: str, mask: Any, expected: tuple[int, ...]) -> None:
+    """A dropout keep-mask: bool, True = keep (and rescale), exactly the dropped array's shape."""
+    _check_bool_mask(name, mask, tuple(expected), "the dropped array's shape")
+
+
+def check_padding_mask(mask: Any, batch: int, num_keys: int) -> None:
+    """The notes' padding mask: bool ``(B, S)``, True = padding (hidden)."""
+    _check_bool_mask("padding_mask", mask, (batch, num_keys), "(B, S)")
+
+
+def check_params(
+    params: Mapping[str, Any],
+    expected: Mapping[str, tuple[int, ...]],
+    *,
+    layer: str,
+    dtype: Any | None = None,
+) -> None:
+    """Check that ``params`` holds exactly the ``expected`` keys with the expected shapes.
+
+    One ValueError names every missing, unexpected and mis-shaped key at once. With ``dtype``,
+    every weight must have that dtype (TypeError otherwise), so that the input and the weights
+    never silently promote to another precision.
+    """
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of str to arrays, got {type(params).__name__}")
+    missing = [k for k in expected if k not in params]
+    unexpected = sorted(k for k in params if k not in expected)
+    misshaped = []
+    for key, want in expected.items():
+        if key in params:
+            got = check_array(f"params[{key!r}]", params[key])
+            if got != tuple(want):
+                misshaped.append(f"{key!r} has shape {got}, expected {tuple(want)}")
+    problems = []
+    if missing:
+        problems.append(f"missing keys {missing}")
+    if unexpected:
+        problems.append(f"unexpected keys {unexpected}")
+    if misshaped:
+        problems.append("mis-shaped keys: " + "; ".join(misshaped))
+    if problems:
+        raise ValueError(f"params do not fit {layer}: " + "; ".join(problems))
+    if dtype is not None:
+        for key in expected:
+            got = np.dtype(params[key].dtype)
+            if got != np.dtype(dtype):
+                raise TypeError(
+                    f"params[{key!r}] has dtype {got.name} but x has dtype {np.dtype(dtype).name}"
+                )
+
+
+def check_finite(params: Mapping[str, Any]) -> None:
+    """Reject NaN or infinite weights (called where the values are concrete)."""
+    for key, value in params.items():
+        if not bool(np.isfinite(np.asarray(value, dtype=np.float64)).all()):
+            raise ValueError(f"params[{key!r}] has non-finite values (NaN or inf)")

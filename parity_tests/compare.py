@@ -1,0 +1,133 @@
+"""Step-by-step comparison of two traces: where, if anywhere, do two implementations part?"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from parity_tests.arrays import dtype_name, to_float64
+from parity_tests.tolerances import tolerance_for
+
+__all__ = ["StepReport", "StepRow", "compare_arrays", "compare_steps"]
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One step of a comparison.
+
+    ``max_rel_err`` is ``max|actual - expected| / max|expected|`` over the finite entries (a
+    norm-wise relative error that stays meaningful where entries are near zero). ``note`` says
+    why a row failed other than by tolerance (missing step, shape or NaN/inf mismatch).
+    """
+
+    step: str
+    expected_shape: tuple[int, ...] | None
+    actual_shape: tuple[int, ...] | None
+    max_abs_err: float
+    max_rel_err: float
+    rtol: float
+    atol: float
+    ok: bool
+    note: str = ""
+
+
+def compare_arrays(
+    step: str, expected: Any, actual: Any, *, rtol: float | None = None, atol: float | None = None
+) -> StepRow:
+    """Compare two arrays from any frameworks in float64, with the dtype table's tolerance
+    unless ``rtol``/``atol`` are given.
+
+    The step matches when NaN and inf sit at the same places in both and every finite entry
+    satisfies ``|actual - expected| <= atol + rtol * max|expected|``: the bound is relative to
+    the step's largest magnitude because rounding differences between two correct
+    implementations (another summation order in a dot product) scale with the summands, not
+    with the result, so an entrywise relative bound fails on results that cancel to near zero.
+    """
+    table_rtol, table_atol = tolerance_for(dtype_name(expected), dtype_name(actual))
+    rtol = table_rtol if rtol is None else rtol
+    atol = table_atol if atol is None else atol
+    e, a = to_float64(expected), to_float64(actual)
+    if e.shape != a.shape:
+        return StepRow(step, e.shape, a.shape, np.inf, np.inf, rtol, atol, False, "shape mismatch")
+    same_special = bool((np.isnan(e) == np.isnan(a)).all()) and bool(
+        ((e == a) | ~(np.isinf(e) | np.isinf(a))).all()
+    )
+    both_finite = np.isfinite(e) & np.isfinite(a)
+    diff = np.abs(a[both_finite] - e[both_finite])
+    max_abs = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(e[both_finite]).max()) if diff.size else 0.0
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else np.inf)
+    close = max_abs <= atol + rtol * scale
+    note = "" if same_special else "NaN/inf at different places"
+    return StepRow(step, e.shape, a.shape, max_abs, max_rel, rtol, atol, close and same_special, note)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """The result of ``compare_steps``: ``rows`` in the expected trace's order."""
+
+    rows: tuple[StepRow, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(row.ok for row in self.rows)
+
+    @property
+    def first_divergence(self) -> str | None:
+        """The first step (in order) that does not match, or None if all match."""
+        return next((row.step for row in self.rows if not row.ok), None)
+
+    def __str__(self) -> str:
+        header = (
+            f"{'step':<28} {'expected':<16} {'actual':<16} {'max abs':>10} {'max rel':>10} "
+            f"{'rtol':>7} {'atol':>7}  ok"
+        )
+        lines = [header, "-" * len(header)]
+        for row in self.rows:
+            mark = "yes" if row.ok else "NO"
+            if row.step == self.first_divergence:
+                mark += "  <- first divergence"
+            lines.append(
+                f"{row.step:<28} {_shape(row.expected_shape):<16} {_shape(row.actual_shape):<16} "
+                f"{row.max_abs_err:>10.3g} {row.max_rel_err:>10.3g} {row.rtol:>7.0e} {row.atol:>7.0e}  "
+                f"{mark}{'  (' + row.note + ')' if row.note else ''}"
+            )
+        lines.append("all steps match" if self.ok else f"first divergence: {self.first_divergence}")
+        return "\n".join(lines)
+
+
+def _shape(shape: tuple[int, ...] | None) -> str:
+    return "-" if shape is None else str(tuple(shape))
+
+
+def compare_steps(
+    expected: Mapping[str, Any],
+    actual: Mapping[str, Any],
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> StepReport:
+    """Compare two step traces in ``expected``'s order; steps only in ``actual`` come last.
+
+    A step missing on either side, or of another shape, is a failed row, never an exception.
+    Tolerances come from ``parity_tests.tolerances`` unless given.
+    """
+    rows = []
+    for step, value in expected.items():
+        if step in actual:
+            rows.append(compare_arrays(step, value, actual[step], rtol=rtol, atol=atol))
+        else:
+            rows.append(_one_sided(step, value, None, "missing in actual"))
+    for step, value in actual.items():
+        if step not in expected:
+            rows.append(_one_sided(step, None, value, "missing in expected"))
+    return StepReport(tuple(rows))
+
+
+def _one_sided(step: str, expected: Any, actual: Any, note: str) -> StepRow:
+    shape_of = lambda v: None if v is None else tuple(v.shape)  # noqa: E731
+    rtol, atol = tolerance_for(dtype_name(expected if actual is None else actual))
+    return StepRow(step, shape_of(expected), shape_of(actual), np.inf, np.inf, rtol, atol, False, note)

@@ -1,0 +1,35 @@
+"""Dependency boundaries: numpy_attn needs NumPy alone; only torch_ref/parity_tests use torch."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ALLOWED = {
+    "numpy_attn": {"numpy", "numpy_attn", "__future__", "collections", "dataclasses", "typing", "math"},
+}
+
+
+def imported_top_level_modules(package: str) -> set[str]:
+    names = set()
+    for path in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_package_imports_only_what_it_may(package):
+    assert imported_top_level_modules(package) <= ALLOWED[package]
+
+
+def test_importing_numpy_attn_loads_neither_jax_nor_torch():
+    code = "import sys, numpy_attn; print(sorted(m for m in ('jax', 'torch', 'flax') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,404 @@
+"""The notes' printed tables, reproduced by torch_ref and by numpy_attn from the same weights.
+
+Every expected value below is copied from the notes (``../shared/notes``), never computed by
+this project. Printed values are rounded to four decimals, so agreement means an absolute
+difference of at most 5e-5.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import numpy_attn
+import torch_ref
+from parity_tests.frameworks import run_torch
+from parity_tests.notes import INPUTS, batch, notes_module
+from torch_ref import to_params
+
+FRAMEWORKS = ["torch", "numpy"]
+FOUR_DECIMALS = 5e-5 + 1e-7
+
+
+def assert_printed(actual, printed):
+    actual = actual.detach().numpy() if isinstance(actual, torch.Tensor) else np.asarray(actual)
+    np.testing.assert_allclose(actual, np.array(printed), rtol=0, atol=FOUR_DECIMALS)
+
+
+def layer_steps(framework, name, x, **kwargs):
+    """Run the notes' module ``name`` (its notes weights) in ``framework``; return its steps."""
+    module = notes_module(name)
+    if framework == "torch":
+        return run_torch(module, x)[1]
+    layer = type(module).__name__
+    fn = {
+        "SelfAttentionV1": numpy_attn.self_attention_v1,
+        "SelfAttentionV2": numpy_attn.self_attention_v2,
+        "CausalAttention": numpy_attn.causal_attention,
+        "MultiHeadAttentionWrapper": numpy_attn.multi_head_attention_wrapper,
+        "MultiHeadAttention": numpy_attn.multi_head_attention,
+    }[layer]
+    return fn(to_params(module), x, return_steps=True, **kwargs)[1]
+
+
+# --- Simplified self-attention (notes 002 and 004) --------------------------------------------
+
+SIMPLE_SCORES = [
+    [0.9995, 0.9544, 0.9422, 0.4753, 0.4576, 0.6310],
+    [0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865],
+    [0.9422, 1.4754, 1.4570, 0.8296, 0.7154, 1.0605],
+    [0.4753, 0.8434, 0.8296, 0.4937, 0.3474, 0.6565],
+    [0.4576, 0.7070, 0.7154, 0.3474, 0.6654, 0.2935],
+    [0.6310, 1.0865, 1.0605, 0.6565, 0.2935, 0.9450],
+]
+SIMPLE_WEIGHTS = [
+    [0.2098, 0.2006, 0.1981, 0.1242, 0.1220, 0.1452],
+    [0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581],
+    [0.1390, 0.2369, 0.2326, 0.1242, 0.1108, 0.1565],
+    [0.1435, 0.2074, 0.2046, 0.1462, 0.1263, 0.1720],
+    [0.1526, 0.1958, 0.1975, 0.1367, 0.1879, 0.1295],
+    [0.1385, 0.2184, 0.2128, 0.1420, 0.0988, 0.1896],
+]
+SIMPLE_CONTEXT = [
+    [0.4421, 0.5931, 0.5790],
+    [0.4419, 0.6515, 0.5683],
+    [0.4431, 0.6496, 0.5671],
+    [0.4304, 0.6298, 0.5510],
+    [0.4671, 0.5910, 0.5266],
+    [0.4177, 0.6503, 0.5645],
+]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_simplified_self_attention_tables(framework):
+    attention = {
+        "torch": lambda x: torch_ref.simplified_self_attention(torch.from_numpy(x), return_steps=True),
+        "numpy": lambda x: numpy_attn.simplified_self_attention(x, return_steps=True),
+    }[framework]
+    output, steps = attention(INPUTS)
+    assert_printed(steps["attn_scores"], SIMPLE_SCORES)
+    assert_printed(steps["attn_weights"], SIMPLE_WEIGHTS)
+    assert_printed(output, SIMPLE_CONTEXT)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_single_query_normalisations(framework):
+    """Query x^2 ("journey"): divide-by-sum, the naive softmax and the library softmax."""
+    scores_2 = np.array(SIMPLE_SCORES[1], dtype=np.float32)
+    if framework == "torch":
+        naive = torch_ref.softmax_naive(torch.from_numpy(scores_2))
+        stable = torch.softmax(torch.from_numpy(scores_2), dim=0)
+    else:
+        naive = numpy_attn.softmax_naive(scores_2)
+        stable = numpy_attn.softmax(scores_2)
+    assert_printed(scores_2 / scores_2.sum(), [0.1455, 0.2278, 0.2249, 0.1285, 0.1077, 0.1656])
+    assert_printed(naive, [0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581])
+    assert_printed(stable, [0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581])
+
+
+# --- Trainable weights, one query and the V1/V2 classes ----------------------------------------
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_note002_randn_weights_single_query_and_v1(framework):
+    """Note 002: W_q, W_k, W_v = torch.randn(3, 2) under seed 123; query x^2 is row 1."""
+    steps = layer_steps(framework, "002/SelfAttentionV1", INPUTS)
+    assert_printed(steps["queries"][1], [-1.1729, -0.0048])
+    assert_printed(steps["attn_scores"][1], [0.2172, 0.1376, 0.1730, -0.0491, 0.7616, -0.3809])
+    assert_printed(steps["attn_weights"][1], [0.1704, 0.1611, 0.1652, 0.1412, 0.2505, 0.1117])
+    assert_printed(steps["output"][1], [0.2854, 0.4081])
+    assert_printed(
+        steps["output"],
+        [
+            [0.2845, 0.4071],
+            [0.2854, 0.4081],
+            [0.2854, 0.4075],
+            [0.2864, 0.3974],
+            [0.2863, 0.3910],
+            [0.2860, 0.4039],
+        ],
+    )
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_note002_v2_table(framework):
+    steps = layer_steps(framework, "002/SelfAttentionV2", INPUTS)
+    assert_printed(
+        steps["output"],
+        [
+            [0.5322, 0.2491],
+            [0.5316, 0.2488],
+            [0.5316, 0.2488],
+            [0.5340, 0.2501],
+            [0.5331, 0.2497],
+            [0.5337, 0.2499],
+        ],
+    )
+
+
+def test_note004_rand_weights_as_printed():
+    params = to_params(notes_module("004/SelfAttentionV1"))
+    assert_printed(params["W_query"], [[0.2961, 0.5166], [0.2517, 0.6886], [0.0740, 0.8665]])
+    assert_printed(params["W_key"], [[0.1366, 0.1025], [0.1841, 0.7264], [0.3153, 0.6871]])
+    assert_printed(params["W_value"], [[0.0756, 0.1966], [0.3164, 0.4017], [0.1186, 0.8274]])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_note004_rand_weights_single_query_and_v1(framework):
+    steps = layer_steps(framework, "004/SelfAttentionV1", INPUTS)
+    assert_printed(steps["queries"][1], [0.4306, 1.4551])
+    assert_printed(steps["keys"][1], [0.4433, 1.1419])
+    assert_printed(steps["values"][1], [0.3951, 1.0037])
+    assert_printed(steps["attn_scores"][1, 1], 1.8524)
+    assert_printed(steps["attn_scores"][1], [1.2705, 1.8524, 1.8111, 1.0795, 0.5577, 1.5440])
+    assert_printed(steps["attn_weights"][1], [0.1500, 0.2264, 0.2199, 0.1311, 0.0906, 0.1820])
+    assert_printed(steps["output"][1], [0.3061, 0.8210])
+    assert_printed(
+        steps["output"],
+        [
+            [0.2996, 0.8053],
+            [0.3061, 0.8210],
+            [0.3058, 0.8203],
+            [0.2948, 0.7939],
+            [0.2927, 0.7891],
+            [0.2990, 0.8040],
+        ],
+    )
+
+
+NOTE004_LINEAR_WEIGHTS = [
+    [0.1717, 0.1762, 0.1761, 0.1555, 0.1627, 0.1579],
+    [0.1636, 0.1749, 0.1746, 0.1612, 0.1605, 0.1652],
+    [0.1637, 0.1749, 0.1746, 0.1611, 0.1606, 0.1651],
+    [0.1636, 0.1704, 0.1702, 0.1652, 0.1632, 0.1674],
+    [0.1667, 0.1722, 0.1721, 0.1618, 0.1633, 0.1639],
+    [0.1624, 0.1709, 0.1706, 0.1654, 0.1625, 0.1682],
+]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_note004_linear_class_and_its_scope_bug(framework):
+    """Note 004's Linear ``SelfAttention_v1`` reads ``values`` from the notebook's global scope
+    (the rand-weights values), so its printed table is ``attn_weights @ old values``."""
+    steps = layer_steps(framework, "004/SelfAttentionV2", INPUTS)
+    old_values = layer_steps(framework, "004/SelfAttentionV1", INPUTS)["values"]
+    assert_printed(steps["attn_weights"], NOTE004_LINEAR_WEIGHTS)
+    assert_printed(
+        steps["attn_weights"] @ old_values,
+        [
+            [0.2821, 0.7652],
+            [0.2829, 0.7635],
+            [0.2829, 0.7635],
+            [0.2815, 0.7595],
+            [0.2816, 0.7613],
+            [0.2818, 0.7599],
+        ],
+    )
+
+
+# --- Causal masking, both ways, and dropout ------------------------------------------------------
+
+CAUSAL_MASK_PRINTED = [
+    [0, 1, 1, 1, 1, 1],
+    [0, 0, 1, 1, 1, 1],
+    [0, 0, 0, 1, 1, 1],
+    [0, 0, 0, 0, 1, 1],
+    [0, 0, 0, 0, 0, 1],
+    [0, 0, 0, 0, 0, 0],
+]
+
+
+def test_causal_mask_is_the_notes_triu():
+    np.testing.assert_array_equal(numpy_attn.causal_mask(6), np.array(CAUSAL_MASK_PRINTED, bool))
+    np.testing.assert_array_equal(~numpy_attn.causal_mask(6), np.tril(np.ones((6, 6), bool)))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_note002_masking_the_weights_and_renormalising(framework):
+    """Note 002 masks the *weights* of its V2 with -inf and applies softmax again (dim=1)."""
+    weights = layer_steps(framework, "002/SelfAttentionV2", INPUTS)["attn_weights"]
+    assert_printed(
+        weights,
+        [
+            [0.1825, 0.1568, 0.1576, 0.1657, 0.1796, 0.1577],
+            [0.1852, 0.1554, 0.1562, 0.1655, 0.1814, 0.1563],
+            [0.1852, 0.1554, 0.1562, 0.1654, 0.1814, 0.1563],
+            [0.1756, 0.1611, 0.1615, 0.1662, 0.1740, 0.1616],
+            [0.1804, 0.1589, 0.1594, 0.1655, 0.1765, 0.1593],
+            [0.1760, 0.1605, 0.1610, 0.1664, 0.1749, 0.1612],
+        ],
+    )
+    assert_printed(note002_masked_normalised(framework), NOTE002_MASKED_NORMALISED)
+
+
+def note002_masked_normalised(framework):
+    weights = layer_steps(framework, "002/SelfAttentionV2", INPUTS)["attn_weights"]
+    if framework == "torch":
+        masked = weights.masked_fill(torch.from_numpy(numpy_attn.causal_mask(6)), -torch.inf)
+        return torch.softmax(masked / 2**0.5, dim=1)
+    masked = np.where(numpy_attn.causal_mask(6), -np.inf, weights)
+    return numpy_attn.softmax(masked / 2**0.5, axis=1)
+
+
+NOTE002_MASKED_NORMALISED = [
+    [1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+    [0.5053, 0.4947, 0.0000, 0.0000, 0.0000, 0.0000],
+    [0.3380, 0.3309, 0.3311, 0.0000, 0.0000, 0.0000],
+    [0.2517, 0.2491, 0.2492, 0.2500, 0.0000, 0.0000],
+    [0.2017, 0.1987, 0.1988, 0.1996, 0.2012, 0.0000],
+    [0.1678, 0.1659, 0.1660, 0.1666, 0.1676, 0.1660],
+]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_note004_tril_then_renormalise(framework):
+    """Note 004 multiplies the raw scores by ``tril`` and divides by the row sums."""
+    scores = layer_steps(framework, "004/SelfAttentionV2", INPUTS)["attn_scores"]
+    scores = np.asarray(scores.detach() if framework == "torch" else scores)
+    masked_simple = scores * ~numpy_attn.causal_mask(6)
+    assert_printed(
+        masked_simple,
+        [
+            [0.3111, 0, 0, 0, 0, 0],
+            [0.1655, 0.2602, 0, 0, 0, 0],
+            [0.1667, 0.2602, 0.2577, 0, 0, 0],
+            [0.0510, 0.1080, 0.1064, 0.0643, 0, 0],
+            [0.1415, 0.1875, 0.1863, 0.0987, 0.1121, 0],
+            [0.0476, 0.1192, 0.1171, 0.0731, 0.0477, 0.0966],
+        ],
+    )
+    assert_printed(
+        masked_simple / masked_simple.sum(axis=-1, keepdims=True),
+        [
+            [1.0000, 0, 0, 0, 0, 0],
+            [0.3888, 0.6112, 0, 0, 0, 0],
+            [0.2435, 0.3801, 0.3764, 0, 0, 0],
+            [0.1547, 0.3275, 0.3227, 0.1950, 0, 0],
+            [0.1949, 0.2582, 0.2565, 0.1360, 0.1544, 0],
+            [0.0950, 0.2377, 0.2337, 0.1458, 0.0952, 0.1927],
+        ],
+    )
+
+
+# The notes' dropout draws come from torch's generator (seed 123): torch reproduces them; NumPy
+# reproduces them given the same keep-mask (each framework's generator draws different masks).
+NOTE002_DROPOUT_ONES = [
+    [2, 2, 2, 2, 2, 2],
+    [0, 2, 0, 0, 0, 0],
+    [0, 0, 2, 0, 2, 0],
+    [2, 2, 0, 0, 0, 2],
+    [2, 0, 0, 0, 0, 2],
+    [0, 2, 0, 0, 0, 0],
+]
+NOTE002_DROPOUT_WEIGHTS = [
+    [2.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+    [0.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+    [0.0000, 0.0000, 0.6622, 0.0000, 0.0000, 0.0000],
+    [0.0000, 0.4982, 0.0000, 0.5000, 0.0000, 0.0000],
+    [0.0000, 0.3974, 0.3975, 0.3993, 0.4024, 0.0000],
+    [0.3355, 0.3319, 0.0000, 0.0000, 0.3353, 0.3320],
+]
+NOTE004_DROPOUT_ONES = [
+    [2, 2, 0, 2, 2, 0],
+    [0, 0, 0, 2, 0, 2],
+    [2, 2, 2, 2, 0, 2],
+    [0, 2, 2, 0, 0, 2],
+    [0, 2, 0, 2, 0, 2],
+    [0, 2, 2, 2, 2, 0],
+]
+NOTE004_DROPOUT_WEIGHTS = [
+    [0.3433, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+    [0.0000, 0.0000, 0.3492, 0.0000, 0.3210, 0.3303],
+    [0.0000, 0.3498, 0.3492, 0.3223, 0.3211, 0.3302],
+    [0.0000, 0.0000, 0.3403, 0.3304, 0.0000, 0.3349],
+    [0.0000, 0.0000, 0.0000, 0.0000, 0.3266, 0.3278],
+    [0.3249, 0.3418, 0.0000, 0.3308, 0.3249, 0.3363],
+]
+
+
+def test_note004_dropout_draws_in_torch():
+    """``torch.manual_seed(123); Dropout(0.5)`` on ones, then on note 004's attention weights.
+
+    Note 002 printed other draws for the same seed (another torch build's generator): its tables
+    are reproduced below from their keep-masks only.
+    """
+    weights = layer_steps("torch", "004/SelfAttentionV2", INPUTS)["attn_weights"]
+    torch.manual_seed(123)
+    layer = torch.nn.Dropout(0.5)
+    assert_printed(layer(torch.ones(6, 6)), NOTE004_DROPOUT_ONES)
+    assert_printed(layer(weights), NOTE004_DROPOUT_WEIGHTS)
+
+
+@pytest.mark.parametrize(
+    "weights_of, printed_ones, printed_weights",
+    [
+        (lambda: note002_masked_normalised("numpy"), NOTE002_DROPOUT_ONES, NOTE002_DROPOUT_WEIGHTS),
+        (
+            lambda: layer_steps("numpy", "004/SelfAttentionV2", INPUTS)["attn_weights"],
+            NOTE004_DROPOUT_ONES,
+            NOTE004_DROPOUT_WEIGHTS,
+        ),
+    ],
+    ids=["note002", "note004"],
+)
+def test_dropout_tables_from_their_keep_masks(weights_of, printed_ones, printed_weights):
+    """Given the keep-mask a table shows (its non-zero entries), numpy_attn's dropout keeps
+    those entries and scales them by 1 / (1 - 0.5) = 2, as the notes print."""
+    ones = np.ones((6, 6), np.float32)
+    keep = np.array(printed_ones) != 0
+    np.testing.assert_array_equal(numpy_attn.dropout(ones, 0.5, keep_mask=keep), printed_ones)
+    keep = np.array(printed_weights) != 0
+    assert_printed(numpy_attn.dropout(weights_of(), 0.5, keep_mask=keep), printed_weights)
+
+
+# --- The layer classes on the batch --------------------------------------------------------------
+
+WRAPPER_ROWS = [
+    [-0.4519, 0.2216, 0.4772, 0.1063],
+    [-0.5874, 0.0058, 0.5891, 0.3257],
+    [-0.6300, -0.0632, 0.6202, 0.3860],
+    [-0.5675, -0.0843, 0.5478, 0.3589],
+    [-0.5526, -0.0981, 0.5321, 0.3428],
+    [-0.5299, -0.1081, 0.5077, 0.3493],
+]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_causal_attention_table(framework):
+    """Note 004's ``ca_v2``: the wrapper's first head, seen alone."""
+    steps = layer_steps(framework, "CausalAttention", batch(), context_length=6, dropout=0.0)
+    assert_printed(steps["output"], [[row[:2] for row in WRAPPER_ROWS]] * 2)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_multi_head_attention_wrapper_table(framework):
+    steps = layer_steps(
+        framework, "MultiHeadAttentionWrapper", batch(), num_heads=2, context_length=6, dropout=0.0
+    )
+    assert_printed(steps["output"], [WRAPPER_ROWS] * 2)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_multi_head_attention_table(framework):
+    steps = layer_steps(framework, "MultiHeadAttention", batch(), num_heads=2, context_length=6, dropout=0.0)
+    rows = [
+        [0.3190, 0.4858],
+        [0.2943, 0.3897],
+        [0.2856, 0.3593],
+        [0.2693, 0.3873],
+        [0.2639, 0.3928],
+        [0.2575, 0.4028],
+    ]
+    assert_printed(steps["output"], [rows] * 2)
+    assert steps["attn_scores"].shape == (2, 2, 6, 6)  # the notes' printed shapes
+    assert steps["context_vec"].shape == (2, 6, 2)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_note004_multi_head_attention_class_shape(framework):
+    """Note 004 prints only the shape of ``MultiHeadAttentionClass``'s output."""
+    module = notes_module("004/MultiHeadAttentionClass")
+    assert "out_proj.bias" not in to_params(module)
+    steps = layer_steps(
+        framework, "004/MultiHeadAttentionClass", batch(), num_heads=2, context_length=6, dropout=0.0
+    )
+    assert tuple(steps["output"].shape) == (2, 6, 4)

@@ -1,0 +1,100 @@
+"""The one weights format: torch state_dict names, torch layout, checked both ways."""
+
+import itertools
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import numpy_attn
+import torch_ref
+from parity_tests.cases import FUNCTION_NAMES, Case
+from torch_ref import load_params, to_params
+
+LAYERS = list(FUNCTION_NAMES)
+
+
+@pytest.mark.parametrize("layer, bias", list(itertools.product(LAYERS, [False, True])))
+def test_param_shapes_is_the_torch_state_dict(layer, bias):
+    case = Case(layer, d_in=5, d_out=8, num_heads=2, bias=bias)
+    module = case.build_torch()
+    buffers = {name for name, _ in module.named_buffers()}
+    state = {k: tuple(v.shape) for k, v in module.state_dict().items() if k not in buffers}
+    dims = numpy_attn.infer_dims(layer, to_params(module), num_heads=2)
+    shapes = numpy_attn.param_shapes(
+        layer,
+        d_in=dims.d_in,
+        d_out=dims.d_out,
+        num_heads=dims.num_heads,
+        qkv_bias=dims.qkv_bias,
+        out_bias=dims.out_bias,
+    )
+    assert list(shapes.items()) == list(state.items())  # same names, shapes and order
+    assert set(to_params(module)) == set(state)
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_round_trip_is_bit_identical(layer):
+    case = Case(layer, d_in=5, d_out=8, num_heads=2, bias=True, dtype="float64")
+    source = case.build_torch()
+    params = to_params(source)
+    target = case.with_(seed=1).build_torch()  # other weights
+    load_params(target, params)
+    for name, value in to_params(target).items():
+        assert value.dtype == params[name].dtype
+        np.testing.assert_array_equal(value, params[name])
+    x = torch.from_numpy(case.make_input())
+    args = (x,)
+    assert torch.equal(source(*args), target(*args))
+
+
+def test_bfloat16_round_trip():
+    module = Case("MultiHeadAttention", d_in=4, d_out=4).build_torch().to(torch.bfloat16)
+    params = to_params(module)
+    assert params["W_query.weight"].dtype.name == "bfloat16"
+    load_params(module, params)
+    assert torch.equal(module.W_query.weight, torch_ref.from_numpy(params["W_query.weight"]))
+
+
+def mha_params():
+    return to_params(Case("MultiHeadAttention", d_in=3, d_out=4, bias=False).build_torch())
+
+
+def test_load_names_every_missing_unexpected_and_misshaped_key():
+    params = mha_params()
+    del params["W_key.weight"]
+    params["W_key.bais"] = np.zeros(4, np.float32)
+    params["out_proj.weight"] = np.zeros((4, 3), np.float32)
+    module = Case("MultiHeadAttention", d_in=3, d_out=4).build_torch()
+    message = (
+        r"params do not fit MultiHeadAttention: missing keys \['W_key.weight'\]; "
+        r"unexpected keys \['W_key.bais'\]; mis-shaped keys: 'out_proj.weight' has shape "
+        r"\(4, 3\), expected \(4, 4\)"
+    )
+    with pytest.raises(ValueError, match=message):
+        load_params(module, params)
+    with pytest.raises(ValueError, match=message):
+        numpy_attn.multi_head_attention(
+            params, np.zeros((1, 2, 3), np.float32), num_heads=2, context_length=6
+        )
+
+
+def test_load_rejects_non_finite_weights_and_non_mappings():
+    params = mha_params()
+    params["W_value.weight"] = params["W_value.weight"].copy()
+    params["W_value.weight"][0, 0] = np.nan
+    module = Case("MultiHeadAttention", d_in=3, d_out=4).build_torch()
+    with pytest.raises(ValueError, match=re.escape("params['W_value.weight'] has non-finite values")):
+        load_params(module, params)
+    with pytest.raises(TypeError, match="params must be a mapping"):
+        load_params(module, [("W_query.weight", np.zeros((4, 3)))])
+
+
+def test_load_casts_to_the_module_dtype():
+    params = {k: v.astype(np.float64) for k, v in mha_params().items()}
+    module = load_params(Case("MultiHeadAttention", d_in=3, d_out=4).build_torch(), params)
+    assert module.W_query.weight.dtype == torch.float32
+    np.testing.assert_array_equal(
+        to_params(module)["W_query.weight"], params["W_query.weight"].astype(np.float32)
+    )

@@ -1,0 +1,33 @@
+"""torch_ref: the notes' PyTorch classes, faithful to the notes; the project's oracle.
+
+The classes keep the notes' constructors, parameter names and forward computation. What they
+gain: every ``forward`` takes ``return_steps=False`` (True returns ``(output, steps)``, the step
+trace documented in ``numpy_attn.steps``) and, where the class has dropout, keep-mask keywords
+(``attn_keep_mask``, ``out_keep_mask``: bool, True = keep) that replace dropout's random draw so
+training-mode runs can be reproduced in other frameworks. ``to_params``/``load_params`` convert
+to and from the project's weights format.
+"""
+
+from torch_ref.causal import CausalAttention, MultiHeadAttentionWrapper
+from torch_ref.fused import FusedCausalAttention, FusedMultiHeadAttention, FusedSingleHeadAttention
+from torch_ref.multi_head import MultiHeadAttention
+from torch_ref.params import from_numpy, load_params, to_numpy, to_params
+from torch_ref.self_attention import SelfAttentionV1, SelfAttentionV2
+from torch_ref.simplified import simplified_self_attention, softmax_naive
+
+__all__ = [
+    "CausalAttention",
+    "FusedCausalAttention",
+    "FusedMultiHeadAttention",
+    "FusedSingleHeadAttention",
+    "MultiHeadAttention",
+    "MultiHeadAttentionWrapper",
+    "SelfAttentionV1",
+    "SelfAttentionV2",
+    "from_numpy",
+    "load_params",
+    "simplified_self_attention",
+    "softmax_naive",
+    "to_numpy",
+    "to_params",
+]
