@@ -39,6 +39,7 @@ def causal_attention(
         dropouts={"dropout": dropout},
         attn_keep_mask=attn_keep_mask,
     )
+    x = np.asarray(x)  # arrays from any framework compute here
     b, num_tokens, d_in = x.shape
     queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (B, T, E)
     keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (B, T, E)
@@ -91,6 +92,7 @@ def multi_head_attention_wrapper(
         dropouts={"dropout": dropout},
         attn_keep_mask=attn_keep_mask,
     )
+    x = np.asarray(x)  # arrays from any framework compute here
     head_outputs, steps = [], Steps()
     for i in range(num_heads):
         prefix = f"heads.{i}."

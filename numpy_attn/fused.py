@@ -25,6 +25,7 @@ def fused_single_head_attention(
     x is ``(B, T, D)`` with D = hidden_size; returns ``(B, T, D)``.
     """
     check_layer("FusedSingleHeadAttention", params, x)
+    x = np.asarray(x)  # arrays from any framework compute here
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * E)
     queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, T, E)
     context_vec, attention_steps = scaled_dot_product_attention(
@@ -57,6 +58,7 @@ def fused_multi_head_attention(
     into thirds and each third into heads, which is what is done here.
     """
     check_layer("FusedMultiHeadAttention", params, x, num_heads=num_heads)
+    x = np.asarray(x)  # arrays from any framework compute here
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * D)
     queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
     context_vec, attention_steps = scaled_dot_product_attention(
@@ -115,6 +117,7 @@ def fused_causal_attention(
         out_keep_mask=out_keep_mask,
         padding_mask=padding_mask,
     )
+    x = np.asarray(x)  # arrays from any framework compute here
     b, num_tokens, d_in = x.shape
     mask = causal_mask(num_tokens)  # (T, S)
     if padding_mask is not None:

@@ -20,6 +20,7 @@ def self_attention_v1(
     """``SelfAttentionV1``: raw ``(d_in, d_out)`` matrices ``W_query``/``W_key``/``W_value``, used
     as ``x @ W``. x is ``(T, D)``; returns ``(T, E)``."""
     check_layer("SelfAttentionV1", params, x)
+    x = np.asarray(x)  # arrays from any framework compute here
     queries = x @ params["W_query"]  # (T, E)
     keys = x @ params["W_key"]  # (T, E)
     values = x @ params["W_value"]  # (T, E)
@@ -44,6 +45,7 @@ def self_attention_v2(
     """``SelfAttentionV2``: ``nn.Linear`` projections (bias if ``W_query.bias`` is present).
     x is ``(T, D)``; returns ``(T, E)``."""
     check_layer("SelfAttentionV2", params, x)
+    x = np.asarray(x)  # arrays from any framework compute here
     queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (T, E)
     keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (T, E)
     values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (T, E)

@@ -19,6 +19,7 @@ def simplified_self_attention(
     Steps: ``attn_scores`` (T, T), ``attn_weights`` (T, T), ``context_vec`` (T, D), ``output``.
     """
     check_input(x, layout="(T, D)")
+    x = np.asarray(x)  # arrays from any framework compute here
     attn_scores = x @ x.T  # (T, T)
     attn_weights = softmax(attn_scores, axis=-1)  # (T, T)
     context_vec = attn_weights @ x  # (T, D)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from numpy_attn.validation import (
+    NUMPY_FLOATS,
     check_array,
     check_context_length,
     check_divisible,
@@ -170,15 +171,17 @@ def check_layer(
     out_keep_mask: Any = None,
     padding_mask: Any = None,
     check_values: bool = True,
+    floating: tuple[str, ...] = NUMPY_FLOATS,
 ) -> LayerDims:
     """Validate one layer call up front and return its sizes.
 
-    Checks, in order: ``num_heads`` against the weights, each dropout probability in ``dropouts``
-    (name -> p), the input's dtype, rank, non-empty axes and width, the weights' keys, shapes
-    (every bad key named, see ``param_shapes``) and dtype, ``T <= context_length`` and, with
-    ``check_values``, that every weight is finite; then the shapes and dtypes of the masks
-    given: ``attn_keep_mask`` must match the attention weights (``(B, N, T, S)``, no N for
-    single-head classes), ``out_keep_mask`` the output ``(B, T, D)``, ``padding_mask`` ``(B, S)``.
+    Checks, in order: ``num_heads`` against the weights, each dropout probability in
+    ``dropouts`` (name -> p), the input's dtype (one of ``floating``), rank, non-empty axes and
+    width, the weights' keys, shapes (every bad key named, see ``param_shapes``) and dtype,
+    ``T <= context_length`` and, with ``check_values``, that every weight is finite; then the
+    shapes and dtypes of the masks given: ``attn_keep_mask`` must match the attention weights
+    (``(B, N, T, S)``, no N for single-head classes), ``out_keep_mask`` the output
+    ``(B, T, D)``, ``padding_mask`` ``(B, S)``.
     """
     dims = infer_dims(layer, params, num_heads)
     expected = param_shapes(
@@ -191,7 +194,7 @@ def check_layer(
     )
     for name, p in (dropouts or {}).items():
         check_dropout(name, p)
-    shape = check_input(x, layout=LAYERS[layer], d_in=dims.d_in)
+    shape = check_input(x, layout=LAYERS[layer], d_in=dims.d_in, floating=floating)
     check_params(params, expected, layer=layer, dtype=x.dtype)
     if context_length is not None:
         check_context_length(shape, context_length, context_name)

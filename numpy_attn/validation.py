@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "JAX_FLOATS",
+    "NUMPY_FLOATS",
     "check_array",
     "check_context_length",
     "check_divisible",
@@ -24,15 +26,12 @@ __all__ = [
     "check_keep_mask",
     "check_padding_mask",
     "check_params",
-    "is_floating",
 ]
 
-FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
-
-
-def is_floating(dtype: Any) -> bool:
-    """True for the floating dtypes this project computes in (bfloat16 included)."""
-    return np.dtype(dtype).name in FLOAT_NAMES
+# The dtypes NumPy computes in. JAX adds bfloat16 (NumPy has no bfloat16 arithmetic: ml_dtypes'
+# bfloat16 matmul returns float32).
+NUMPY_FLOATS = ("float16", "float32", "float64")
+JAX_FLOATS = ("bfloat16", *NUMPY_FLOATS)
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
@@ -48,17 +47,24 @@ def check_array(name: str, value: Any) -> tuple[int, ...]:
     return shape
 
 
-def check_input(x: Any, *, layout: str, d_in: int | None = None, name: str = "x") -> tuple[int, ...]:
+def check_input(
+    x: Any,
+    *,
+    layout: str,
+    d_in: int | None = None,
+    name: str = "x",
+    floating: tuple[str, ...] = NUMPY_FLOATS,
+) -> tuple[int, ...]:
     """Check a layer input against ``layout`` (e.g. ``"(B, T, D)"``) and the weights' width.
 
-    Raises TypeError for a non-floating dtype, ValueError for a wrong rank, an empty axis or a
-    feature width other than ``d_in``. Returns the shape.
+    Raises TypeError for a dtype not in ``floating``, ValueError for a wrong rank, an empty axis
+    or a feature width other than ``d_in``. Returns the shape.
     """
     shape = check_array(name, x)
     rank = layout.count(",") + 1
-    if not is_floating(x.dtype):
+    if np.dtype(x.dtype).name not in floating:
         raise TypeError(
-            f"{name} must have a floating dtype ({', '.join(FLOAT_NAMES)}), "
+            f"{name} must have a floating dtype ({', '.join(floating)}), "
             f"got {np.dtype(x.dtype).name} with shape {shape}"
         )
     if len(shape) != rank:
@@ -157,5 +163,5 @@ def check_params(
 def check_finite(params: Mapping[str, Any]) -> None:
     """Reject NaN or infinite weights (called where the values are concrete)."""
     for key, value in params.items():
-        if not bool(np.isfinite(np.asarray(value, dtype=np.float64)).all()):
+        if not bool(np.isfinite(np.asarray(value)).all()):
             raise ValueError(f"params[{key!r}] has non-finite values (NaN or inf)")

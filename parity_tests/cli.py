@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from parity_tests.cases import FUNCTION_NAMES
-from parity_tests.report import RUNNERS, format_table, parity_report, to_json
+from parity_tests.report import ALL_DTYPES, RUNNERS, format_table, parity_report, to_json
 
 __all__ = ["main"]
 
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--json", action="store_true", help="print JSON instead of a table")
     report.add_argument("--framework", action="append", choices=list(RUNNERS), help="repeatable")
-    report.add_argument("--dtype", action="append", choices=["float32", "float64"], help="repeatable")
+    report.add_argument("--dtype", action="append", choices=list(ALL_DTYPES), help="repeatable")
     report.add_argument("--layer", action="append", choices=list(FUNCTION_NAMES), help="repeatable")
     report.set_defaults(run=_report)
     return parser
@@ -42,6 +42,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "report" and args.dtype is None:
-        args.dtype = ["float32", "float64"]
     return args.run(args)

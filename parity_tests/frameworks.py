@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from parity_tests.cases import FUNCTION_NAMES, Case
 
-__all__ = ["FRAMEWORK_PACKAGES", "layer_function", "run_case", "run_torch"]
+__all__ = [
+    "FRAMEWORK_PACKAGES",
+    "jax_context",
+    "layer_function",
+    "run_case",
+    "run_flax",
+    "run_jax",
+    "run_torch",
+]
 
 # framework -> package holding the layer functions
 FRAMEWORK_PACKAGES: dict[str, str] = {"numpy": "numpy_attn", "jax": "jax_attn"}
@@ -46,3 +56,43 @@ def run_case(
     probabilities ``dropout``) plus ``kwargs``; returns ``(output, steps)``."""
     fn = layer_function(framework, case.layer)
     return fn(params, x, *args, **case.kwargs(dropout), return_steps=True, **kwargs)
+
+
+@contextlib.contextmanager
+def jax_context(dtype: str) -> Iterator[None]:
+    """JAX set up for a parity check in ``dtype``: 64-bit types enabled for float64 only (scoped
+    to the block), and float32 matmul precision pinned, since on GPUs and TPUs JAX's default
+    lets float32 matmuls run as TF32/bfloat16 passes that differ from torch at about 1e-3."""
+    import jax
+
+    with jax.enable_x64(dtype == "float64"), jax.default_matmul_precision("float32"):
+        yield
+
+
+def run_jax(
+    case: Case,
+    params: Mapping[str, Any],
+    x: Any,
+    *args: Any,
+    jit: bool = False,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[Any, Mapping]:
+    """The case's jax_attn function, eager or under ``jax.jit`` (constructor arguments static)."""
+    import jax
+
+    call = functools.partial(layer_function("jax", case.layer), **case.kwargs(dropout), return_steps=True)
+    return (jax.jit(call) if jit else call)(params, x, *args, **kwargs)
+
+
+def run_flax(
+    case: Case, params: Mapping[str, Any], x: Any, *args: Any, dropout: float = 0.0, **kwargs: Any
+) -> tuple[Any, Mapping]:
+    """The case's Flax NNX module, built with ``from_params`` (eval mode), called under
+    ``nnx.jit``."""
+    from flax import nnx
+
+    import jax_attn
+
+    module = getattr(jax_attn, case.layer).from_params(params, **case.kwargs(dropout))
+    return nnx.jit(lambda m, *a, **k: m(*a, return_steps=True, **k))(module, x, *args, **kwargs)

@@ -9,15 +9,37 @@ from typing import Any
 
 from parity_tests.cases import FUNCTION_NAMES, SHAPES, Case, case_product
 from parity_tests.compare import compare_steps
-from parity_tests.frameworks import run_case, run_torch
+from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
 from torch_ref import to_params
 
 __all__ = ["RUNNERS", "ReportRow", "format_table", "parity_report", "to_json"]
 
-# framework column -> how it runs a case: (case, params, x) -> steps
-RUNNERS: dict[str, Callable[[Case, Mapping[str, Any], Any], Mapping[str, Any]]] = {
+Runner = Callable[[Case, Mapping[str, Any], Any], Mapping[str, Any]]
+
+
+def _in_jax(run: Callable[..., tuple[Any, Mapping]]) -> Runner:
+    def runner(case: Case, params: Mapping[str, Any], x: Any) -> Mapping[str, Any]:
+        with jax_context(case.dtype):
+            return run(case, params, x)[1]
+
+    return runner
+
+
+# framework column -> how it runs a case, (case, params, x) -> steps
+RUNNERS: dict[str, Runner] = {
     "numpy": lambda case, params, x: run_case("numpy", case, params, x)[1],
+    "jax": _in_jax(run_jax),
+    "jax-jit": _in_jax(lambda case, params, x: run_jax(case, params, x, jit=True)),
+    "flax": _in_jax(run_flax),
 }
+# the dtypes each framework computes in (NumPy has no bfloat16 arithmetic)
+DTYPES: dict[str, tuple[str, ...]] = {
+    "numpy": ("float32", "float64", "float16"),
+    "jax": ("float32", "float64", "bfloat16"),
+    "jax-jit": ("float32", "float64", "bfloat16"),
+    "flax": ("float32", "float64", "bfloat16"),
+}
+ALL_DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -38,15 +60,20 @@ class ReportRow:
 
 def parity_report(
     frameworks: Iterable[str] | None = None,
-    dtypes: Iterable[str] = ("float32", "float64"),
+    dtypes: Iterable[str] | None = None,
     layers: Iterable[str] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[ReportRow]:
-    """Compare every step of every case; ``progress`` is called with each case id."""
-    frameworks = list(RUNNERS if frameworks is None else frameworks)
+    """Compare every step of every case of the shape table (both bias settings) with torch_ref,
+    for each class x framework x dtype that the framework computes in; ``progress`` is called
+    with each case id."""
+    all_frameworks = list(RUNNERS if frameworks is None else frameworks)
     rows = []
     for layer in layers or FUNCTION_NAMES:
-        for dtype in dtypes:
+        for dtype in dtypes or ALL_DTYPES:
+            frameworks = [f for f in all_frameworks if dtype in DTYPES[f]]
+            if not frameworks:
+                continue
             cases = list(case_product([layer], list(SHAPES), [False, True], [dtype]))
             traces = []
             for case in cases:

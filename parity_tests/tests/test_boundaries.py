@@ -8,8 +8,11 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+STDLIB = {"__future__", "collections", "dataclasses", "typing", "math"}
 ALLOWED = {
-    "numpy_attn": {"numpy", "numpy_attn", "__future__", "collections", "dataclasses", "typing", "math"},
+    "numpy_attn": {"numpy", "numpy_attn", *STDLIB},
+    "jax_attn": {"jax", "flax", "numpy", "numpy_attn", "jax_attn", *STDLIB},
+    "torch_ref": {"torch", "numpy", "ml_dtypes", "numpy_attn", "torch_ref", *STDLIB},
 }
 
 
@@ -29,7 +32,11 @@ def test_package_imports_only_what_it_may(package):
     assert imported_top_level_modules(package) <= ALLOWED[package]
 
 
-def test_importing_numpy_attn_loads_neither_jax_nor_torch():
-    code = "import sys, numpy_attn; print(sorted(m for m in ('jax', 'torch', 'flax') if m in sys.modules))"
+@pytest.mark.parametrize(
+    "package, absent",
+    [("numpy_attn", ["jax", "flax", "torch"]), ("jax_attn", ["torch"]), ("parity_tests", ["jax", "torch"])],
+)
+def test_importing_a_package_loads_no_other_framework(package, absent):
+    code = f"import sys, {package}; print([m for m in {absent!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"

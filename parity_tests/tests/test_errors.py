@@ -3,13 +3,16 @@
 Each row of ``BAD_INPUTS`` changes one thing in a valid call and names the error it expects.
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import numpy as np
 import pytest
 
+import jax_attn
 from parity_tests.cases import Case
 from parity_tests.frameworks import layer_function
 from torch_ref import to_params
@@ -277,14 +280,55 @@ BAD_INPUTS = [
 ]
 
 
+# Keyword arguments that a Flax module takes in ``from_params``; the others go to ``__call__``.
+CONSTRUCTOR_ARGS = {"num_heads", "context_length", "context_size", "dropout", "attn_drop", "out_drop"}
+
+
+def call_function(framework: str, layer: str, call: Call) -> None:
+    layer_function(framework, layer)(call.params, call.x, *call.args, **call.kwargs)
+
+
+def call_flax_module(layer: str, call: Call) -> None:
+    """Build the module from the weights, then call it: each error surfaces at one of the two."""
+    built = {k: v for k, v in call.kwargs.items() if k in CONSTRUCTOR_ARGS}
+    called = {k: v for k, v in call.kwargs.items() if k not in CONSTRUCTOR_ARGS}
+    module = getattr(jax_attn, layer).from_params(call.params, **built)
+    module(call.x, *call.args, **called)
+
+
+CALLERS = {
+    "numpy_attn": lambda layer, call: call_function("numpy", layer, call),
+    "jax_attn": lambda layer, call: call_function("jax", layer, call),
+    "jax_attn_jit": lambda layer, call: call_jitted(layer, call),
+    "flax_module": call_flax_module,
+}
+
+
+def call_jitted(layer: str, call: Call) -> None:
+    """Under jax.jit the shapes and dtypes are checked while tracing (constructor args static).
+    64-bit types are enabled so that jit keeps float64/int64/complex128 inputs as they are."""
+    static = {k: v for k, v in call.kwargs.items() if k in CONSTRUCTOR_ARGS}
+    dynamic = {k: v for k, v in call.kwargs.items() if k not in CONSTRUCTOR_ARGS}
+    fn = functools.partial(layer_function("jax", layer), **static)
+    with jax.enable_x64(True):
+        jax.jit(fn)(call.params, call.x, *call.args, **dynamic)
+
+
+@pytest.mark.parametrize("caller", list(CALLERS))
 @pytest.mark.parametrize("bad", BAD_INPUTS, ids=[bad.name for bad in BAD_INPUTS])
-def test_numpy_attn_rejects(bad):
+def test_bad_input_is_rejected_with_the_same_error_everywhere(bad, caller):
+    if caller == "jax_attn_jit" and bad.name in VALUE_CHECKS:
+        pytest.skip("weight values are unknown while tracing; they are checked where concrete")
     call = valid_call(bad.layer)
-    fn = layer_function("numpy", bad.layer)
-    fn(call.params, call.x, *call.args, **call.kwargs)  # the unchanged call is valid
+    CALLERS[caller](bad.layer, call)  # the unchanged call is valid
     bad.change(call)
-    with pytest.raises(bad.error, match=bad.match):
-        fn(call.params, call.x, *call.args, **call.kwargs)
+    # jax.jit refuses a list of (str, array) pairs itself, with a TypeError of its own
+    match = None if caller == "jax_attn_jit" and bad.name == "params_not_a_mapping" else bad.match
+    with pytest.raises(bad.error, match=match):
+        CALLERS[caller](bad.layer, call)
+
+
+VALUE_CHECKS = {"non_finite_weight"}
 
 
 def test_table_is_large_and_names_are_unique():

@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 import torch
 
+import jax_attn
 import numpy_attn
 import torch_ref
-from parity_tests.frameworks import run_torch
+from parity_tests.frameworks import layer_function, run_torch
 from parity_tests.notes import INPUTS, batch, notes_module
 from torch_ref import to_params
 
-FRAMEWORKS = ["torch", "numpy"]
+FRAMEWORKS = ["torch", "numpy", "jax"]
+PACKAGES = {"numpy": numpy_attn, "jax": jax_attn}
 FOUR_DECIMALS = 5e-5 + 1e-7
 
 
@@ -29,14 +31,7 @@ def layer_steps(framework, name, x, **kwargs):
     module = notes_module(name)
     if framework == "torch":
         return run_torch(module, x)[1]
-    layer = type(module).__name__
-    fn = {
-        "SelfAttentionV1": numpy_attn.self_attention_v1,
-        "SelfAttentionV2": numpy_attn.self_attention_v2,
-        "CausalAttention": numpy_attn.causal_attention,
-        "MultiHeadAttentionWrapper": numpy_attn.multi_head_attention_wrapper,
-        "MultiHeadAttention": numpy_attn.multi_head_attention,
-    }[layer]
+    fn = layer_function(framework, type(module).__name__)
     return fn(to_params(module), x, return_steps=True, **kwargs)[1]
 
 
@@ -70,11 +65,10 @@ SIMPLE_CONTEXT = [
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_simplified_self_attention_tables(framework):
-    attention = {
-        "torch": lambda x: torch_ref.simplified_self_attention(torch.from_numpy(x), return_steps=True),
-        "numpy": lambda x: numpy_attn.simplified_self_attention(x, return_steps=True),
-    }[framework]
-    output, steps = attention(INPUTS)
+    if framework == "torch":
+        output, steps = torch_ref.simplified_self_attention(torch.from_numpy(INPUTS), return_steps=True)
+    else:
+        output, steps = PACKAGES[framework].simplified_self_attention(INPUTS, return_steps=True)
     assert_printed(steps["attn_scores"], SIMPLE_SCORES)
     assert_printed(steps["attn_weights"], SIMPLE_WEIGHTS)
     assert_printed(output, SIMPLE_CONTEXT)
@@ -88,8 +82,8 @@ def test_single_query_normalisations(framework):
         naive = torch_ref.softmax_naive(torch.from_numpy(scores_2))
         stable = torch.softmax(torch.from_numpy(scores_2), dim=0)
     else:
-        naive = numpy_attn.softmax_naive(scores_2)
-        stable = numpy_attn.softmax(scores_2)
+        naive = PACKAGES[framework].softmax_naive(scores_2)
+        stable = PACKAGES[framework].softmax(scores_2)
     assert_printed(scores_2 / scores_2.sum(), [0.1455, 0.2278, 0.2249, 0.1285, 0.1077, 0.1656])
     assert_printed(naive, [0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581])
     assert_printed(stable, [0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581])
@@ -235,8 +229,9 @@ def note002_masked_normalised(framework):
     if framework == "torch":
         masked = weights.masked_fill(torch.from_numpy(numpy_attn.causal_mask(6)), -torch.inf)
         return torch.softmax(masked / 2**0.5, dim=1)
-    masked = np.where(numpy_attn.causal_mask(6), -np.inf, weights)
-    return numpy_attn.softmax(masked / 2**0.5, axis=1)
+    package = PACKAGES[framework]
+    masked = np.where(package.causal_mask(6), -np.inf, weights)
+    return package.softmax(masked / 2**0.5, axis=1)
 
 
 NOTE002_MASKED_NORMALISED = [

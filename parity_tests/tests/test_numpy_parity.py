@@ -8,7 +8,9 @@ from parity_tests.frameworks import run_case, run_torch
 from torch_ref import to_params
 
 CASES = list(
-    case_product(list(FUNCTION_NAMES), list(SHAPES), biases=[False, True], dtypes=["float32", "float64"])
+    case_product(
+        list(FUNCTION_NAMES), list(SHAPES), biases=[False, True], dtypes=["float32", "float64", "float16"]
+    )
 )
 
 

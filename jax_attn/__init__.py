@@ -1,0 +1,63 @@
+"""jax_attn: the math of numpy_attn in JAX, and Flax NNX modules built on it.
+
+The functions have exactly the names, arguments, validation, error messages and step traces of
+numpy_attn (see its docstring for the axis letters B, T, S, N, H, D, E and the weights format);
+randomness comes from a ``jax.random`` key (``key=``) instead of a NumPy generator. They work
+under ``jax.jit`` (mark ``num_heads``, ``context_length``/``context_size``, the dropout
+probabilities and ``return_steps`` static), ``jax.grad`` and ``jax.vmap``. Masks are boolean
+with True = hidden (the notes' meaning, the opposite of ``jax.nn.dot_product_attention``).
+
+Precision: on GPUs and TPUs JAX's default float32 matmuls may use TF32/bfloat16 passes, which
+differ from float32 at about 1e-3. Parity checks run under
+``jax.default_matmul_precision("float32")``; do the same when comparing with torch.
+"""
+
+from jax_attn.attention import scaled_dot_product_attention
+from jax_attn.causal import causal_attention, multi_head_attention_wrapper
+from jax_attn.dropout import dropout
+from jax_attn.fused import fused_causal_attention, fused_multi_head_attention, fused_single_head_attention
+from jax_attn.heads import merge_heads, split_heads
+from jax_attn.linear import linear
+from jax_attn.masks import causal_mask
+from jax_attn.modules import (
+    CausalAttention,
+    FusedCausalAttention,
+    FusedMultiHeadAttention,
+    FusedSingleHeadAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    SelfAttentionV1,
+    SelfAttentionV2,
+)
+from jax_attn.multi_head import multi_head_attention
+from jax_attn.self_attention import self_attention_v1, self_attention_v2
+from jax_attn.simplified import simplified_self_attention
+from jax_attn.softmax import softmax, softmax_naive
+
+__all__ = [
+    "CausalAttention",
+    "FusedCausalAttention",
+    "FusedMultiHeadAttention",
+    "FusedSingleHeadAttention",
+    "MultiHeadAttention",
+    "MultiHeadAttentionWrapper",
+    "SelfAttentionV1",
+    "SelfAttentionV2",
+    "causal_attention",
+    "causal_mask",
+    "dropout",
+    "fused_causal_attention",
+    "fused_multi_head_attention",
+    "fused_single_head_attention",
+    "linear",
+    "merge_heads",
+    "multi_head_attention",
+    "multi_head_attention_wrapper",
+    "scaled_dot_product_attention",
+    "self_attention_v1",
+    "self_attention_v2",
+    "simplified_self_attention",
+    "softmax",
+    "softmax_naive",
+    "split_heads",
+]

@@ -1,0 +1,55 @@
+"""Scaled dot-product attention: the computation every layer shares."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jax_attn.dropout import dropout as apply_dropout
+from jax_attn.softmax import softmax
+from numpy_attn.steps import Steps
+
+__all__ = ["scaled_dot_product_attention"]
+
+
+def scaled_dot_product_attention(
+    queries: jax.Array,
+    keys: jax.Array,
+    values: jax.Array,
+    mask: jax.Array | None = None,
+    *,
+    dropout: float | None = None,
+    key: jax.Array | None = None,
+    attn_keep_mask: jax.Array | None = None,
+    return_steps: bool = False,
+) -> jax.Array | tuple[jax.Array, Steps]:
+    """``softmax(queries @ keys^T / sqrt(H), hidden keys at -inf) @ values``.
+
+    Shapes: queries ``(..., T, H)``, keys ``(..., S, H)``, values ``(..., S, Hv)``; returns
+    ``(..., T, Hv)``. ``mask`` is bool, broadcastable to ``(..., T, S)``, True = hidden (the
+    notes' meaning; ``jax.nn.dot_product_attention`` and Flax use the opposite). A query whose
+    every key is hidden gets zero weights and a zero output (torch gives NaN).
+
+    ``dropout`` is the probability of dropping attention weights, or None for a layer that has no
+    attention dropout (its trace then has no ``attn_weights_dropped`` step); see ``dropout`` for
+    ``key`` and ``attn_keep_mask``. Steps: ``attn_scores``, ``masked_scores`` (only with a
+    mask), ``attn_weights``, ``attn_weights_dropped`` (only with ``dropout``).
+    """
+    attn_scores = queries @ jnp.swapaxes(keys, -1, -2)  # (..., T, S)
+    masked_scores = attn_scores if mask is None else jnp.where(mask, -jnp.inf, attn_scores)
+    attn_weights = softmax(masked_scores / keys.shape[-1] ** 0.5, axis=-1)  # (..., T, S)
+    attn_weights_dropped = (
+        attn_weights
+        if dropout is None
+        else apply_dropout(attn_weights, dropout, key=key, keep_mask=attn_keep_mask)
+    )
+    context_vec = attn_weights_dropped @ values  # (..., T, Hv)
+    if not return_steps:
+        return context_vec
+    steps = Steps(attn_scores=attn_scores)
+    if mask is not None:
+        steps["masked_scores"] = masked_scores
+    steps["attn_weights"] = attn_weights
+    if dropout is not None:
+        steps["attn_weights_dropped"] = attn_weights_dropped
+    return context_vec, steps

@@ -1,0 +1,116 @@
+"""``CausalAttention`` and ``MultiHeadAttentionWrapper`` (a stack of causal heads)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+
+from jax_attn.attention import scaled_dot_product_attention
+from jax_attn.checks import check_layer
+from jax_attn.linear import linear
+from jax_attn.masks import causal_mask
+from numpy_attn.steps import Steps
+
+__all__ = ["causal_attention", "multi_head_attention_wrapper"]
+
+
+def causal_attention(
+    params: Mapping[str, jax.Array],
+    x: jax.Array,
+    *,
+    context_length: int,
+    dropout: float = 0.0,
+    key: jax.Array | None = None,
+    attn_keep_mask: jax.Array | None = None,
+    return_steps: bool = False,
+) -> jax.Array | tuple[jax.Array, Steps]:
+    """``CausalAttention``: one causal head. x is ``(B, T, D)`` with T <= context_length;
+    returns ``(B, T, E)``.
+
+    Dropout on the attention weights only happens with ``key`` or ``attn_keep_mask``
+    (bool ``(B, T, S)``, True = keep); otherwise the call is deterministic (eval mode).
+    """
+    check_layer(
+        "CausalAttention",
+        params,
+        x,
+        context_length=context_length,
+        dropouts={"dropout": dropout},
+        attn_keep_mask=attn_keep_mask,
+    )
+    x = jnp.asarray(x)  # arrays from any framework compute here
+    b, num_tokens, d_in = x.shape
+    queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (B, T, E)
+    keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (B, T, E)
+    values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (B, T, E)
+    context_vec, attention_steps = scaled_dot_product_attention(
+        queries,
+        keys,
+        values,
+        causal_mask(num_tokens),
+        dropout=dropout,
+        key=key,
+        attn_keep_mask=attn_keep_mask,
+        return_steps=True,
+    )  # (B, T, E)
+    if not return_steps:
+        return context_vec
+    return context_vec, Steps(
+        queries=queries,
+        keys=keys,
+        values=values,
+        **attention_steps,
+        context_vec=context_vec,
+        output=context_vec,
+    )
+
+
+def multi_head_attention_wrapper(
+    params: Mapping[str, jax.Array],
+    x: jax.Array,
+    *,
+    num_heads: int,
+    context_length: int,
+    dropout: float = 0.0,
+    key: jax.Array | None = None,
+    attn_keep_mask: jax.Array | None = None,
+    return_steps: bool = False,
+) -> jax.Array | tuple[jax.Array, Steps]:
+    """``MultiHeadAttentionWrapper``: ``num_heads`` independent causal heads (weights
+    ``heads.{i}.*``), concatenated. x is ``(B, T, D)``; returns ``(B, T, N * E)``, no projection.
+
+    ``attn_keep_mask`` is bool ``(B, N, T, S)``, True = keep; head i uses ``[:, i]`` and, for
+    random dropout, the key ``jax.random.fold_in(key, i)``.
+    Steps: each head's steps prefixed ``heads.{i}.``, then ``context_vec`` and ``output``.
+    """
+    check_layer(
+        "MultiHeadAttentionWrapper",
+        params,
+        x,
+        num_heads=num_heads,
+        context_length=context_length,
+        dropouts={"dropout": dropout},
+        attn_keep_mask=attn_keep_mask,
+    )
+    x = jnp.asarray(x)  # arrays from any framework compute here
+    head_outputs, steps = [], Steps()
+    for i in range(num_heads):
+        prefix = f"heads.{i}."
+        head_params = {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
+        head_output, head_steps = causal_attention(
+            head_params,
+            x,
+            context_length=context_length,
+            dropout=dropout,
+            key=None if key is None else jax.random.fold_in(key, i),
+            attn_keep_mask=None if attn_keep_mask is None else attn_keep_mask[:, i],
+            return_steps=True,
+        )  # (B, T, E)
+        head_outputs.append(head_output)
+        steps.update((prefix + name, value) for name, value in head_steps.items())
+    context_vec = jnp.concatenate(head_outputs, axis=-1)  # (B, T, N * E)
+    if not return_steps:
+        return context_vec
+    return context_vec, Steps(**steps, context_vec=context_vec, output=context_vec)

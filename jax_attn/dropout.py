@@ -1,0 +1,33 @@
+"""Inverted dropout, deterministic unless a key or a keep-mask is passed in."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from numpy_attn.validation import check_dropout, check_keep_mask
+
+__all__ = ["dropout"]
+
+
+def dropout(
+    x: jax.Array,
+    p: float,
+    *,
+    key: jax.Array | None = None,
+    keep_mask: jax.Array | None = None,
+) -> jax.Array:
+    """Zero entries of ``x`` with probability ``p`` and scale the rest by ``1 / (1 - p)``.
+
+    ``keep_mask`` (bool, ``x``'s shape, True = keep) fixes which entries survive, e.g. a mask
+    taken from torch to reproduce a training-mode run; otherwise ``key`` (a ``jax.random`` key)
+    draws one. With neither, this is the identity (evaluation mode). ``p`` lies in [0, 1) and
+    is static under ``jax.jit``.
+    """
+    check_dropout("p", p)
+    if keep_mask is None:
+        if key is None:
+            return x
+        keep_mask = jax.random.bernoulli(key, 1 - p, x.shape)
+    check_keep_mask("keep_mask", keep_mask, x.shape)
+    return jnp.asarray(x) * keep_mask / (1 - p)

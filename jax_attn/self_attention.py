@@ -1,0 +1,65 @@
+"""``SelfAttentionV1`` and ``SelfAttentionV2``: trainable, bidirectional, single head, (T, D) input."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+
+from jax_attn.attention import scaled_dot_product_attention
+from jax_attn.checks import check_layer
+from jax_attn.linear import linear
+from numpy_attn.steps import Steps
+
+__all__ = ["self_attention_v1", "self_attention_v2"]
+
+
+def self_attention_v1(
+    params: Mapping[str, jax.Array], x: jax.Array, *, return_steps: bool = False
+) -> jax.Array | tuple[jax.Array, Steps]:
+    """``SelfAttentionV1``: raw ``(d_in, d_out)`` matrices ``W_query``/``W_key``/``W_value``, used
+    as ``x @ W``. x is ``(T, D)``; returns ``(T, E)``."""
+    check_layer("SelfAttentionV1", params, x)
+    x = jnp.asarray(x)  # arrays from any framework compute here
+    queries = x @ params["W_query"]  # (T, E)
+    keys = x @ params["W_key"]  # (T, E)
+    values = x @ params["W_value"]  # (T, E)
+    context_vec, attention_steps = scaled_dot_product_attention(
+        queries, keys, values, return_steps=True
+    )  # (T, E)
+    if not return_steps:
+        return context_vec
+    return context_vec, Steps(
+        queries=queries,
+        keys=keys,
+        values=values,
+        **attention_steps,
+        context_vec=context_vec,
+        output=context_vec,
+    )
+
+
+def self_attention_v2(
+    params: Mapping[str, jax.Array], x: jax.Array, *, return_steps: bool = False
+) -> jax.Array | tuple[jax.Array, Steps]:
+    """``SelfAttentionV2``: ``nn.Linear`` projections (bias if ``W_query.bias`` is present).
+    x is ``(T, D)``; returns ``(T, E)``."""
+    check_layer("SelfAttentionV2", params, x)
+    x = jnp.asarray(x)  # arrays from any framework compute here
+    queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (T, E)
+    keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (T, E)
+    values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (T, E)
+    context_vec, attention_steps = scaled_dot_product_attention(
+        queries, keys, values, return_steps=True
+    )  # (T, E)
+    if not return_steps:
+        return context_vec
+    return context_vec, Steps(
+        queries=queries,
+        keys=keys,
+        values=values,
+        **attention_steps,
+        context_vec=context_vec,
+        output=context_vec,
+    )

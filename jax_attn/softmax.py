@@ -1,0 +1,30 @@
+"""Softmax, the numerically stable one and the notes' naive one."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["softmax", "softmax_naive"]
+
+
+def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
+    """Softmax along ``axis``, subtracting the maximum first so that ``exp`` cannot overflow.
+
+    float16 and bfloat16 are computed in float32 and cast back. A slice whose every entry is
+    ``-inf`` (every key masked) gives zeros, not the NaN of ``torch.softmax``; NaN still
+    propagates to its own slice. The maximum is a constant for differentiation, as in
+    ``jax.nn.softmax``, so fully masked slices have zero (not NaN) gradients.
+    """
+    x_acc = x.astype(jnp.float32) if x.dtype.itemsize < 4 else x
+    x_max = jnp.max(x_acc, axis=axis, keepdims=True)
+    x_max = jax.lax.stop_gradient(jnp.where(x_max == -jnp.inf, 0, x_max))  # fully masked: 0
+    unnormalized = jnp.exp(x_acc - x_max)
+    denominator = jnp.sum(unnormalized, axis=axis, keepdims=True)
+    weights = unnormalized / jnp.where(denominator == 0, 1, denominator)
+    return weights.astype(x.dtype)
+
+
+def softmax_naive(x: jax.Array, axis: int = -1) -> jax.Array:
+    """The notes' ``exp(x) / exp(x).sum()``: overflows to NaN for large inputs (kept to show it)."""
+    return jnp.exp(x) / jnp.sum(jnp.exp(x), axis=axis, keepdims=True)
