@@ -21,7 +21,8 @@ def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
     x_max = jax.lax.stop_gradient(jnp.where(x_max == -jnp.inf, 0, x_max))  # fully masked: 0
     unnormalized = jnp.exp(x_acc - x_max)
     denominator = jnp.sum(unnormalized, axis=axis, keepdims=True)
-    weights = unnormalized / jnp.where(denominator == 0, 1, denominator)
+    # times the reciprocal of the sum, as torch's CPU softmax kernel does
+    weights = unnormalized * (1 / jnp.where(denominator == 0, 1, denominator))
     return weights.astype(x.dtype)
 
 

@@ -31,6 +31,7 @@ from numpy_attn.simplified import simplified_self_attention
 from numpy_attn.softmax import softmax, softmax_naive
 from numpy_attn.spec import LAYERS, LayerDims, check_layer, infer_dims, param_shapes
 from numpy_attn.steps import STEP_DOCS, Steps
+from numpy_attn.weights_file import load_weights, save_weights
 
 __all__ = [
     "LAYERS",
@@ -46,10 +47,12 @@ __all__ = [
     "fused_single_head_attention",
     "infer_dims",
     "linear",
+    "load_weights",
     "merge_heads",
     "multi_head_attention",
     "multi_head_attention_wrapper",
     "param_shapes",
+    "save_weights",
     "scaled_dot_product_attention",
     "self_attention_v1",
     "self_attention_v2",

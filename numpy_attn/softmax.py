@@ -19,7 +19,8 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     x_max = np.where(x_max == -np.inf, 0, x_max)  # a fully masked slice: exp(-inf - 0) = 0
     unnormalized = np.exp(x_acc - x_max)
     denominator = np.sum(unnormalized, axis=axis, keepdims=True)
-    weights = unnormalized / np.where(denominator == 0, 1, denominator)
+    # times the reciprocal of the sum, as torch's CPU softmax kernel does
+    weights = unnormalized * (1 / np.where(denominator == 0, 1, denominator))
     return weights.astype(x.dtype, copy=False)
 
 

@@ -8,7 +8,19 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-STDLIB = {"__future__", "collections", "dataclasses", "typing", "math"}
+STDLIB = {
+    "__future__",
+    "collections",
+    "dataclasses",
+    "typing",
+    "math",
+    "hashlib",
+    "json",
+    "os",
+    "struct",
+    "sys",
+    "zipfile",
+}
 ALLOWED = {
     "numpy_attn": {"numpy", "numpy_attn", *STDLIB},
     "jax_attn": {"jax", "flax", "numpy", "numpy_attn", "jax_attn", *STDLIB},

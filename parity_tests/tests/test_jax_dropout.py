@@ -105,5 +105,5 @@ def test_module_dropout_works_under_nnx_jit():
     assert not np.allclose(first, second)  # the rng state advanced inside nnx.jit
     module.eval()
     np.testing.assert_allclose(
-        np.asarray(step(module, x)), np.asarray(run_jax(case, params, x)[0]), rtol=1e-6
+        np.asarray(step(module, x)), np.asarray(run_jax(case, params, x)[0]), rtol=1e-5, atol=1e-6
     )

@@ -1,0 +1,173 @@
+"""Weight files: safetensors and .npz round trips, no pickle, clear errors for bad files."""
+
+import json
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy
+import torch
+
+import numpy_attn
+from numpy_attn import load_weights, save_weights
+from parity_tests.cases import FUNCTION_NAMES, Case
+from torch_ref import load_params, to_params
+
+FORMATS = [".safetensors", ".npz"]
+
+
+def weights(layer="MultiHeadAttention", dtype="float32"):
+    case = Case(layer, d_in=5, d_out=8, num_heads=2, bias=True, dtype=dtype)
+    return case, to_params(case.build_torch())
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+@pytest.mark.parametrize("layer", list(FUNCTION_NAMES))
+def test_round_trip_every_layer(tmp_path, suffix, layer):
+    case, params = weights(layer, "float64")
+    path = tmp_path / f"w{suffix}"
+    save_weights(path, params)
+    loaded = load_weights(path, layer=layer, num_heads=2)
+    assert list(loaded) == list(params)
+    for name, value in params.items():
+        assert loaded[name].dtype == value.dtype
+        np.testing.assert_array_equal(loaded[name], value)
+    module = load_params(case.with_(seed=9).build_torch(), loaded)
+    x = torch.from_numpy(case.make_input())
+    assert torch.equal(module(x), case.build_torch()(x))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "bfloat16"])
+def test_safetensors_dtypes_round_trip(tmp_path, dtype):
+    _, params = weights(dtype=dtype)
+    save_weights(tmp_path / "w.safetensors", params)
+    loaded = load_weights(tmp_path / "w.safetensors", dtype=params["W_query.weight"].dtype)
+    for name, value in params.items():
+        np.testing.assert_array_equal(loaded[name].view(np.uint16), value.view(np.uint16))
+
+
+def test_files_are_interchangeable_with_the_safetensors_library(tmp_path):
+    _, params = weights()
+    save_weights(tmp_path / "ours.safetensors", params)
+    theirs = safetensors.numpy.load_file(tmp_path / "ours.safetensors")
+    assert set(theirs) == set(params) and all(np.array_equal(theirs[k], params[k]) for k in params)
+    safetensors.numpy.save_file(params, tmp_path / "theirs.safetensors")
+    ours = load_weights(tmp_path / "theirs.safetensors", layer="MultiHeadAttention", num_heads=2)
+    assert all(np.array_equal(ours[k], params[k]) for k in params)
+
+
+def test_npz_is_loaded_without_pickle(tmp_path):
+    np.savez(tmp_path / "w.npz", W_query=np.array([object()], dtype=object))
+    with pytest.raises(ValueError, match=r"is not a readable \.npz weight file: .*allow_pickle=False"):
+        load_weights(tmp_path / "w.npz")
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_truncated_files_are_refused(tmp_path, suffix):
+    _, params = weights()
+    path = tmp_path / f"w{suffix}"
+    save_weights(path, params)
+    blob = path.read_bytes()
+    for length in (4, len(blob) // 2, len(blob) - 1):
+        path.write_bytes(blob[:length])
+        with pytest.raises(ValueError, match=r"truncated|not a readable \.npz|not safetensors"):
+            load_weights(path)
+
+
+def test_altered_safetensors_data_is_detected(tmp_path):
+    _, params = weights()
+    path = tmp_path / "w.safetensors"
+    save_weights(path, params)
+    blob = bytearray(path.read_bytes())
+    blob[-3] ^= 0x01  # one bit of the last weight
+    path.write_bytes(bytes(blob))
+    with pytest.raises(ValueError, match="was altered: its data does not match the SHA-256"):
+        load_weights(path)
+
+
+def test_altered_npz_data_is_detected(tmp_path):
+    _, params = weights()
+    path = tmp_path / "w.npz"
+    save_weights(path, params)
+    blob = bytearray(path.read_bytes())
+    position = blob.index(b"NUMPY") + 200  # inside the first member's data
+    blob[position] ^= 0x01
+    path.write_bytes(bytes(blob))
+    with pytest.raises(ValueError, match=r"not a readable \.npz weight file: .*CRC"):
+        load_weights(path)
+
+
+def rewrite_header(path, change):
+    blob = path.read_bytes()
+    (size,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + size])
+    change(header)
+    encoded = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + blob[8 + size :])
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda h: h["W_query.weight"].update(shape=[8, 6]),
+            r"'W_query.weight' \(F32, shape \(8, 6\)\) has data offsets",
+        ),
+        (lambda h: h["W_key.weight"].update(dtype="I64"), r"unsupported dtype 'I64'"),
+        (
+            lambda h: h["W_key.weight"].update(data_offsets=[0]),
+            r"'W_key.weight' has invalid data_offsets \[0\]",
+        ),
+        (lambda h: h.pop("out_proj.bias"), r"the header describes \d+ data bytes, the file holds \d+"),
+    ],
+    ids=["shape", "dtype", "offsets", "missing_entry"],
+)
+def test_tampered_headers_give_clear_errors(tmp_path, change, message):
+    _, params = weights()
+    path = tmp_path / "w.safetensors"
+    save_weights(path, params)
+    rewrite_header(path, change)
+    with pytest.raises(ValueError, match=message):
+        load_weights(path)
+
+
+def test_header_that_is_not_json(tmp_path):
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(struct.pack("<Q", 4) + b"{oops")
+    with pytest.raises(ValueError, match="corrupt safetensors header"):
+        load_weights(path)
+
+
+def test_weights_are_checked_against_the_target_class(tmp_path):
+    _, params = weights()
+    del params["W_value.bias"]
+    params["W_key.weight"] = params["W_key.weight"][:, :4]
+    save_weights(tmp_path / "w.safetensors", params)
+    message = r"missing keys \['W_value.bias'\]; mis-shaped keys: 'W_key.weight' has shape \(8, 4\)"
+    with pytest.raises(ValueError, match=message):
+        load_weights(tmp_path / "w.safetensors", layer="MultiHeadAttention", num_heads=2)
+    _, params = weights()
+    save_weights(tmp_path / "w.npz", params)
+    with pytest.raises(TypeError, match=r"holds dtypes \['float32'\], expected float64"):
+        load_weights(tmp_path / "w.npz", dtype=np.float64)
+    params["W_key.weight"] = params["W_key.weight"].astype(np.float64)
+    save_weights(tmp_path / "mixed.npz", params)
+    with pytest.raises(TypeError, match="mixes dtypes"):
+        load_weights(tmp_path / "mixed.npz")
+
+
+def test_non_finite_weights_and_wrong_suffix_are_refused(tmp_path):
+    _, params = weights()
+    params["Wo.weight"] = np.full((2, 2), np.nan, np.float32)
+    save_weights(tmp_path / "w.safetensors", params)
+    with pytest.raises(ValueError, match=r"params\['Wo.weight'\] has non-finite values"):
+        load_weights(tmp_path / "w.safetensors")
+    with pytest.raises(ValueError, match=r"weight files are \.safetensors or \.npz"):
+        save_weights(tmp_path / "w.pt", params)
+    with pytest.raises(TypeError, match="has dtype int64"):
+        save_weights(tmp_path / "w.npz", {"W": np.zeros(2, np.int64)})
+
+
+def test_bfloat16_needs_ml_dtypes_only_when_present():
+    assert numpy_attn.weights_file._numpy_dtype("BF16", "f") == np.dtype(ml_dtypes.bfloat16)
