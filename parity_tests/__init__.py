@@ -1,5 +1,7 @@
 """parity_tests: compare attention implementations step by step, across frameworks.
 
+``check_port(reference, candidate, inputs)`` runs two implementations from any frameworks and
+compares their step traces, naming the first divergence and its likely causes;
 ``compare_steps(expected, actual)`` compares two step traces (see ``numpy_attn.steps``) with the
 per-dtype tolerances of ``parity_tests.tolerances`` and returns a ``StepReport`` naming the first
 diverging step. The test suite lives in ``parity_tests/tests``; ``python -m parity_tests report``
@@ -7,6 +9,15 @@ prints the all-classes parity table.
 """
 
 from parity_tests.compare import StepReport, StepRow, compare_arrays, compare_steps
+from parity_tests.port import check_port
 from parity_tests.tolerances import TOLERANCES, tolerance_for
 
-__all__ = ["TOLERANCES", "StepReport", "StepRow", "compare_arrays", "compare_steps", "tolerance_for"]
+__all__ = [
+    "TOLERANCES",
+    "StepReport",
+    "StepRow",
+    "check_port",
+    "compare_arrays",
+    "compare_steps",
+    "tolerance_for",
+]

@@ -1,34 +1,164 @@
-"""The ``attn-parity`` command line (also ``python -m parity_tests``)."""
+"""The ``attn-parity`` command line (also ``python -m parity_tests``).
+
+    attn-parity report [--json] [--framework F] [--dtype D] [--layer L]
+    attn-parity trace CLASS [--framework numpy|jax|jax-jit|flax] [--dtype D] [--shape S]
+    attn-parity walkthrough [--stage NAME] [--list]
+    attn-parity heatmap CLASS [--out PATH]
+
+Exit codes: 0 when everything compared matches, 1 when something does not, 2 for bad usage.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
-from parity_tests.cases import FUNCTION_NAMES
-from parity_tests.report import ALL_DTYPES, RUNNERS, format_table, parity_report, to_json
+import numpy as np
+
+from parity_tests.cases import FUNCTION_NAMES, SHAPES
+from parity_tests.report import ALL_DTYPES, DTYPES, RUNNERS, format_table, parity_report, to_json
 
 __all__ = ["main"]
 
 
+def _console(args: argparse.Namespace):
+    from rich.console import Console
+
+    width = args.width or (None if sys.stdout.isatty() else 150)  # files and pipes: 150 columns
+    return Console(width=width, highlight=False)
+
+
+def _progress_bar(total: int) -> tuple[Callable[[str], None], Callable[[], None]]:
+    """A rich progress bar on stderr when it is a terminal; nothing otherwise."""
+    if not sys.stderr.isatty():
+        return (lambda _: None), (lambda: None)
+    from rich.console import Console
+    from rich.progress import Progress
+
+    progress = Progress(console=Console(stderr=True), transient=True)
+    task = progress.add_task("comparing", total=total)
+    progress.start()
+    return (lambda case_id: progress.update(task, advance=1, description=case_id)), progress.stop
+
+
 def _report(args: argparse.Namespace) -> int:
-    show_progress = sys.stderr.isatty()
-
-    def progress(case_id: str) -> None:
-        print(f"\r  checking {case_id:<80}", end="", file=sys.stderr, flush=True)
-
-    rows = parity_report(args.framework, args.dtype, args.layer, progress if show_progress else None)
-    if show_progress:
-        print("\r" + " " * 92 + "\r", end="", file=sys.stderr)
+    layers = args.layer or list(FUNCTION_NAMES)
+    frameworks = args.framework or list(RUNNERS)
+    dtypes = args.dtype or list(ALL_DTYPES)
+    computed = [d for d in dtypes if any(d in DTYPES[f] for f in frameworks)]
+    total = len(layers) * len(computed) * len(SHAPES) * 2  # every shape, bias off and on
+    advance, stop = _progress_bar(total)
+    try:
+        rows = parity_report(frameworks, dtypes, layers, advance)
+    finally:
+        stop()
     print(to_json(rows) if args.json else format_table(rows))
     return 0 if all(row.ok for row in rows) else 1
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from parity_tests.trace import TRACE_FRAMEWORKS, parse_shape, trace_case
+
+    try:
+        case = parse_shape(args.layer, args.shape, args.dtype)
+    except ValueError as error:
+        print(f"attn-parity trace: {error}", file=sys.stderr)
+        return 2
+    frameworks = tuple(args.framework or TRACE_FRAMEWORKS)
+    trace = trace_case(case, frameworks)
+    table = Table(title=f"{case.id}: each step against torch_ref", title_justify="left")
+    table.add_column("step", no_wrap=True)
+    table.add_column("shape (torch_ref)", no_wrap=True)
+    for framework in frameworks:
+        table.add_column(f"{framework}\nmax abs · rel err", justify="right", no_wrap=True)
+    for index, step in enumerate(trace.expected):
+        cells, divergent = [step, str(tuple(trace.expected[step].shape))], False
+        for framework in frameworks:
+            report = trace.reports[framework]
+            row = report.rows[index]
+            divergent |= report.first_divergence == step
+            if row.note:  # a shape mismatch or a missing step
+                cells.append(f"[bold red]{row.note} {row.actual_shape}")
+            else:
+                mark = "" if row.ok else "[bold red]"
+                cells.append(f"{mark}{row.max_abs_err:.1e} · {row.max_rel_err:.1e}")
+        table.add_row(*cells, style="on dark_red" if divergent else None)
+    console = _console(args)
+    console.print(table)
+    for framework, report in trace.reports.items():
+        verdict = (
+            "[green]every step matches"
+            if report.ok
+            else f"[bold red]first divergence: {report.first_divergence}"
+        )
+        rtol, atol = report.rows[0].rtol, report.rows[0].atol
+        console.print(f"{framework}: {verdict}[/] (tolerance rtol={rtol:.0e}, atol={atol:.0e})")
+    return 0 if trace.ok else 1
+
+
+def _format_array(values: np.ndarray, boolean: bool = False) -> str:
+    with np.printoptions(precision=4, suppress=True, linewidth=200, floatmode="fixed"):
+        text = np.array2string(values.astype(int) if boolean else values)
+    return f"{text}\nshape {tuple(values.shape)}"
+
+
+def _walkthrough(args: argparse.Namespace) -> int:
+    from rich.panel import Panel
+    from rich.table import Table
+
+    from parity_tests.walkthrough import FRAMEWORKS, STAGES
+
+    console = _console(args)
+    if args.list:
+        for stage in STAGES:
+            console.print(f"{stage.name:<24} {stage.title}")
+        return 0
+    stages = [s for s in STAGES if args.stage in (None, s.name)]
+    if not stages:
+        print(f"attn-parity walkthrough: unknown stage {args.stage!r}; see --list", file=sys.stderr)
+        return 2
+    headers = {"torch": "torch_ref", "numpy": "numpy_attn", "jax": "jax_attn"}
+    all_match = True
+    for number, stage in enumerate(stages, start=STAGES.index(stages[0]) + 1):
+        console.rule(f"[bold]{number}. {stage.title}[/]  ({stage.name})")
+        console.print(stage.text)
+        for shown in stage.show():
+            table = Table(show_lines=True, expand=True)
+            for framework in FRAMEWORKS:
+                table.add_column(headers[framework], ratio=1, overflow="fold")
+            table.add_row(*(f"[dim]{shown.calls[f]}[/]" for f in FRAMEWORKS))
+            table.add_row(*(_format_array(shown.values[f], shown.boolean) for f in FRAMEWORKS))
+            differences = {f: shown.max_difference(f) for f in FRAMEWORKS[1:]}
+            all_match &= shown.by_design or all(d <= 1e-5 for d in differences.values())
+            summary = ", ".join(
+                f"{headers[f]} vs torch_ref: max |diff| {d:.1e}" for f, d in differences.items()
+            )
+            summary += " (they differ by design)" if shown.by_design else ""
+            console.print(Panel(table, title=shown.label, subtitle=summary, title_align="left"))
+    return 0 if all_match else 1
+
+
+def _heatmap(args: argparse.Namespace) -> int:
+    from parity_tests.heatmap import write_heatmap
+
+    maps = write_heatmap(args.layer, args.out)
+    print(
+        f"wrote {args.out}: {args.layer}, {maps['torch'].shape[0]} head(s), "
+        f"max |difference| {maps['difference'].max():.1e}"
+    )
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attn-parity", description="Check attention ports between PyTorch, NumPy and JAX."
     )
+    parser.add_argument("--width", type=int, default=None, help="terminal width for tables")
     commands = parser.add_subparsers(dest="command", required=True)
+
     report = commands.add_parser(
         "report", help="every class x framework x dtype against torch_ref; exit 1 on any failure"
     )
@@ -37,6 +167,23 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--dtype", action="append", choices=list(ALL_DTYPES), help="repeatable")
     report.add_argument("--layer", action="append", choices=list(FUNCTION_NAMES), help="repeatable")
     report.set_defaults(run=_report)
+
+    trace = commands.add_parser("trace", help="one class, each step side by side with torch_ref")
+    trace.add_argument("layer", choices=list(FUNCTION_NAMES), metavar="CLASS")
+    trace.add_argument("--framework", action="append", choices=["numpy", "jax", "jax-jit", "flax"])
+    trace.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    trace.add_argument("--shape", default="full_context", help="a named shape or B,T,D_IN,D_OUT,N")
+    trace.set_defaults(run=_trace)
+
+    walkthrough = commands.add_parser("walkthrough", help="the notes, stage by stage, in three frameworks")
+    walkthrough.add_argument("--stage", help="show one stage (see --list)")
+    walkthrough.add_argument("--list", action="store_true", help="list the stages")
+    walkthrough.set_defaults(run=_walkthrough)
+
+    heatmap = commands.add_parser("heatmap", help="a PNG of the attention weights per head")
+    heatmap.add_argument("layer", choices=list(FUNCTION_NAMES), metavar="CLASS")
+    heatmap.add_argument("--out", default="heatmap.png", help="the PNG to write")
+    heatmap.set_defaults(run=_heatmap)
     return parser
 
 

@@ -67,9 +67,11 @@ def compare_arrays(
 
 @dataclass(frozen=True)
 class StepReport:
-    """The result of ``compare_steps``: ``rows`` in the expected trace's order."""
+    """The result of ``compare_steps``: ``rows`` in the expected trace's order, and, from
+    ``check_port``, ``causes``: likely reasons for the first divergence."""
 
     rows: tuple[StepRow, ...]
+    causes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -87,7 +89,7 @@ class StepReport:
         )
         lines = [header, "-" * len(header)]
         for row in self.rows:
-            mark = "yes" if row.ok else "NO"
+            mark = ("-" if row.note.startswith("missing") else "yes") if row.ok else "NO"
             if row.step == self.first_divergence:
                 mark += "  <- first divergence"
             lines.append(
@@ -96,6 +98,7 @@ class StepReport:
                 f"{mark}{'  (' + row.note + ')' if row.note else ''}"
             )
         lines.append("all steps match" if self.ok else f"first divergence: {self.first_divergence}")
+        lines.extend(f"  likely cause: {cause}" for cause in self.causes)
         return "\n".join(lines)
 
 
@@ -109,10 +112,12 @@ def compare_steps(
     *,
     rtol: float | None = None,
     atol: float | None = None,
+    missing_ok: bool = False,
 ) -> StepReport:
     """Compare two step traces in ``expected``'s order; steps only in ``actual`` come last.
 
-    A step missing on either side, or of another shape, is a failed row, never an exception.
+    A step missing on either side, or of another shape, is a failed row, never an exception;
+    with ``missing_ok`` a step that only one side records is listed but does not fail.
     Tolerances come from ``parity_tests.tolerances`` unless given.
     """
     rows = []
@@ -120,14 +125,14 @@ def compare_steps(
         if step in actual:
             rows.append(compare_arrays(step, value, actual[step], rtol=rtol, atol=atol))
         else:
-            rows.append(_one_sided(step, value, None, "missing in actual"))
+            rows.append(_one_sided(step, value, None, "missing in actual", missing_ok))
     for step, value in actual.items():
         if step not in expected:
-            rows.append(_one_sided(step, None, value, "missing in expected"))
+            rows.append(_one_sided(step, None, value, "missing in expected", missing_ok))
     return StepReport(tuple(rows))
 
 
-def _one_sided(step: str, expected: Any, actual: Any, note: str) -> StepRow:
+def _one_sided(step: str, expected: Any, actual: Any, note: str, ok: bool) -> StepRow:
     shape_of = lambda v: None if v is None else tuple(v.shape)  # noqa: E731
     rtol, atol = tolerance_for(dtype_name(expected if actual is None else actual))
-    return StepRow(step, shape_of(expected), shape_of(actual), np.inf, np.inf, rtol, atol, False, note)
+    return StepRow(step, shape_of(expected), shape_of(actual), np.nan, np.nan, rtol, atol, ok, note)

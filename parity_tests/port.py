@@ -1,0 +1,159 @@
+"""Check a port: compare a candidate implementation with a reference, step by step.
+
+A port records the steps it has under the project's step names (``numpy_attn.STEP_DOCS``):
+``queries``, ``keys``, ``values`` (projections, before any head split), ``attn_scores`` (raw
+``queries @ keys^T``, before masking and scaling), ``masked_scores``, ``attn_weights`` (after
+softmax, before dropout), ``attn_weights_dropped``, ``context_vec`` (heads merged, before the
+output projection), ``projected`` and ``output``. Any subset will do: a step the candidate does
+not record is listed as missing and does not fail the check; the output is always compared.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from parity_tests.compare import StepReport, compare_steps
+
+__all__ = ["CAUSES", "check_port", "likely_causes"]
+
+# the first diverging step (its role, so that "heads.0.keys" counts as "keys") -> what usually
+# causes a divergence there when every earlier step still matches
+CAUSES: dict[str, tuple[str, ...]] = {
+    "queries": (
+        "a projection weight used in the wrong layout (torch's nn.Linear stores (out, in): "
+        "x @ W.T; Flax kernels are (in, out): x @ W)",
+        "a bias missing, added twice, or taken from another projection",
+        "weights loaded under the wrong names (W_query/W_key/W_value swapped)",
+    ),
+    "attn_scores": (
+        "a wrong head split: heads taken from the wrong axis, or reshape without transpose(1, 2) "
+        "(expected (B, N, T, H) = view(B, T, N, H).transpose(1, 2))",
+        "keys not transposed over their last two axes, or queries and keys swapped",
+        "scores already scaled or masked here (attn_scores is the raw queries @ keys^T)",
+    ),
+    "masked_scores": (
+        "the mask meaning inverted (the notes' True = hidden; jax.nn and Flax use True = attend)",
+        "the causal mask off by one (triu(..., diagonal=1) hides only the future)",
+        "the padding mask broadcast on the wrong axis (it hides keys: shape (B, 1, 1, S))",
+    ),
+    "attn_weights": (
+        "the wrong scale: divide by sqrt(head size H), not sqrt(d_out), and not twice",
+        "softmax over the wrong axis (it runs over the keys, the last axis)",
+        "a finite fill value instead of -inf, or the mask applied after the softmax",
+    ),
+    "attn_weights_dropped": (
+        "dropout without the 1 / (1 - p) rescaling, or applied in eval mode",
+        "a keep-mask with the opposite meaning (True = keep)",
+    ),
+    "context_vec": (
+        "heads merged in the wrong order: transpose(1, 2) back to (B, T, N, H) before the reshape",
+        "values projected or split differently from queries and keys",
+        "weights @ values replaced by values @ weights or weights^T @ values",
+    ),
+    "projected": ("the output projection's weight layout or bias (out_proj / Wo)",),
+    "output": (
+        "the output projection's weight layout or bias (out_proj / Wo), or output dropout",
+        "a wrapper concatenating heads in another order or along another axis",
+    ),
+}
+_ROLES = {"keys": "queries", "values": "queries"}  # projections share their causes
+
+
+def likely_causes(report: StepReport) -> tuple[str, ...]:
+    """Causes for the report's first divergence, given which steps before it still match."""
+    row = next((row for row in report.rows if not row.ok), None)
+    if row is None:
+        return ()
+    role = row.step.rsplit(".", 1)[-1]
+    causes = list(CAUSES.get(_ROLES.get(role, role), ()))
+    if row.note == "shape mismatch":
+        causes.insert(
+            0,
+            f"{row.step} has shape {row.actual_shape}, expected {row.expected_shape}: "
+            "check the axis order (B, N, T, S) and how heads are split and merged",
+        )
+    matched = [r.step for r in report.rows if r.ok and r.note == "" and r is not row]
+    if matched and role != "output":
+        causes.append(f"steps that still match: {', '.join(matched)}")
+    return tuple(causes)
+
+
+def check_port(
+    reference: Callable[..., Any],
+    candidate: Callable[..., Any],
+    inputs: Any,
+    *,
+    params: Mapping[str, Any] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> StepReport:
+    """Run ``reference`` and ``candidate`` on the same ``inputs`` and compare their traces.
+
+    Both are callables from any framework returning ``(output, steps)`` (or just an output):
+    torch_ref modules, numpy_attn/jax_attn functions, Flax modules, or your own port. Those
+    that take ``return_steps`` get ``return_steps=True``. ``inputs`` is one array or a tuple of
+    positional arguments, from any framework; a torch ``nn.Module`` receives them as tensors.
+    ``params`` (the weights format) is passed first to callables that are not modules (modules
+    hold their own weights). Everything is compared in float64 with the per-dtype tolerances;
+    the report names the first diverging step and ``causes`` lists what usually causes it.
+    """
+    args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    expected = _trace(reference, args, params)
+    actual = _trace(candidate, args, params)
+    report = compare_steps(expected, actual, rtol=rtol, atol=atol, missing_ok=True)
+    return StepReport(report.rows, likely_causes(report))
+
+
+def _trace(fn: Callable[..., Any], args: Sequence[Any], params: Mapping[str, Any] | None) -> OrderedDict:
+    torch_module = _is_torch_module(fn)
+    if torch_module:
+        args = tuple(_to_torch(a, fn) for a in args)
+    if params is not None and not torch_module and not _is_module(fn):
+        args = (params, *args)
+    result = fn(*args, return_steps=True) if _takes_return_steps(fn) else fn(*args)
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping):
+        output, steps = result
+    else:
+        output, steps = result, {}
+    trace = OrderedDict((k, v) for k, v in steps.items() if k != "output")
+    trace["output"] = output
+    return trace
+
+
+def _takes_return_steps(fn: Callable[..., Any]) -> bool:
+    import inspect
+
+    target = getattr(fn, "forward", fn)  # torch modules: forward's signature
+    try:
+        return "return_steps" in inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _is_torch_module(fn: Any) -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(fn, torch.nn.Module)
+
+
+def _is_module(fn: Any) -> bool:
+    """Flax NNX (or any object carrying its own ``to_params``) holds its own weights."""
+    return hasattr(fn, "to_params") or type(fn).__module__.startswith("flax")
+
+
+def _to_torch(value: Any, module: Any) -> Any:
+    """A NumPy/JAX array as a tensor in the module's dtype; anything else unchanged."""
+    if not hasattr(value, "shape") or hasattr(value, "detach"):
+        return value
+    from torch_ref import from_numpy
+
+    array = np.asarray(value)
+    tensor = from_numpy(array)
+    if tensor.is_floating_point():
+        tensor = tensor.to(next(module.parameters()).dtype)
+    return tensor
