@@ -4,7 +4,9 @@ The functions have exactly the names, arguments, validation, error messages and 
 numpy_attn (see its docstring for the axis letters B, T, S, N, H, D, E and the weights format);
 randomness comes from a ``jax.random`` key (``key=``) instead of a NumPy generator. They work
 under ``jax.jit`` (mark ``num_heads``, ``context_length``/``context_size``, the dropout
-probabilities and ``return_steps`` static), ``jax.grad`` and ``jax.vmap``. Masks are boolean
+probabilities, ``implementation``, ``block_size`` and ``return_steps`` static), ``jax.grad``
+and ``jax.vmap``. ``implementation="blockwise"`` is the O(T)-memory path (online softmax over
+key blocks, causal blocks skipped with ``lax.cond``); ``"auto"`` uses it for long sequences. Masks are boolean
 with True = hidden (the notes' meaning, the opposite of ``jax.nn.dot_product_attention``).
 
 Precision: on GPUs and TPUs JAX's default float32 matmuls may use TF32/bfloat16 passes, which
@@ -12,12 +14,20 @@ differ from float32 at about 1e-3. Parity checks run under
 ``jax.default_matmul_precision("float32")``; do the same when comparing with torch.
 """
 
+from jax_attn.attend import attend
 from jax_attn.attention import scaled_dot_product_attention
+from jax_attn.blockwise import blockwise_attention
 from jax_attn.causal import causal_attention, multi_head_attention_wrapper
 from jax_attn.dropout import dropout
 from jax_attn.fused import fused_causal_attention, fused_multi_head_attention, fused_single_head_attention
 from jax_attn.heads import merge_heads, split_heads
-from jax_attn.linear import linear
+from jax_attn.kv_cache import (
+    KVCache,
+    fused_causal_attention_decode,
+    init_kv_cache,
+    multi_head_attention_decode,
+)
+from jax_attn.linear import linear, qkv_projections
 from jax_attn.masks import causal_mask
 from jax_attn.modules import (
     CausalAttention,
@@ -39,20 +49,27 @@ __all__ = [
     "FusedCausalAttention",
     "FusedMultiHeadAttention",
     "FusedSingleHeadAttention",
+    "KVCache",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
     "SelfAttentionV1",
     "SelfAttentionV2",
+    "attend",
+    "blockwise_attention",
     "causal_attention",
     "causal_mask",
     "dropout",
     "fused_causal_attention",
+    "fused_causal_attention_decode",
     "fused_multi_head_attention",
     "fused_single_head_attention",
+    "init_kv_cache",
     "linear",
     "merge_heads",
     "multi_head_attention",
+    "multi_head_attention_decode",
     "multi_head_attention_wrapper",
+    "qkv_projections",
     "scaled_dot_product_attention",
     "self_attention_v1",
     "self_attention_v2",

@@ -7,10 +7,9 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from jax_attn.attention import scaled_dot_product_attention
+from jax_attn.attend import attend
 from jax_attn.checks import check_layer
-from jax_attn.linear import linear
-from jax_attn.masks import causal_mask
+from jax_attn.linear import qkv_projections
 from numpy_attn.steps import Steps
 
 __all__ = ["causal_attention", "multi_head_attention_wrapper"]
@@ -24,6 +23,8 @@ def causal_attention(
     dropout: float = 0.0,
     key: jax.Array | None = None,
     attn_keep_mask: jax.Array | None = None,
+    implementation: str = "reference",
+    block_size: int = 512,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``CausalAttention``: one causal head. x is ``(B, T, D)`` with T <= context_length;
@@ -31,30 +32,21 @@ def causal_attention(
 
     Dropout on the attention weights only happens with ``key`` or ``attn_keep_mask``
     (bool ``(B, T, S)``, True = keep); otherwise the call is deterministic (eval mode).
+    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory, one
+    fused QKV matmul) or ``"auto"``.
     """
     check_layer(
-        "CausalAttention",
-        params,
-        x,
-        context_length=context_length,
-        dropouts={"dropout": dropout},
-        attn_keep_mask=attn_keep_mask,
-    )
+        "CausalAttention", params, x, context_length=context_length,
+        dropouts={"dropout": dropout}, attn_keep_mask=attn_keep_mask,
+        implementation=implementation, block_size=block_size,
+    )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
-    b, num_tokens, d_in = x.shape
-    queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (B, T, E)
-    keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (B, T, E)
-    values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (B, T, E)
-    context_vec, attention_steps = scaled_dot_product_attention(
-        queries,
-        keys,
-        values,
-        causal_mask(num_tokens),
-        dropout=dropout,
-        key=key,
-        attn_keep_mask=attn_keep_mask,
-        return_steps=True,
-    )  # (B, T, E)
+    fused = implementation != "reference"
+    queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
+    context_vec, attention_steps = attend(
+        queries, keys, values, causal=True, dropout=dropout, key=key, attn_keep_mask=attn_keep_mask,
+        implementation=implementation, block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip  # (B, T, E)
     if not return_steps:
         return context_vec
     return context_vec, Steps(
@@ -76,6 +68,8 @@ def multi_head_attention_wrapper(
     dropout: float = 0.0,
     key: jax.Array | None = None,
     attn_keep_mask: jax.Array | None = None,
+    implementation: str = "reference",
+    block_size: int = 512,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``MultiHeadAttentionWrapper``: ``num_heads`` independent causal heads (weights
@@ -86,28 +80,22 @@ def multi_head_attention_wrapper(
     Steps: each head's steps prefixed ``heads.{i}.``, then ``context_vec`` and ``output``.
     """
     check_layer(
-        "MultiHeadAttentionWrapper",
-        params,
-        x,
-        num_heads=num_heads,
-        context_length=context_length,
-        dropouts={"dropout": dropout},
-        attn_keep_mask=attn_keep_mask,
-    )
+        "MultiHeadAttentionWrapper", params, x, num_heads=num_heads,
+        context_length=context_length, dropouts={"dropout": dropout},
+        attn_keep_mask=attn_keep_mask, implementation=implementation, block_size=block_size,
+    )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
     head_outputs, steps = [], Steps()
     for i in range(num_heads):
         prefix = f"heads.{i}."
         head_params = {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
-        head_output, head_steps = causal_attention(
-            head_params,
-            x,
-            context_length=context_length,
-            dropout=dropout,
+        head = causal_attention(
+            head_params, x, context_length=context_length, dropout=dropout,
             key=None if key is None else jax.random.fold_in(key, i),
             attn_keep_mask=None if attn_keep_mask is None else attn_keep_mask[:, i],
-            return_steps=True,
-        )  # (B, T, E)
+            implementation=implementation, block_size=block_size, return_steps=return_steps,
+        )  # fmt: skip
+        head_output, head_steps = head if return_steps else (head, {})  # (B, T, E)
         head_outputs.append(head_output)
         steps.update((prefix + name, value) for name, value in head_steps.items())
     context_vec = jnp.concatenate(head_outputs, axis=-1)  # (B, T, N * E)

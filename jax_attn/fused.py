@@ -7,31 +7,36 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from jax_attn.attention import scaled_dot_product_attention
+from jax_attn.attend import attend
 from jax_attn.checks import check_layer
 from jax_attn.dropout import dropout as apply_dropout
 from jax_attn.heads import merge_heads, split_heads
 from jax_attn.linear import linear
-from jax_attn.masks import causal_mask
 from numpy_attn.steps import Steps
 
 __all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single_head_attention"]
 
 
 def fused_single_head_attention(
-    params: Mapping[str, jax.Array], x: jax.Array, *, return_steps: bool = False
+    params: Mapping[str, jax.Array],
+    x: jax.Array,
+    *,
+    implementation: str = "reference",
+    block_size: int = 512,
+    return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``FusedSingleHeadAttention``: bidirectional, head size ``hidden_size // 4``.
 
     x is ``(B, T, D)`` with D = hidden_size; returns ``(B, T, D)``.
     """
-    check_layer("FusedSingleHeadAttention", params, x)
+    check_layer("FusedSingleHeadAttention", params, x, implementation=implementation, block_size=block_size)
     x = jnp.asarray(x)  # arrays from any framework compute here
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * E)
     queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, T, E)
-    context_vec, attention_steps = scaled_dot_product_attention(
-        queries, keys, values, return_steps=True
-    )  # (B, T, E)
+    context_vec, attention_steps = attend(
+        queries, keys, values,
+        implementation=implementation, block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip  # (B, T, E)
     output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     if not return_steps:
         return output
@@ -50,6 +55,8 @@ def fused_multi_head_attention(
     x: jax.Array,
     *,
     num_heads: int,
+    implementation: str = "reference",
+    block_size: int = 512,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``FusedMultiHeadAttention``: bidirectional multi-head attention.
@@ -58,16 +65,19 @@ def fused_multi_head_attention(
     notes' ``reshape(B, T, 3, N, H).transpose(3, 1).unbind(2)`` equals splitting ``Wqkv(x)``
     into thirds and each third into heads, which is what is done here.
     """
-    check_layer("FusedMultiHeadAttention", params, x, num_heads=num_heads)
+    check_layer(
+        "FusedMultiHeadAttention", params, x, num_heads=num_heads,
+        implementation=implementation, block_size=block_size,
+    )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * D)
     queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
-    context_vec, attention_steps = scaled_dot_product_attention(
+    context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)
         split_heads(keys, num_heads),  # (B, N, S, H)
         split_heads(values, num_heads),  # (B, N, S, H)
-        return_steps=True,
-    )  # (B, N, T, H)
+        implementation=implementation, block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip  # (B, N, T, H)
     context_vec = merge_heads(context_vec)  # (B, T, D)
     output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     if not return_steps:
@@ -94,6 +104,8 @@ def fused_causal_attention(
     key: jax.Array | None = None,
     attn_keep_mask: jax.Array | None = None,
     out_keep_mask: jax.Array | None = None,
+    implementation: str = "reference",
+    block_size: int = 512,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``FusedCausalAttention``: causal multi-head attention with an optional padding mask.
@@ -103,8 +115,10 @@ def fused_causal_attention(
     A query whose every visible key is padding gets zero weights, so its output is ``Wo``'s
     bias (torch gives NaN). Dropout (``attn_drop`` on the weights, ``out_drop`` on the output)
     only happens with ``key`` (split in two: weights, output) or the keep-masks
-    (``attn_keep_mask`` bool ``(B, N, T, S)``, ``out_keep_mask`` bool ``(B, T, D)``,
-    True = keep). Steps end with ``projected`` (before output dropout) and ``output``.
+    (``attn_keep_mask`` bool ``(B, N, T, S)``, ``out_keep_mask`` bool ``(B, T, D)``, True =
+    keep). Steps end with ``projected`` (before output dropout) and ``output``.
+    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory) or
+    ``"auto"``.
     """
     check_layer(
         "FusedCausalAttention",
@@ -117,25 +131,21 @@ def fused_causal_attention(
         attn_keep_mask=attn_keep_mask,
         out_keep_mask=out_keep_mask,
         padding_mask=padding_mask,
+        implementation=implementation,
+        block_size=block_size,
     )
     x = jnp.asarray(x)  # arrays from any framework compute here
-    b, num_tokens, d_in = x.shape
     attn_key, out_key = (None, None) if key is None else jax.random.split(key)
-    mask = causal_mask(num_tokens)  # (T, S)
-    if padding_mask is not None:
-        mask = mask | padding_mask[:, None, None, :]  # (B, 1, T, S)
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * D)
     queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
-    context_vec, attention_steps = scaled_dot_product_attention(
+    context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)
         split_heads(keys, num_heads),  # (B, N, S, H)
         split_heads(values, num_heads),  # (B, N, S, H)
-        mask,
-        dropout=attn_drop,
-        key=attn_key,
-        attn_keep_mask=attn_keep_mask,
-        return_steps=True,
-    )  # (B, N, T, H)
+        causal=True, padding_mask=padding_mask, dropout=attn_drop, key=attn_key,
+        attn_keep_mask=attn_keep_mask, implementation=implementation, block_size=block_size,
+        return_steps=return_steps,
+    )  # fmt: skip  # (B, N, T, H)
     context_vec = merge_heads(context_vec)  # (B, T, D)
     projected = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     output = apply_dropout(projected, out_drop, key=out_key, keep_mask=out_keep_mask)

@@ -1,19 +1,33 @@
-"""``torch.nn.functional.linear`` on torch-layout weights."""
+"""``torch.nn.functional.linear`` on torch-layout weights, and the three projections at once."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["linear"]
+__all__ = ["linear", "qkv_projections"]
 
 
 def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
     """``x @ weight.T + bias`` with ``weight`` in torch's ``(out_features, in_features)`` layout.
 
     Written as one contraction rather than ``x @ weight.T``: XLA then runs the same dot kernel
-    eagerly and under ``jax.jit`` (a separate transpose lets jit pick another one), so eager and
-    jitted results are bit-identical.
+    eagerly and under ``jax.jit`` (a separate transpose lets jit pick another one).
     """
     out = jnp.einsum("...i,oi->...o", x, weight)  # (..., out_features)
     return out if bias is None else out + bias
+
+
+def qkv_projections(
+    x: jax.Array, params: Mapping[str, jax.Array], *, fused: bool = False
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``W_query(x), W_key(x), W_value(x)``: three matmuls as in the notes, or, ``fused``, one
+    matmul with the three weights stacked (one pass over x, the fast paths' choice)."""
+    names = ("W_query", "W_key", "W_value")
+    if not fused:
+        return tuple(linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in names)
+    weight = jnp.concatenate([params[f"{n}.weight"] for n in names])  # (3 * E, D)
+    bias = None if "W_query.bias" not in params else jnp.concatenate([params[f"{n}.bias"] for n in names])
+    return tuple(jnp.split(linear(x, weight, bias), 3, axis=-1))  # 3 x (..., E)

@@ -8,12 +8,16 @@ import jax.numpy as jnp
 __all__ = ["causal_mask"]
 
 
-def causal_mask(num_queries: int, num_keys: int | None = None) -> jax.Array:
-    """``(T, S)`` bool mask, True = hidden: query t may not see key s when s > t.
+def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) -> jax.Array:
+    """``(T, S)`` bool mask, True = hidden: query t, at position ``offset + t``, may not see key s
+    when s > offset + t.
 
-    This is the notes' ``torch.triu(torch.ones(T, S), diagonal=1).bool()``, built from the
-    shapes instead of sliced from a ``(context_length, context_length)`` buffer. Note that
+    With ``offset=0`` and T = S this is the notes' ``torch.triu(torch.ones(T, S), diagonal=1)``,
+    built from the shapes instead of sliced from a ``(context_length, context_length)`` buffer;
+    a KV cache's new queries sit at ``offset`` = the number of tokens already cached (which may
+    be a traced value under ``jax.jit``).
     ``jax.nn.dot_product_attention`` and Flax take the opposite meaning (True = may attend).
     """
     num_keys = num_queries if num_keys is None else num_keys
-    return jnp.triu(jnp.ones((num_queries, num_keys), dtype=bool), k=1)
+    query_positions = offset + jnp.arange(num_queries)[:, None]  # (T, 1)
+    return jnp.arange(num_keys)[None, :] > query_positions  # (T, S)

@@ -49,19 +49,49 @@ class SelfAttentionV1(AttentionModule):
 
     layer = "SelfAttentionV1"
 
-    def __init__(self, d_in: int, d_out: int, *, dtype: Any = jnp.float32, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        *,
+        dtype: Any = jnp.float32,
+        implementation: str = "reference",
+        block_size: int = 512,
+        rngs: nnx.Rngs,
+    ):
+        self.implementation, self.block_size = implementation, block_size
         init = torch_uniform(0.0, 1.0)
         self.W_query = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
         self.W_key = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
         self.W_value = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False):
-        return self_attention_v1(self.torch_params(), x, return_steps=return_steps)
+        return self_attention_v1(
+            self.torch_params(),
+            x,
+            implementation=self.implementation,
+            block_size=self.block_size,
+            return_steps=return_steps,
+        )
 
     @classmethod
-    def from_params(cls, params: Params, *, rngs: nnx.Rngs | None = None) -> SelfAttentionV1:
+    def from_params(
+        cls,
+        params: Params,
+        *,
+        implementation: str = "reference",
+        block_size: int = 512,
+        rngs: nnx.Rngs | None = None,
+    ) -> SelfAttentionV1:
         dims = infer_dims(cls.layer, params)
-        module = cls(dims.d_in, dims.d_out, dtype=_dtype_of(params), rngs=_build_rngs(rngs))
+        module = cls(
+            dims.d_in,
+            dims.d_out,
+            dtype=_dtype_of(params),
+            rngs=_build_rngs(rngs),
+            implementation=implementation,
+            block_size=block_size,
+        )
         return module.load_params(params)
 
 
@@ -69,19 +99,49 @@ class SelfAttentionV2(AttentionModule):
     layer = "SelfAttentionV2"
 
     def __init__(
-        self, d_in: int, d_out: int, qkv_bias: bool = False, *, dtype: Any = jnp.float32, rngs: nnx.Rngs
+        self,
+        d_in: int,
+        d_out: int,
+        qkv_bias: bool = False,
+        *,
+        dtype: Any = jnp.float32,
+        implementation: str = "reference",
+        block_size: int = 512,
+        rngs: nnx.Rngs,
     ):
+        self.implementation, self.block_size = implementation, block_size
         self.W_query = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
         self.W_key = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
         self.W_value = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False):
-        return self_attention_v2(self.torch_params(), x, return_steps=return_steps)
+        return self_attention_v2(
+            self.torch_params(),
+            x,
+            implementation=self.implementation,
+            block_size=self.block_size,
+            return_steps=return_steps,
+        )
 
     @classmethod
-    def from_params(cls, params: Params, *, rngs: nnx.Rngs | None = None) -> SelfAttentionV2:
+    def from_params(
+        cls,
+        params: Params,
+        *,
+        implementation: str = "reference",
+        block_size: int = 512,
+        rngs: nnx.Rngs | None = None,
+    ) -> SelfAttentionV2:
         dims = infer_dims(cls.layer, params)
-        module = cls(dims.d_in, dims.d_out, dims.qkv_bias, dtype=_dtype_of(params), rngs=_build_rngs(rngs))
+        module = cls(
+            dims.d_in,
+            dims.d_out,
+            dims.qkv_bias,
+            dtype=_dtype_of(params),
+            rngs=_build_rngs(rngs),
+            implementation=implementation,
+            block_size=block_size,
+        )
         return module.load_params(params)
 
 
@@ -97,8 +157,11 @@ class CausalAttention(AttentionModule):
         qkv_bias: bool = False,
         *,
         dtype: Any = jnp.float32,
+        implementation: str = "reference",
+        block_size: int = 512,
         rngs: nnx.Rngs,
     ):
+        self.implementation, self.block_size = implementation, block_size
         self.context_length = context_length
         self.dropout = dropout
         self.W_query = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
@@ -114,12 +177,21 @@ class CausalAttention(AttentionModule):
             dropout=self.dropout,
             key=self.dropout_key(),
             attn_keep_mask=attn_keep_mask,
+            implementation=self.implementation,
+            block_size=self.block_size,
             return_steps=return_steps,
         )
 
     @classmethod
     def from_params(
-        cls, params: Params, *, context_length: int, dropout: float = 0.0, rngs: nnx.Rngs | None = None
+        cls,
+        params: Params,
+        *,
+        context_length: int,
+        dropout: float = 0.0,
+        implementation: str = "reference",
+        block_size: int = 512,
+        rngs: nnx.Rngs | None = None,
     ) -> CausalAttention:
         dims = infer_dims(cls.layer, params)
         module = cls(
@@ -151,8 +223,11 @@ class MultiHeadAttentionWrapper(AttentionModule):
         qkv_bias: bool = False,
         *,
         dtype: Any = jnp.float32,
+        implementation: str = "reference",
+        block_size: int = 512,
         rngs: nnx.Rngs,
     ):
+        self.implementation, self.block_size = implementation, block_size
         self.context_length = context_length
         self.dropout = dropout
         self.num_heads = num_heads
@@ -175,6 +250,8 @@ class MultiHeadAttentionWrapper(AttentionModule):
             dropout=self.dropout,
             key=self.dropout_key(),
             attn_keep_mask=attn_keep_mask,
+            implementation=self.implementation,
+            block_size=self.block_size,
             return_steps=return_steps,
         )
 
@@ -186,6 +263,8 @@ class MultiHeadAttentionWrapper(AttentionModule):
         context_length: int,
         num_heads: int,
         dropout: float = 0.0,
+        implementation: str = "reference",
+        block_size: int = 512,
         rngs: nnx.Rngs | None = None,
     ) -> MultiHeadAttentionWrapper:
         dims = infer_dims(cls.layer, params, num_heads)
@@ -219,8 +298,11 @@ class MultiHeadAttention(AttentionModule):
         out_bias: bool = True,
         *,
         dtype: Any = jnp.float32,
+        implementation: str = "reference",
+        block_size: int = 512,
         rngs: nnx.Rngs,
     ):
+        self.implementation, self.block_size = implementation, block_size
         self.context_length = context_length
         self.dropout = dropout
         self.num_heads = num_heads
@@ -239,6 +321,8 @@ class MultiHeadAttention(AttentionModule):
             dropout=self.dropout,
             key=self.dropout_key(),
             attn_keep_mask=attn_keep_mask,
+            implementation=self.implementation,
+            block_size=self.block_size,
             return_steps=return_steps,
         )
 
@@ -250,6 +334,8 @@ class MultiHeadAttention(AttentionModule):
         context_length: int,
         num_heads: int,
         dropout: float = 0.0,
+        implementation: str = "reference",
+        block_size: int = 512,
         rngs: nnx.Rngs | None = None,
     ) -> MultiHeadAttention:
         dims = infer_dims(cls.layer, params, num_heads)
@@ -271,17 +357,47 @@ class MultiHeadAttention(AttentionModule):
 class FusedSingleHeadAttention(AttentionModule):
     layer = "FusedSingleHeadAttention"
 
-    def __init__(self, hidden_size: int, bias: bool = True, *, dtype: Any = jnp.float32, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        hidden_size: int,
+        bias: bool = True,
+        *,
+        dtype: Any = jnp.float32,
+        implementation: str = "reference",
+        block_size: int = 512,
+        rngs: nnx.Rngs,
+    ):
+        self.implementation, self.block_size = implementation, block_size
         self.Wqkv = torch_linear(hidden_size, (hidden_size // 4) * 3, bias, dtype, rngs)
         self.Wo = torch_linear(hidden_size // 4, hidden_size, bias, dtype, rngs)
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False):
-        return fused_single_head_attention(self.torch_params(), x, return_steps=return_steps)
+        return fused_single_head_attention(
+            self.torch_params(),
+            x,
+            implementation=self.implementation,
+            block_size=self.block_size,
+            return_steps=return_steps,
+        )
 
     @classmethod
-    def from_params(cls, params: Params, *, rngs: nnx.Rngs | None = None) -> FusedSingleHeadAttention:
+    def from_params(
+        cls,
+        params: Params,
+        *,
+        implementation: str = "reference",
+        block_size: int = 512,
+        rngs: nnx.Rngs | None = None,
+    ) -> FusedSingleHeadAttention:
         dims = infer_dims(cls.layer, params)
-        module = cls(dims.d_in, dims.qkv_bias, dtype=_dtype_of(params), rngs=_build_rngs(rngs))
+        module = cls(
+            dims.d_in,
+            dims.qkv_bias,
+            dtype=_dtype_of(params),
+            rngs=_build_rngs(rngs),
+            implementation=implementation,
+            block_size=block_size,
+        )
         return module.load_params(params)
 
 
@@ -289,23 +405,51 @@ class FusedMultiHeadAttention(AttentionModule):
     layer = "FusedMultiHeadAttention"
 
     def __init__(
-        self, hidden_size: int, num_heads: int, bias: bool = True, *, dtype: Any = jnp.float32, rngs: nnx.Rngs
+        self,
+        hidden_size: int,
+        num_heads: int,
+        bias: bool = True,
+        *,
+        dtype: Any = jnp.float32,
+        implementation: str = "reference",
+        block_size: int = 512,
+        rngs: nnx.Rngs,
     ):
+        self.implementation, self.block_size = implementation, block_size
         self.num_heads = num_heads
         self.Wqkv = torch_linear(hidden_size, hidden_size * 3, bias, dtype, rngs)
         self.Wo = torch_linear(hidden_size, hidden_size, bias, dtype, rngs)
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False):
         return fused_multi_head_attention(
-            self.torch_params(), x, num_heads=self.num_heads, return_steps=return_steps
+            self.torch_params(),
+            x,
+            num_heads=self.num_heads,
+            implementation=self.implementation,
+            block_size=self.block_size,
+            return_steps=return_steps,
         )
 
     @classmethod
     def from_params(
-        cls, params: Params, *, num_heads: int, rngs: nnx.Rngs | None = None
+        cls,
+        params: Params,
+        *,
+        num_heads: int,
+        implementation: str = "reference",
+        block_size: int = 512,
+        rngs: nnx.Rngs | None = None,
     ) -> FusedMultiHeadAttention:
         dims = infer_dims(cls.layer, params, num_heads)
-        module = cls(dims.d_in, num_heads, dims.qkv_bias, dtype=_dtype_of(params), rngs=_build_rngs(rngs))
+        module = cls(
+            dims.d_in,
+            num_heads,
+            dims.qkv_bias,
+            dtype=_dtype_of(params),
+            rngs=_build_rngs(rngs),
+            implementation=implementation,
+            block_size=block_size,
+        )
         return module.load_params(params)
 
 
@@ -324,8 +468,11 @@ class FusedCausalAttention(AttentionModule):
         bias: bool = True,
         *,
         dtype: Any = jnp.float32,
+        implementation: str = "reference",
+        block_size: int = 512,
         rngs: nnx.Rngs,
     ):
+        self.implementation, self.block_size = implementation, block_size
         self.num_heads = num_heads
         self.context_size = context_size
         self.attn_drop = attn_drop
@@ -354,6 +501,8 @@ class FusedCausalAttention(AttentionModule):
             key=self.dropout_key(),
             attn_keep_mask=attn_keep_mask,
             out_keep_mask=out_keep_mask,
+            implementation=self.implementation,
+            block_size=self.block_size,
             return_steps=return_steps,
         )
 
@@ -366,6 +515,8 @@ class FusedCausalAttention(AttentionModule):
         context_size: int,
         attn_drop: float = 0.1,
         out_drop: float = 0.1,
+        implementation: str = "reference",
+        block_size: int = 512,
         rngs: nnx.Rngs | None = None,
     ) -> FusedCausalAttention:
         dims = infer_dims(cls.layer, params, num_heads)

@@ -12,9 +12,14 @@ keyed by the torch class's ``state_dict`` names, in torch's layout (see ``numpy_
 Masks are boolean with True = hidden (the notes' meaning); dropout keep-masks have True = keep.
 A query whose every key is hidden gets zero attention weights (the notes' classes give NaN).
 Dropout happens only when an ``rng`` (``numpy.random.Generator``) or a keep-mask is passed.
+Every layer takes ``implementation="reference" | "blockwise" | "auto"``: the readable
+transcription of the notes, or the O(T)-memory blockwise path (online softmax, causal blocks
+skipped, one fused QKV matmul), or blockwise for long sequences only.
 """
 
+from numpy_attn.attend import attend
 from numpy_attn.attention import scaled_dot_product_attention
+from numpy_attn.blockwise import blockwise_attention
 from numpy_attn.causal import causal_attention, multi_head_attention_wrapper
 from numpy_attn.dropout import dropout
 from numpy_attn.fused import (
@@ -23,7 +28,13 @@ from numpy_attn.fused import (
     fused_single_head_attention,
 )
 from numpy_attn.heads import merge_heads, split_heads
-from numpy_attn.linear import linear
+from numpy_attn.kv_cache import (
+    KVCache,
+    fused_causal_attention_decode,
+    init_kv_cache,
+    multi_head_attention_decode,
+)
+from numpy_attn.linear import linear, qkv_projections
 from numpy_attn.masks import causal_mask
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.self_attention import self_attention_v1, self_attention_v2
@@ -31,27 +42,36 @@ from numpy_attn.simplified import simplified_self_attention
 from numpy_attn.softmax import softmax, softmax_naive
 from numpy_attn.spec import LAYERS, LayerDims, check_layer, infer_dims, param_shapes
 from numpy_attn.steps import STEP_DOCS, Steps
+from numpy_attn.validation import IMPLEMENTATIONS
 from numpy_attn.weights_file import load_weights, save_weights
 
 __all__ = [
+    "IMPLEMENTATIONS",
     "LAYERS",
     "STEP_DOCS",
+    "KVCache",
     "LayerDims",
     "Steps",
+    "attend",
+    "blockwise_attention",
     "causal_attention",
     "causal_mask",
     "check_layer",
     "dropout",
     "fused_causal_attention",
+    "fused_causal_attention_decode",
     "fused_multi_head_attention",
     "fused_single_head_attention",
     "infer_dims",
+    "init_kv_cache",
     "linear",
     "load_weights",
     "merge_heads",
     "multi_head_attention",
+    "multi_head_attention_decode",
     "multi_head_attention_wrapper",
     "param_shapes",
+    "qkv_projections",
     "save_weights",
     "scaled_dot_product_attention",
     "self_attention_v1",

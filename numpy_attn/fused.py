@@ -6,11 +6,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from numpy_attn.attention import scaled_dot_product_attention
+from numpy_attn.attend import attend
 from numpy_attn.dropout import dropout as apply_dropout
 from numpy_attn.heads import merge_heads, split_heads
 from numpy_attn.linear import linear
-from numpy_attn.masks import causal_mask
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
@@ -18,19 +17,25 @@ __all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single
 
 
 def fused_single_head_attention(
-    params: Mapping[str, np.ndarray], x: np.ndarray, *, return_steps: bool = False
+    params: Mapping[str, np.ndarray],
+    x: np.ndarray,
+    *,
+    implementation: str = "reference",
+    block_size: int = 512,
+    return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``FusedSingleHeadAttention``: bidirectional, head size ``hidden_size // 4``.
 
     x is ``(B, T, D)`` with D = hidden_size; returns ``(B, T, D)``.
     """
-    check_layer("FusedSingleHeadAttention", params, x)
+    check_layer("FusedSingleHeadAttention", params, x, implementation=implementation, block_size=block_size)
     x = np.asarray(x)  # arrays from any framework compute here
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * E)
     queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, T, E)
-    context_vec, attention_steps = scaled_dot_product_attention(
-        queries, keys, values, return_steps=True
-    )  # (B, T, E)
+    context_vec, attention_steps = attend(
+        queries, keys, values,
+        implementation=implementation, block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip  # (B, T, E)
     output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     if not return_steps:
         return output
@@ -49,6 +54,8 @@ def fused_multi_head_attention(
     x: np.ndarray,
     *,
     num_heads: int,
+    implementation: str = "reference",
+    block_size: int = 512,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``FusedMultiHeadAttention``: bidirectional multi-head attention.
@@ -57,16 +64,19 @@ def fused_multi_head_attention(
     notes' ``reshape(B, T, 3, N, H).transpose(3, 1).unbind(2)`` equals splitting ``Wqkv(x)``
     into thirds and each third into heads, which is what is done here.
     """
-    check_layer("FusedMultiHeadAttention", params, x, num_heads=num_heads)
+    check_layer(
+        "FusedMultiHeadAttention", params, x, num_heads=num_heads,
+        implementation=implementation, block_size=block_size,
+    )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * D)
     queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
-    context_vec, attention_steps = scaled_dot_product_attention(
+    context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)
         split_heads(keys, num_heads),  # (B, N, S, H)
         split_heads(values, num_heads),  # (B, N, S, H)
-        return_steps=True,
-    )  # (B, N, T, H)
+        implementation=implementation, block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip  # (B, N, T, H)
     context_vec = merge_heads(context_vec)  # (B, T, D)
     output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     if not return_steps:
@@ -93,6 +103,8 @@ def fused_causal_attention(
     rng: np.random.Generator | None = None,
     attn_keep_mask: np.ndarray | None = None,
     out_keep_mask: np.ndarray | None = None,
+    implementation: str = "reference",
+    block_size: int = 512,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``FusedCausalAttention``: causal multi-head attention with an optional padding mask.
@@ -103,7 +115,8 @@ def fused_causal_attention(
     bias (torch gives NaN). Dropout (``attn_drop`` on the weights, ``out_drop`` on the output)
     only happens with ``rng`` or the keep-masks (``attn_keep_mask`` bool ``(B, N, T, S)``,
     ``out_keep_mask`` bool ``(B, T, D)``, True = keep). Steps end with ``projected`` (before
-    output dropout) and ``output``.
+    output dropout) and ``output``. ``implementation``: ``"reference"`` (the notes' math),
+    ``"blockwise"`` (O(T) memory) or ``"auto"``.
     """
     check_layer(
         "FusedCausalAttention",
@@ -116,24 +129,20 @@ def fused_causal_attention(
         attn_keep_mask=attn_keep_mask,
         out_keep_mask=out_keep_mask,
         padding_mask=padding_mask,
+        implementation=implementation,
+        block_size=block_size,
     )
     x = np.asarray(x)  # arrays from any framework compute here
-    b, num_tokens, d_in = x.shape
-    mask = causal_mask(num_tokens)  # (T, S)
-    if padding_mask is not None:
-        mask = mask | padding_mask[:, None, None, :]  # (B, 1, T, S)
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * D)
     queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
-    context_vec, attention_steps = scaled_dot_product_attention(
+    context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)
         split_heads(keys, num_heads),  # (B, N, S, H)
         split_heads(values, num_heads),  # (B, N, S, H)
-        mask,
-        dropout=attn_drop,
-        rng=rng,
-        attn_keep_mask=attn_keep_mask,
-        return_steps=True,
-    )  # (B, N, T, H)
+        causal=True, padding_mask=padding_mask, dropout=attn_drop, rng=rng,
+        attn_keep_mask=attn_keep_mask, implementation=implementation, block_size=block_size,
+        return_steps=return_steps,
+    )  # fmt: skip  # (B, N, T, H)
     context_vec = merge_heads(context_vec)  # (B, T, D)
     projected = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     output = apply_dropout(projected, out_drop, rng=rng, keep_mask=out_keep_mask)

@@ -7,11 +7,14 @@ import numpy as np
 __all__ = ["causal_mask"]
 
 
-def causal_mask(num_queries: int, num_keys: int | None = None) -> np.ndarray:
-    """``(T, S)`` bool mask, True = hidden: query t may not see key s when s > t.
+def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) -> np.ndarray:
+    """``(T, S)`` bool mask, True = hidden: query t, at position ``offset + t``, may not see key s
+    when s > offset + t.
 
-    This is the notes' ``torch.triu(torch.ones(T, S), diagonal=1).bool()``, built from the
-    shapes instead of sliced from a ``(context_length, context_length)`` buffer.
+    With ``offset=0`` and T = S this is the notes' ``torch.triu(torch.ones(T, S), diagonal=1)``,
+    built from the shapes instead of sliced from a ``(context_length, context_length)`` buffer;
+    a KV cache's new queries sit at ``offset`` = the number of tokens already cached (which may
+    be a traced value under ``jax.jit``).
 
     >>> causal_mask(3).astype(int)
     array([[0, 1, 1],
@@ -19,4 +22,5 @@ def causal_mask(num_queries: int, num_keys: int | None = None) -> np.ndarray:
            [0, 0, 0]])
     """
     num_keys = num_queries if num_keys is None else num_keys
-    return np.triu(np.ones((num_queries, num_keys), dtype=bool), k=1)
+    query_positions = offset + np.arange(num_queries)[:, None]  # (T, 1)
+    return np.arange(num_keys)[None, :] > query_positions  # (T, S)

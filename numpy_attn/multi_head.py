@@ -6,10 +6,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from numpy_attn.attention import scaled_dot_product_attention
+from numpy_attn.attend import attend
 from numpy_attn.heads import merge_heads, split_heads
-from numpy_attn.linear import linear
-from numpy_attn.masks import causal_mask
+from numpy_attn.linear import linear, qkv_projections
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
@@ -25,6 +24,8 @@ def multi_head_attention(
     dropout: float = 0.0,
     rng: np.random.Generator | None = None,
     attn_keep_mask: np.ndarray | None = None,
+    implementation: str = "reference",
+    block_size: int = 512,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``MultiHeadAttention``: causal multi-head attention with an output projection.
@@ -32,31 +33,24 @@ def multi_head_attention(
     x is ``(B, T, D)`` with T <= context_length; returns ``(B, T, E)``. The ``out_proj`` bias is
     used if present (the book's class always has it; note 004's ``MultiHeadAttentionClass``
     only with ``qkv_bias``). ``attn_keep_mask`` is bool ``(B, N, T, S)``, True = keep.
+    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory, one
+    fused QKV matmul) or ``"auto"``.
     """
     check_layer(
-        "MultiHeadAttention",
-        params,
-        x,
-        num_heads=num_heads,
-        context_length=context_length,
-        dropouts={"dropout": dropout},
-        attn_keep_mask=attn_keep_mask,
-    )
+        "MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length,
+        dropouts={"dropout": dropout}, attn_keep_mask=attn_keep_mask,
+        implementation=implementation, block_size=block_size,
+    )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
-    b, num_tokens, d_in = x.shape
-    queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (B, T, E)
-    keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (B, T, E)
-    values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (B, T, E)
-    context_vec, attention_steps = scaled_dot_product_attention(
+    fused = implementation != "reference"
+    queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
+    context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)
         split_heads(keys, num_heads),  # (B, N, S, H)
         split_heads(values, num_heads),  # (B, N, S, H)
-        causal_mask(num_tokens),
-        dropout=dropout,
-        rng=rng,
-        attn_keep_mask=attn_keep_mask,
-        return_steps=True,
-    )  # (B, N, T, H)
+        causal=True, dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask,
+        implementation=implementation, block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip  # (B, N, T, H)
     context_vec = merge_heads(context_vec)  # (B, T, E)
     output = linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias"))
     if not return_steps:

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from numpy_attn.attention import scaled_dot_product_attention
-from numpy_attn.linear import linear
+from numpy_attn.attend import attend
+from numpy_attn.linear import qkv_projections
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
@@ -15,17 +15,28 @@ __all__ = ["self_attention_v1", "self_attention_v2"]
 
 
 def self_attention_v1(
-    params: Mapping[str, np.ndarray], x: np.ndarray, *, return_steps: bool = False
+    params: Mapping[str, np.ndarray],
+    x: np.ndarray,
+    *,
+    implementation: str = "reference",
+    block_size: int = 512,
+    return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``SelfAttentionV1``: raw ``(d_in, d_out)`` matrices ``W_query``/``W_key``/``W_value``, used
-    as ``x @ W``. x is ``(T, D)``; returns ``(T, E)``."""
-    check_layer("SelfAttentionV1", params, x)
+    as ``x @ W``. x is ``(T, D)``; returns ``(T, E)``. ``implementation``: ``"reference"`` (the
+    notes' math), ``"blockwise"`` (O(T) memory) or ``"auto"``."""
+    check_layer("SelfAttentionV1", params, x, implementation=implementation, block_size=block_size)
     x = np.asarray(x)  # arrays from any framework compute here
     queries = x @ params["W_query"]  # (T, E)
     keys = x @ params["W_key"]  # (T, E)
     values = x @ params["W_value"]  # (T, E)
-    context_vec, attention_steps = scaled_dot_product_attention(
-        queries, keys, values, return_steps=True
+    context_vec, attention_steps = attend(
+        queries,
+        keys,
+        values,
+        implementation=implementation,
+        block_size=block_size,
+        return_steps=return_steps,
     )  # (T, E)
     if not return_steps:
         return context_vec
@@ -40,17 +51,26 @@ def self_attention_v1(
 
 
 def self_attention_v2(
-    params: Mapping[str, np.ndarray], x: np.ndarray, *, return_steps: bool = False
+    params: Mapping[str, np.ndarray],
+    x: np.ndarray,
+    *,
+    implementation: str = "reference",
+    block_size: int = 512,
+    return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``SelfAttentionV2``: ``nn.Linear`` projections (bias if ``W_query.bias`` is present).
     x is ``(T, D)``; returns ``(T, E)``."""
-    check_layer("SelfAttentionV2", params, x)
+    check_layer("SelfAttentionV2", params, x, implementation=implementation, block_size=block_size)
     x = np.asarray(x)  # arrays from any framework compute here
-    queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (T, E)
-    keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (T, E)
-    values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (T, E)
-    context_vec, attention_steps = scaled_dot_product_attention(
-        queries, keys, values, return_steps=True
+    fused = implementation != "reference"
+    queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (T, E)
+    context_vec, attention_steps = attend(
+        queries,
+        keys,
+        values,
+        implementation=implementation,
+        block_size=block_size,
+        return_steps=return_steps,
     )  # (T, E)
     if not return_steps:
         return context_vec

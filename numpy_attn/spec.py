@@ -22,6 +22,7 @@ from numpy_attn.validation import (
     check_divisible,
     check_dropout,
     check_finite,
+    check_implementation,
     check_input,
     check_keep_mask,
     check_padding_mask,
@@ -172,17 +173,21 @@ def check_layer(
     padding_mask: Any = None,
     check_values: bool = True,
     floating: tuple[str, ...] = NUMPY_FLOATS,
+    implementation: str = "reference",
+    block_size: int = 512,
 ) -> LayerDims:
     """Validate one layer call up front and return its sizes.
 
-    Checks, in order: ``num_heads`` against the weights, each dropout probability in
-    ``dropouts`` (name -> p), the input's dtype (one of ``floating``), rank, non-empty axes and
-    width, the weights' keys, shapes (every bad key named, see ``param_shapes``) and dtype,
+    Checks, in order: ``implementation`` and ``block_size``, ``num_heads`` against the weights,
+    each dropout probability in ``dropouts`` (name -> p), the input's dtype (one of
+    ``floating``), rank, non-empty axes and width, the weights' keys, shapes (every bad key
+    named, see ``param_shapes``) and dtype,
     ``T <= context_length`` and, with ``check_values``, that every weight is finite; then the
     shapes and dtypes of the masks given: ``attn_keep_mask`` must match the attention weights
     (``(B, N, T, S)``, no N for single-head classes), ``out_keep_mask`` the output
     ``(B, T, D)``, ``padding_mask`` ``(B, S)``.
     """
+    check_implementation(implementation, block_size)
     dims = infer_dims(layer, params, num_heads)
     expected = param_shapes(
         layer,

@@ -76,17 +76,30 @@ def run_jax(
     *args: Any,
     jit: bool = False,
     dropout: float = 0.0,
+    implementation: str = "reference",
+    block_size: int = 512,
     **kwargs: Any,
 ) -> tuple[Any, Mapping]:
-    """The case's jax_attn function, eager or under ``jax.jit`` (constructor arguments static)."""
+    """The case's jax_attn function, eager or under ``jax.jit`` (constructor arguments,
+    ``implementation`` and ``block_size`` static)."""
     import jax
 
-    call = functools.partial(layer_function("jax", case.layer), **case.kwargs(dropout), return_steps=True)
+    call = functools.partial(
+        layer_function("jax", case.layer), **case.kwargs(dropout), return_steps=True,
+        implementation=implementation, block_size=block_size,
+    )  # fmt: skip
     return (jax.jit(call) if jit else call)(params, x, *args, **kwargs)
 
 
 def run_flax(
-    case: Case, params: Mapping[str, Any], x: Any, *args: Any, dropout: float = 0.0, **kwargs: Any
+    case: Case,
+    params: Mapping[str, Any],
+    x: Any,
+    *args: Any,
+    dropout: float = 0.0,
+    implementation: str = "reference",
+    block_size: int = 512,
+    **kwargs: Any,
 ) -> tuple[Any, Mapping]:
     """The case's Flax NNX module, built with ``from_params`` (eval mode), called under
     ``nnx.jit``."""
@@ -94,5 +107,7 @@ def run_flax(
 
     import jax_attn
 
-    module = getattr(jax_attn, case.layer).from_params(params, **case.kwargs(dropout))
+    module = getattr(jax_attn, case.layer).from_params(
+        params, **case.kwargs(dropout), implementation=implementation, block_size=block_size
+    )
     return nnx.jit(lambda m, *a, **k: m(*a, return_steps=True, **k))(module, x, *args, **kwargs)

@@ -1,0 +1,129 @@
+"""Blockwise attention: the same result as ``scaled_dot_product_attention`` in O(T) memory.
+
+Queries are taken ``block_size`` at a time (``lax.map``) and, for each query block, keys
+``block_size`` at a time (``lax.fori_loop``); a running maximum ``m``, a running sum ``l`` and
+a running output ``acc`` per query (the "online softmax") replace the (T, S) weight matrix.
+Key blocks that the causal mask hides entirely are skipped with ``lax.cond``, which halves the
+work of causal attention and stays differentiable. T and S need not divide by ``block_size``:
+the last blocks are padded, and padded keys are hidden.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from numpy_attn.validation import check_dropout, check_keep_mask
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention"]
+
+DEFAULT_BLOCK_SIZE = 512
+
+
+def _blocks(x: jax.Array, block_size: int, axis: int) -> jax.Array:
+    """Pad ``axis`` to a multiple of ``block_size`` and move the block index to the front."""
+    axis = axis % x.ndim
+    length = x.shape[axis]
+    padded = -(-length // block_size) * block_size
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, padded - length)
+    x = jnp.pad(x, widths)
+    x = x.reshape((*x.shape[:axis], padded // block_size, block_size, *x.shape[axis + 1 :]))
+    return jnp.moveaxis(x, axis, 0)  # (num_blocks, ..., block_size, ...)
+
+
+def blockwise_attention(
+    queries: jax.Array,
+    keys: jax.Array,
+    values: jax.Array,
+    *,
+    causal: bool = False,
+    padding_mask: jax.Array | None = None,
+    dropout: float | None = None,
+    key: jax.Array | None = None,
+    attn_keep_mask: jax.Array | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> jax.Array:
+    """``softmax(queries @ keys^T / sqrt(H), hidden keys at -inf) @ values``, block by block.
+
+    Shapes: queries ``(..., T, H)``, keys and values ``(..., S, H)``; returns ``(..., T, H)``.
+    ``causal`` hides key s from query t when s > t (T = S); ``padding_mask`` is bool ``(B, S)``,
+    True = padding (hidden), for 4-D ``(B, N, T, H)`` inputs. A query whose every key is hidden
+    gets a zero output. Dropout on the (normalised) weights: ``attn_keep_mask`` (bool
+    ``(..., T, S)``, True = keep) is sliced per block; ``key`` draws a mask per block
+    (``fold_in(key, block pair)``: other draws than the reference path's).
+    """
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    if dropout is not None:
+        check_dropout("dropout", dropout)
+    num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+    if causal and num_queries != num_keys:
+        raise ValueError(f"causal blockwise attention needs T = S, got T={num_queries}, S={num_keys}")
+    if attn_keep_mask is not None:
+        check_keep_mask("attn_keep_mask", attn_keep_mask, (*queries.shape[:-1], num_keys))
+    dropping = dropout is not None and (key is not None or attn_keep_mask is not None)
+    batch_shape = queries.shape[:-2]
+    scale = 1 / queries.shape[-1] ** 0.5
+    query_blocks = _blocks(queries * jnp.asarray(scale, queries.dtype), block_size, -2)  # (nq, ..., bq, H)
+    key_blocks = _blocks(keys, block_size, -2)  # (nk, ..., bk, H)
+    value_blocks = _blocks(values, block_size, -2)  # (nk, ..., bk, Hv)
+    hidden = jnp.arange(key_blocks.shape[0] * block_size) >= num_keys  # padded keys: (nk * bk,)
+    hidden = jnp.broadcast_to(hidden, (batch_shape[:1] or (1,)) + hidden.shape)  # (B or 1, nk * bk)
+    if padding_mask is not None:
+        hidden = hidden | jnp.pad(padding_mask, ((0, 0), (0, hidden.shape[-1] - num_keys)))
+    hidden_blocks = _blocks(hidden, block_size, -1)  # (nk, B or 1, bk)
+    keep_blocks = None
+    if attn_keep_mask is not None:
+        keep_blocks = _blocks(_blocks(attn_keep_mask, block_size, -1), block_size, -2)  # (nq, nk, ..)
+    num_key_blocks = key_blocks.shape[0]
+    positions = jnp.arange(block_size)
+
+    def one_query_block(args: tuple[jax.Array, jax.Array]) -> jax.Array:
+        qi, query_block = args  # (..., bq, H)
+
+        def step(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]):
+            running_max, running_sum, acc = carry
+            scores = query_block @ jnp.swapaxes(key_blocks[ki], -1, -2)  # (..., bq, bk)
+            block_hidden = hidden_blocks[ki]  # (B or 1, bk)
+            if scores.ndim == 2:  # (T, H) inputs
+                block_hidden = block_hidden[0]
+            else:
+                block_hidden = block_hidden.reshape(block_hidden.shape[:1] + (1,) * (scores.ndim - 2) + (-1,))
+            if causal:
+                above = (ki * block_size + positions)[None, :] > (qi * block_size + positions)[:, None]
+                block_hidden = block_hidden | above  # (..., bq, bk)
+            scores = jnp.where(block_hidden, -jnp.inf, scores)
+            block_max = jnp.maximum(running_max, scores.max(axis=-1, keepdims=True))
+            safe_max = jnp.where(block_max == -jnp.inf, 0, block_max)
+            correction = jnp.exp(running_max - safe_max)
+            weights = jnp.exp(scores - safe_max)  # unnormalised weights of this block
+            running_sum = running_sum * correction + weights.sum(axis=-1, keepdims=True)
+            if dropping:
+                if keep_blocks is not None:
+                    keep = keep_blocks[qi, ki]
+                else:
+                    pair_key = jax.random.fold_in(key, qi * num_key_blocks + ki)
+                    keep = jax.random.bernoulli(pair_key, 1 - dropout, weights.shape)
+                weights = weights * keep / (1 - dropout)
+            acc = acc * correction + weights @ value_blocks[ki]
+            return block_max, running_sum, acc
+
+        def maybe_step(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]):
+            if not causal:
+                return step(ki, carry)
+            return jax.lax.cond(ki <= qi, step, lambda _, c: c, ki, carry)  # skip hidden blocks
+
+        stats_shape = (*query_block.shape[:-1], 1)
+        init = (
+            jnp.full(stats_shape, -jnp.inf, queries.dtype),
+            jnp.zeros(stats_shape, queries.dtype),
+            jnp.zeros(query_block.shape[:-1] + values.shape[-1:], queries.dtype),
+        )
+        _, running_sum, acc = jax.lax.fori_loop(0, num_key_blocks, maybe_step, init)
+        return acc * (1 / jnp.where(running_sum == 0, 1, running_sum))
+
+    outputs = jax.lax.map(one_query_block, (jnp.arange(query_blocks.shape[0]), query_blocks))
+    outputs = jnp.moveaxis(outputs, 0, -3)  # (..., nq, bq, Hv)
+    outputs = outputs.reshape((*outputs.shape[:-3], -1, *outputs.shape[-1:]))
+    return outputs[..., :num_queries, :]

@@ -1,0 +1,120 @@
+"""Decoding with a key/value cache: prefill once, then one token at a time, for the causal classes.
+
+A ``KVCache`` holds the keys and values of every token seen so far, per head, in fixed-size
+``(B, N, L, H)`` arrays (``L`` = the layer's context length), which padding keys it must hide,
+and how many tokens it holds (a JAX scalar). Each call projects only the new tokens, writes
+their keys and values with ``lax.dynamic_update_slice`` and attends the new queries to the whole
+cache, the unwritten slots hidden by the causal mask: shapes never change, so under ``jax.jit``
+decoding compiles once for the prefill length and once for single tokens, not once per token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jax_attn.attention import scaled_dot_product_attention
+from jax_attn.checks import check_layer
+from jax_attn.heads import merge_heads, split_heads
+from jax_attn.linear import linear, qkv_projections
+from jax_attn.masks import causal_mask
+from numpy_attn.validation import check_padding_mask
+
+__all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
+
+
+class KVCache(NamedTuple):
+    keys: jax.Array  # (B, N, L, H)
+    values: jax.Array  # (B, N, L, H)
+    padding: jax.Array  # (B, L) bool, True = a padding token (hidden from every query)
+    length: jax.Array  # () int32: tokens cached so far
+
+
+def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dtype=jnp.float32) -> KVCache:
+    """An empty cache for ``max_length`` tokens (the layer's ``context_length``/``context_size``)."""
+    shape = (batch, num_heads, max_length, head_dim)
+    return KVCache(
+        jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch, max_length), bool),
+        jnp.zeros((), jnp.int32),
+    )  # fmt: skip
+
+
+def _check_room(cache: KVCache, num_tokens: int) -> None:
+    """Checked where the length is concrete; under jax.jit the caller keeps within the cache."""
+    if isinstance(cache.length, jax.core.Tracer):
+        return
+    max_length = cache.keys.shape[-2]
+    if int(cache.length) + num_tokens > max_length:
+        raise ValueError(
+            f"the cache holds {int(cache.length)} of {max_length} tokens; {num_tokens} more do not fit"
+        )
+
+
+def _decode(
+    queries: jax.Array, keys: jax.Array, values: jax.Array, cache: KVCache, padding_mask: jax.Array | None
+) -> tuple[jax.Array, KVCache]:
+    """Append the new keys/values (B, N, t, H) and attend the new queries to the whole cache."""
+    start, num_tokens = cache.length, queries.shape[-2]
+    zero = jnp.zeros((), start.dtype)  # update indices share one integer type
+    new_padding = jnp.zeros((*queries.shape[:1], num_tokens), bool) if padding_mask is None else padding_mask
+    cache = KVCache(
+        jax.lax.dynamic_update_slice(cache.keys, keys.astype(cache.keys.dtype), (zero, zero, start, zero)),
+        jax.lax.dynamic_update_slice(
+            cache.values, values.astype(cache.values.dtype), (zero, zero, start, zero)
+        ),
+        jax.lax.dynamic_update_slice(cache.padding, new_padding, (zero, start)),
+        start + num_tokens,
+    )
+    max_length = cache.keys.shape[-2]
+    mask = causal_mask(num_tokens, max_length, offset=start) | cache.padding[:, None, None, :]  # (B, 1, t, L)
+    context_vec = scaled_dot_product_attention(queries, cache.keys, cache.values, mask)  # (B, N, t, H)
+    return merge_heads(context_vec), cache
+
+
+def multi_head_attention_decode(
+    params: Mapping[str, jax.Array], x: jax.Array, cache: KVCache, *, num_heads: int, context_length: int
+) -> tuple[jax.Array, KVCache]:
+    """``MultiHeadAttention`` on new tokens ``x`` (B, t, D) given the cache of the earlier ones.
+
+    Returns ``(output (B, t, E), cache)``: the outputs the full causal pass gives at those
+    positions (evaluation mode: no dropout). Prefill with the prompt, then call with one token.
+    """
+    check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
+    _check_room(cache, x.shape[1])
+    x = jnp.asarray(x)  # arrays from any framework compute here
+    queries, keys, values = qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
+    context_vec, cache = _decode(
+        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads),
+        cache, None,
+    )  # fmt: skip  # (B, t, E)
+    return linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias")), cache
+
+
+def fused_causal_attention_decode(
+    params: Mapping[str, jax.Array],
+    x: jax.Array,
+    cache: KVCache,
+    padding_mask: jax.Array | None = None,
+    *,
+    num_heads: int,
+    context_size: int,
+) -> tuple[jax.Array, KVCache]:
+    """``FusedCausalAttention`` on new tokens ``x`` (B, t, D) given the cache of the earlier ones;
+    ``padding_mask`` (bool ``(B, t)``, True = padding) marks new padding tokens, which stay
+    hidden from every later query. Returns ``(output (B, t, D), cache)``, evaluation mode."""
+    check_layer("FusedCausalAttention", params, x, num_heads=num_heads, context_length=context_size,
+                context_name="context_size")  # fmt: skip
+    if padding_mask is not None:
+        check_padding_mask(padding_mask, x.shape[0], x.shape[1])
+    _check_room(cache, x.shape[1])
+    x = jnp.asarray(x)  # arrays from any framework compute here
+    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3 * D)
+    queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, t, D)
+    context_vec, cache = _decode(
+        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads),
+        cache, padding_mask,
+    )  # fmt: skip  # (B, t, D)
+    return linear(context_vec, params["Wo.weight"], params.get("Wo.bias")), cache

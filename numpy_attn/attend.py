@@ -1,0 +1,59 @@
+"""The attention core of every layer, by implementation: the notes' math or the blockwise path."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from numpy_attn.attention import scaled_dot_product_attention
+from numpy_attn.blockwise import blockwise_attention
+from numpy_attn.masks import causal_mask
+from numpy_attn.steps import Steps
+from numpy_attn.validation import uses_blockwise
+
+__all__ = ["attend"]
+
+
+def attend(
+    queries: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    *,
+    causal: bool = False,
+    padding_mask: np.ndarray | None = None,
+    dropout: float | None = None,
+    rng: np.random.Generator | None = None,
+    attn_keep_mask: np.ndarray | None = None,
+    implementation: str = "reference",
+    block_size: int = 512,
+    return_steps: bool = False,
+) -> tuple[np.ndarray, Steps]:
+    """``(context_vec, steps)`` of ``(..., T, H)`` queries against ``(..., S, H)`` keys/values.
+
+    ``implementation="reference"`` builds the mask (causal, OR the ``(B, S)`` padding mask,
+    True = hidden) and runs ``scaled_dot_product_attention``; ``"blockwise"`` runs
+    ``blockwise_attention`` in O(T) memory; ``"auto"`` picks blockwise from
+    ``validation.AUTO_BLOCKWISE_TOKENS`` query tokens on. The (T, S) steps are materialised only
+    with ``return_steps`` (then by the reference math; the context still comes from the chosen
+    path, and random dropout draws one keep-mask that both use).
+    """
+    blockwise = uses_blockwise(implementation, queries.shape[-2])
+    if blockwise and return_steps and rng is not None and dropout:
+        attn_keep_mask = rng.random(queries.shape[:-1] + keys.shape[-2:-1]) >= dropout
+        rng = None
+    steps = Steps()
+    if not blockwise or return_steps:
+        mask = causal_mask(queries.shape[-2], keys.shape[-2]) if causal else None  # (T, S)
+        if padding_mask is not None:
+            hidden_keys = padding_mask[:, None, None, :]  # (B, 1, 1, S)
+            mask = hidden_keys if mask is None else mask | hidden_keys  # (B, 1, T, S)
+        context_vec, steps = scaled_dot_product_attention(
+            queries, keys, values, mask,
+            dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask, return_steps=True,
+        )  # fmt: skip
+        if not blockwise:
+            return context_vec, steps
+    context_vec = blockwise_attention(
+        queries, keys, values, causal=causal, padding_mask=padding_mask, dropout=dropout,
+        rng=rng, attn_keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip
+    return context_vec, steps

@@ -1,0 +1,87 @@
+"""Blockwise attention: the same result as ``scaled_dot_product_attention`` in O(T) memory.
+
+Queries are taken ``block_size`` at a time and keys ``block_size`` at a time; a running maximum
+``m``, a running sum ``l`` and a running output ``acc`` per query (the "online softmax") replace
+the (T, S) weight matrix, and key blocks that the causal mask hides entirely are skipped, which
+halves the work of causal attention. Only (block_size, block_size) scores exist at any time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from numpy_attn.validation import check_dropout, check_keep_mask
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention"]
+
+DEFAULT_BLOCK_SIZE = 512
+
+
+def blockwise_attention(
+    queries: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    *,
+    causal: bool = False,
+    padding_mask: np.ndarray | None = None,
+    dropout: float | None = None,
+    rng: np.random.Generator | None = None,
+    attn_keep_mask: np.ndarray | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> np.ndarray:
+    """``softmax(queries @ keys^T / sqrt(H), hidden keys at -inf) @ values``, block by block.
+
+    Shapes: queries ``(..., T, H)``, keys and values ``(..., S, H)``; returns ``(..., T, H)``.
+    ``causal`` hides key s from query t when s > t; ``padding_mask`` is bool ``(B, S)``,
+    True = padding (hidden), for 4-D ``(B, N, T, H)`` inputs. A query whose every key is hidden
+    gets a zero output, as in ``scaled_dot_product_attention``. Dropout on the (normalised)
+    weights: ``attn_keep_mask`` (bool ``(..., T, S)``, True = keep) is sliced per block; ``rng``
+    draws a mask per block (other draws than the reference path's).
+    """
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    if dropout is not None:
+        check_dropout("dropout", dropout)
+    num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+    if attn_keep_mask is not None:
+        check_keep_mask("attn_keep_mask", attn_keep_mask, (*queries.shape[:-1], num_keys))
+    scale = 1 / queries.shape[-1] ** 0.5
+    hidden_keys = None if padding_mask is None else padding_mask[:, None, None, :]  # (B, 1, 1, S)
+    dropping = dropout is not None and (rng is not None or attn_keep_mask is not None)
+    context_vec = np.empty(queries.shape[:-1] + values.shape[-1:], dtype=queries.dtype)
+    for q0 in range(0, num_queries, block_size):
+        q1 = min(q0 + block_size, num_queries)
+        query_block = queries[..., q0:q1, :] * np.asarray(scale, queries.dtype)  # (..., tq, H)
+        running_max = np.full((*query_block.shape[:-1], 1), -np.inf, dtype=queries.dtype)
+        running_sum = np.zeros_like(running_max)
+        acc = np.zeros(query_block.shape[:-1] + values.shape[-1:], dtype=queries.dtype)
+        last_key = q1 if causal else num_keys  # keys after the block's last query are all hidden
+        for k0 in range(0, min(last_key, num_keys), block_size):
+            k1 = min(k0 + block_size, num_keys)
+            scores = query_block @ np.swapaxes(keys[..., k0:k1, :], -1, -2)  # (..., tq, tk)
+            hidden = None
+            if causal and k1 - 1 > q0:  # a block on the diagonal
+                hidden = np.arange(k0, k1)[None, :] > np.arange(q0, q1)[:, None]  # (tq, tk)
+            if hidden_keys is not None:
+                block_padding = hidden_keys[..., k0:k1]
+                hidden = block_padding if hidden is None else hidden | block_padding
+            if hidden is not None:
+                scores = np.where(hidden, -np.inf, scores)
+            block_max = np.maximum(running_max, scores.max(axis=-1, keepdims=True))
+            safe_max = np.where(block_max == -np.inf, 0, block_max)  # nothing seen yet: no shift
+            correction = np.exp(running_max - safe_max)
+            np.subtract(scores, safe_max, out=scores)
+            np.exp(scores, out=scores)  # unnormalised weights of this block
+            running_sum = running_sum * correction + scores.sum(axis=-1, keepdims=True)
+            if dropping:
+                keep = (
+                    attn_keep_mask[..., q0:q1, k0:k1]
+                    if attn_keep_mask is not None
+                    else rng.random(scores.shape) >= dropout
+                )
+                scores = scores * keep / (1 - dropout)
+            acc = acc * correction + scores @ values[..., k0:k1, :]
+            running_max = block_max
+        # the reciprocal of the sum, as in softmax; a query that saw no key keeps a zero output
+        context_vec[..., q0:q1, :] = acc * (1 / np.where(running_sum == 0, 1, running_sum))
+    return context_vec

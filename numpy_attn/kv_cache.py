@@ -1,0 +1,107 @@
+"""Decoding with a key/value cache: prefill once, then one token at a time, for the causal classes.
+
+A ``KVCache`` holds the keys and values of every token seen so far, per head, in preallocated
+``(B, N, L, H)`` arrays (``L`` = the layer's context length), which padding keys it must hide,
+and how many tokens it holds. Each call projects only the new tokens, appends their keys and
+values, and attends the new queries to everything cached: outputs equal the full causal pass,
+at O(L) work per token instead of O(L^2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+
+from numpy_attn.attention import scaled_dot_product_attention
+from numpy_attn.heads import merge_heads, split_heads
+from numpy_attn.linear import linear, qkv_projections
+from numpy_attn.masks import causal_mask
+from numpy_attn.spec import check_layer
+from numpy_attn.validation import check_padding_mask
+
+__all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
+
+
+class KVCache(NamedTuple):
+    keys: np.ndarray  # (B, N, L, H)
+    values: np.ndarray  # (B, N, L, H)
+    padding: np.ndarray  # (B, L) bool, True = a padding token (hidden from every query)
+    length: int  # tokens cached so far
+
+
+def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dtype=np.float32) -> KVCache:
+    """An empty cache for ``max_length`` tokens (the layer's ``context_length``/``context_size``)."""
+    shape = (batch, num_heads, max_length, head_dim)
+    return KVCache(np.zeros(shape, dtype), np.zeros(shape, dtype), np.zeros((batch, max_length), bool), 0)
+
+
+def _check_room(cache: KVCache, num_tokens: int) -> None:
+    max_length = cache.keys.shape[-2]
+    if cache.length + num_tokens > max_length:
+        raise ValueError(
+            f"the cache holds {cache.length} of {max_length} tokens; {num_tokens} more do not fit"
+        )
+
+
+def _decode(
+    queries: np.ndarray, keys: np.ndarray, values: np.ndarray, cache: KVCache, padding_mask: np.ndarray | None
+) -> tuple[np.ndarray, KVCache]:
+    """Append the new keys/values (B, N, t, H) and attend the new queries to the whole cache."""
+    start, num_tokens = cache.length, queries.shape[-2]
+    end = start + num_tokens
+    cache.keys[:, :, start:end] = keys  # written in place: the cache is preallocated
+    cache.values[:, :, start:end] = values
+    cache.padding[:, start:end] = False if padding_mask is None else padding_mask
+    mask = causal_mask(num_tokens, end, offset=start) | cache.padding[:, None, None, :end]  # (B, 1, t, S)
+    context_vec = scaled_dot_product_attention(
+        queries, cache.keys[:, :, :end], cache.values[:, :, :end], mask
+    )  # (B, N, t, H)
+    return merge_heads(context_vec), cache._replace(length=end)
+
+
+def multi_head_attention_decode(
+    params: Mapping[str, np.ndarray], x: np.ndarray, cache: KVCache, *, num_heads: int, context_length: int
+) -> tuple[np.ndarray, KVCache]:
+    """``MultiHeadAttention`` on new tokens ``x`` (B, t, D) given the cache of the earlier ones.
+
+    Returns ``(output (B, t, E), cache)``: the outputs the full causal pass gives at those
+    positions (evaluation mode: no dropout). Prefill with the prompt, then call with one token.
+    """
+    check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
+    _check_room(cache, x.shape[1])
+    x = np.asarray(x)  # arrays from any framework compute here
+    queries, keys, values = qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
+    context_vec, cache = _decode(
+        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads),
+        cache, None,
+    )  # fmt: skip  # (B, t, E)
+    return linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias")), cache
+
+
+def fused_causal_attention_decode(
+    params: Mapping[str, np.ndarray],
+    x: np.ndarray,
+    cache: KVCache,
+    padding_mask: np.ndarray | None = None,
+    *,
+    num_heads: int,
+    context_size: int,
+) -> tuple[np.ndarray, KVCache]:
+    """``FusedCausalAttention`` on new tokens ``x`` (B, t, D) given the cache of the earlier ones;
+    ``padding_mask`` (bool ``(B, t)``, True = padding) marks new padding tokens, which stay
+    hidden from every later query. Returns ``(output (B, t, D), cache)``, evaluation mode."""
+    check_layer("FusedCausalAttention", params, x, num_heads=num_heads, context_length=context_size,
+                context_name="context_size")  # fmt: skip
+    if padding_mask is not None:
+        check_padding_mask(padding_mask, x.shape[0], x.shape[1])
+    _check_room(cache, x.shape[1])
+    x = np.asarray(x)  # arrays from any framework compute here
+    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3 * D)
+    queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, t, D)
+    context_vec, cache = _decode(
+        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads),
+        cache, padding_mask,
+    )  # fmt: skip  # (B, t, D)
+    return linear(context_vec, params["Wo.weight"], params.get("Wo.bias")), cache

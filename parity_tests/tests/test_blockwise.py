@@ -1,0 +1,166 @@
+"""The blockwise (O(T)-memory) path equals the reference path and torch_ref, for every class."""
+
+import jax
+import numpy as np
+import pytest
+
+from numpy_attn.validation import AUTO_BLOCKWISE_TOKENS, uses_blockwise
+from parity_tests.cases import FUNCTION_NAMES, Case
+from parity_tests.compare import compare_steps
+from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
+from parity_tests.gradients import torch_gradients
+from torch_ref import to_params
+
+LAYERS = list(FUNCTION_NAMES)
+BLOCK_SIZES = [1, 3, 4, 7, 16, 512]  # 3 and 7 do not divide T = 13; 512 is one block
+
+
+def blockwise_case(layer, dtype):
+    return Case(layer, batch=2, tokens=13, d_in=6, d_out=8, num_heads=2, bias=True, dtype=dtype, seed=21)
+
+
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layer", LAYERS)
+def test_blockwise_output_matches_torch(layer, dtype, block_size):
+    case = blockwise_case(layer, dtype)
+    module = case.build_torch()
+    params, x = to_params(module), case.make_input()
+    expected = {"output": run_torch(module, x)[0]}
+    fast = {"implementation": "blockwise", "block_size": block_size}
+    with jax_context(dtype):
+        outputs = {
+            "numpy": run_case("numpy", case, params, x, **fast)[0],
+            "jax_jit": run_jax(case, params, x, jit=True, **fast)[0],
+        }
+        reports = {name: compare_steps(expected, {"output": out}) for name, out in outputs.items()}
+    for name, report in reports.items():
+        assert report.ok, f"{name}\n{report}"
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_blockwise_traces_keep_every_step(layer):
+    """With return_steps the (T, S) steps are materialised; the context comes from blockwise."""
+    case = blockwise_case(layer, "float64")
+    module = case.build_torch()
+    params, x = to_params(module), case.make_input()
+    expected = run_torch(module, x)[1]
+    with jax_context("float64"):
+        traces = {
+            "numpy": run_case("numpy", case, params, x, implementation="blockwise", block_size=4)[1],
+            "jax": run_jax(case, params, x, implementation="blockwise", block_size=4)[1],
+            "flax": run_flax(case, params, x, implementation="blockwise", block_size=4)[1],
+        }
+        reports = {name: compare_steps(expected, trace) for name, trace in traces.items()}
+    for name, report in reports.items():
+        assert report.ok, f"{name}\n{report}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_blockwise_padding_and_fully_masked_rows(dtype):
+    case = Case("FusedCausalAttention", batch=2, tokens=11, d_out=8, num_heads=2, bias=True, dtype=dtype)
+    params, x = to_params(case.build_torch()), case.make_input()
+    padding_mask = np.zeros((2, 11), bool)
+    padding_mask[0, :3] = True  # left padding: rows 0-2 of sequence 0 see no key
+    padding_mask[1, 8:] = True  # right padding
+    with jax_context(dtype):
+        expected = run_case("numpy", case, params, x, padding_mask)[0]
+        for block_size in (2, 5, 16):
+            fast = {"implementation": "blockwise", "block_size": block_size}
+            numpy_output = run_case("numpy", case, params, x, padding_mask, **fast)[0]
+            jax_output = np.asarray(run_jax(case, params, x, padding_mask, jit=True, **fast)[0])
+            for output in (numpy_output, jax_output):
+                assert compare_steps({"o": expected}, {"o": output}).ok
+                np.testing.assert_array_equal(output[0, :3], np.broadcast_to(params["Wo.bias"], (3, 8)))
+
+
+DROPOUT_LAYERS = [
+    "CausalAttention",
+    "MultiHeadAttentionWrapper",
+    "MultiHeadAttention",
+    "FusedCausalAttention",
+]
+
+
+@pytest.mark.parametrize("layer", DROPOUT_LAYERS)
+def test_blockwise_dropout_with_keep_masks_matches_torch_training_mode(layer):
+    case = blockwise_case(layer, "float64")
+    module = case.build_torch(dropout=0.3).train()
+    params, x = to_params(module), case.make_input()
+    rng = np.random.default_rng(2)
+    masks = {"attn_keep_mask": rng.random(case.attn_shape) >= 0.3}
+    if layer == "FusedCausalAttention":
+        masks["out_keep_mask"] = rng.random(x.shape) >= 0.3
+    expected = {"output": run_torch(module, x, **masks)[0]}
+    fast = {"implementation": "blockwise", "block_size": 5, "dropout": 0.3}
+    with jax_context("float64"):
+        outputs = [
+            run_case("numpy", case, params, x, **fast, **masks)[0],
+            run_jax(case, params, x, jit=True, **fast, **masks)[0],
+        ]
+        for output in outputs:
+            report = compare_steps(expected, {"output": output})
+            assert report.ok, f"\n{report}"
+
+
+def test_blockwise_random_dropout_is_seeded_and_consistent_with_its_trace():
+    case = blockwise_case("MultiHeadAttention", "float64")
+    params, x = to_params(case.build_torch()), case.make_input()
+    fast = {"implementation": "blockwise", "block_size": 4, "dropout": 0.5}
+    first = run_case("numpy", case, params, x, rng=np.random.default_rng(1), **fast)[0]
+    again = run_case("numpy", case, params, x, rng=np.random.default_rng(1), **fast)[0]
+    other = run_case("numpy", case, params, x, rng=np.random.default_rng(2), **fast)[0]
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other)
+    # with a trace, one keep-mask is drawn and both the steps and the output use it
+    output, steps = run_case("numpy", case, params, x, rng=np.random.default_rng(1), **fast)
+    dropped = steps["attn_weights_dropped"]
+    keep = (dropped != 0) | (steps["attn_weights"] == 0)
+    reference = run_case("numpy", case, params, x, dropout=0.5, attn_keep_mask=keep)[0]
+    np.testing.assert_allclose(output, reference, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layer", ["MultiHeadAttention", "FusedCausalAttention", "SelfAttentionV2"])
+def test_blockwise_gradients_match_torch(layer):
+    case = blockwise_case(layer, "float64")
+    module = case.build_torch()
+    params, x = to_params(module), case.make_input()
+    cotangent = np.random.default_rng(3).standard_normal(run_torch(module, x)[0].shape)
+    expected = torch_gradients(module, x, cotangent)
+    with jax_context("float64"):
+        import jax_attn
+
+        fn = getattr(jax_attn, case.function_name)
+        grads = jax.jit(
+            jax.grad(
+                lambda p, x: (
+                    fn(p, x, **case.kwargs(), implementation="blockwise", block_size=5) * cotangent
+                ).sum(),
+                argnums=(0, 1),
+            )
+        )
+        grad_params, grad_x = grads(params, x)
+        report = compare_steps(expected, {"x": grad_x, **grad_params})
+    assert report.ok, f"\n{report}"
+
+
+def test_auto_switches_at_the_documented_length():
+    assert not uses_blockwise("auto", AUTO_BLOCKWISE_TOKENS - 1)
+    assert uses_blockwise("auto", AUTO_BLOCKWISE_TOKENS)
+    assert uses_blockwise("blockwise", 1) and not uses_blockwise("reference", 10**6)
+    case = Case("MultiHeadAttention", batch=1, tokens=AUTO_BLOCKWISE_TOKENS, d_in=4, d_out=4, dtype="float64")
+    params, x = to_params(case.build_torch()), case.make_input()
+    auto = run_case("numpy", case, params, x, implementation="auto")[0]
+    blockwise = run_case("numpy", case, params, x, implementation="blockwise")[0]
+    np.testing.assert_array_equal(auto, blockwise)
+
+
+def test_bad_implementation_and_block_size_are_rejected():
+    case = blockwise_case("MultiHeadAttention", "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    with pytest.raises(
+        ValueError, match=r"implementation must be one of \('reference', 'blockwise', 'auto'\), got 'fast'"
+    ):
+        run_case("numpy", case, params, x, implementation="fast")
+    with pytest.raises(ValueError, match="block_size must be a positive integer, got 0"):
+        run_jax(case, params, x, implementation="blockwise", block_size=0)
