@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.attend import attend
+from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
 from jax_attn.linear import qkv_projections
 from numpy_attn.steps import Steps
@@ -24,7 +25,7 @@ def causal_attention(
     key: jax.Array | None = None,
     attn_keep_mask: jax.Array | None = None,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``CausalAttention``: one causal head. x is ``(B, T, D)`` with T <= context_length;
@@ -69,7 +70,7 @@ def multi_head_attention_wrapper(
     key: jax.Array | None = None,
     attn_keep_mask: jax.Array | None = None,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``MultiHeadAttentionWrapper``: ``num_heads`` independent causal heads (weights

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.attend import attend
+from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
 from jax_attn.dropout import dropout as apply_dropout
 from jax_attn.heads import merge_heads, split_heads
@@ -22,7 +23,7 @@ def fused_single_head_attention(
     x: jax.Array,
     *,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``FusedSingleHeadAttention``: bidirectional, head size ``hidden_size // 4``.
@@ -56,7 +57,7 @@ def fused_multi_head_attention(
     *,
     num_heads: int,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``FusedMultiHeadAttention``: bidirectional multi-head attention.
@@ -105,7 +106,7 @@ def fused_causal_attention(
     attn_keep_mask: jax.Array | None = None,
     out_keep_mask: jax.Array | None = None,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``FusedCausalAttention``: causal multi-head attention with an optional padding mask.

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.causal import causal_attention, multi_head_attention_wrapper
 from jax_attn.fused import fused_causal_attention, fused_multi_head_attention, fused_single_head_attention
 from jax_attn.module_base import AttentionModule, torch_linear, torch_uniform
@@ -56,7 +57,7 @@ class SelfAttentionV1(AttentionModule):
         *,
         dtype: Any = jnp.float32,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
         self.implementation, self.block_size = implementation, block_size
@@ -80,7 +81,7 @@ class SelfAttentionV1(AttentionModule):
         params: Params,
         *,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs | None = None,
     ) -> SelfAttentionV1:
         dims = infer_dims(cls.layer, params)
@@ -106,7 +107,7 @@ class SelfAttentionV2(AttentionModule):
         *,
         dtype: Any = jnp.float32,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
         self.implementation, self.block_size = implementation, block_size
@@ -129,7 +130,7 @@ class SelfAttentionV2(AttentionModule):
         params: Params,
         *,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs | None = None,
     ) -> SelfAttentionV2:
         dims = infer_dims(cls.layer, params)
@@ -158,7 +159,7 @@ class CausalAttention(AttentionModule):
         *,
         dtype: Any = jnp.float32,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
         self.implementation, self.block_size = implementation, block_size
@@ -190,7 +191,7 @@ class CausalAttention(AttentionModule):
         context_length: int,
         dropout: float = 0.0,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs | None = None,
     ) -> CausalAttention:
         dims = infer_dims(cls.layer, params)
@@ -224,7 +225,7 @@ class MultiHeadAttentionWrapper(AttentionModule):
         *,
         dtype: Any = jnp.float32,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
         self.implementation, self.block_size = implementation, block_size
@@ -264,7 +265,7 @@ class MultiHeadAttentionWrapper(AttentionModule):
         num_heads: int,
         dropout: float = 0.0,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs | None = None,
     ) -> MultiHeadAttentionWrapper:
         dims = infer_dims(cls.layer, params, num_heads)
@@ -299,7 +300,7 @@ class MultiHeadAttention(AttentionModule):
         *,
         dtype: Any = jnp.float32,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
         self.implementation, self.block_size = implementation, block_size
@@ -335,7 +336,7 @@ class MultiHeadAttention(AttentionModule):
         num_heads: int,
         dropout: float = 0.0,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs | None = None,
     ) -> MultiHeadAttention:
         dims = infer_dims(cls.layer, params, num_heads)
@@ -364,7 +365,7 @@ class FusedSingleHeadAttention(AttentionModule):
         *,
         dtype: Any = jnp.float32,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
         self.implementation, self.block_size = implementation, block_size
@@ -386,7 +387,7 @@ class FusedSingleHeadAttention(AttentionModule):
         params: Params,
         *,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs | None = None,
     ) -> FusedSingleHeadAttention:
         dims = infer_dims(cls.layer, params)
@@ -412,7 +413,7 @@ class FusedMultiHeadAttention(AttentionModule):
         *,
         dtype: Any = jnp.float32,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
         self.implementation, self.block_size = implementation, block_size
@@ -437,7 +438,7 @@ class FusedMultiHeadAttention(AttentionModule):
         *,
         num_heads: int,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs | None = None,
     ) -> FusedMultiHeadAttention:
         dims = infer_dims(cls.layer, params, num_heads)
@@ -469,7 +470,7 @@ class FusedCausalAttention(AttentionModule):
         *,
         dtype: Any = jnp.float32,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
         self.implementation, self.block_size = implementation, block_size
@@ -516,7 +517,7 @@ class FusedCausalAttention(AttentionModule):
         attn_drop: float = 0.1,
         out_drop: float = 0.1,
         implementation: str = "reference",
-        block_size: int = 512,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs | None = None,
     ) -> FusedCausalAttention:
         dims = infer_dims(cls.layer, params, num_heads)

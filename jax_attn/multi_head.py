@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.attend import attend
+from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
 from jax_attn.heads import merge_heads, split_heads
 from jax_attn.linear import linear, qkv_projections
@@ -26,7 +27,7 @@ def multi_head_attention(
     key: jax.Array | None = None,
     attn_keep_mask: jax.Array | None = None,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``MultiHeadAttention``: causal multi-head attention with an output projection.

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.attend import attend
+from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
 from jax_attn.linear import qkv_projections
 from numpy_attn.steps import Steps
@@ -20,7 +21,7 @@ def self_attention_v1(
     x: jax.Array,
     *,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``SelfAttentionV1``: raw ``(d_in, d_out)`` matrices ``W_query``/``W_key``/``W_value``, used
@@ -56,7 +57,7 @@ def self_attention_v2(
     x: jax.Array,
     *,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``SelfAttentionV2``: ``nn.Linear`` projections (bias if ``W_query.bias`` is present).

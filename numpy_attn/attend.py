@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from numpy_attn.attention import scaled_dot_product_attention
-from numpy_attn.blockwise import blockwise_attention
+from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, blockwise_attention
 from numpy_attn.masks import causal_mask
 from numpy_attn.steps import Steps
 from numpy_attn.validation import uses_blockwise
@@ -24,7 +24,7 @@ def attend(
     rng: np.random.Generator | None = None,
     attn_keep_mask: np.ndarray | None = None,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> tuple[np.ndarray, Steps]:
     """``(context_vec, steps)`` of ``(..., T, H)`` queries against ``(..., S, H)`` keys/values.

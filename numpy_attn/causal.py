@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from numpy_attn.attend import attend
+from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
 from numpy_attn.linear import qkv_projections
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
@@ -23,7 +24,7 @@ def causal_attention(
     rng: np.random.Generator | None = None,
     attn_keep_mask: np.ndarray | None = None,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``CausalAttention``: one causal head. x is ``(B, T, D)`` with T <= context_length;
@@ -68,7 +69,7 @@ def multi_head_attention_wrapper(
     rng: np.random.Generator | None = None,
     attn_keep_mask: np.ndarray | None = None,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``MultiHeadAttentionWrapper``: ``num_heads`` independent causal heads (weights

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from numpy_attn.attend import attend
+from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
 from numpy_attn.dropout import dropout as apply_dropout
 from numpy_attn.heads import merge_heads, split_heads
 from numpy_attn.linear import linear
@@ -21,7 +22,7 @@ def fused_single_head_attention(
     x: np.ndarray,
     *,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``FusedSingleHeadAttention``: bidirectional, head size ``hidden_size // 4``.
@@ -55,7 +56,7 @@ def fused_multi_head_attention(
     *,
     num_heads: int,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``FusedMultiHeadAttention``: bidirectional multi-head attention.
@@ -104,7 +105,7 @@ def fused_causal_attention(
     attn_keep_mask: np.ndarray | None = None,
     out_keep_mask: np.ndarray | None = None,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``FusedCausalAttention``: causal multi-head attention with an optional padding mask.

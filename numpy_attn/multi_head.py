@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from numpy_attn.attend import attend
+from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
 from numpy_attn.heads import merge_heads, split_heads
 from numpy_attn.linear import linear, qkv_projections
 from numpy_attn.spec import check_layer
@@ -25,7 +26,7 @@ def multi_head_attention(
     rng: np.random.Generator | None = None,
     attn_keep_mask: np.ndarray | None = None,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``MultiHeadAttention``: causal multi-head attention with an output projection.

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from numpy_attn.attend import attend
+from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
 from numpy_attn.linear import qkv_projections
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
@@ -19,7 +20,7 @@ def self_attention_v1(
     x: np.ndarray,
     *,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``SelfAttentionV1``: raw ``(d_in, d_out)`` matrices ``W_query``/``W_key``/``W_value``, used
@@ -55,7 +56,7 @@ def self_attention_v2(
     x: np.ndarray,
     *,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``SelfAttentionV2``: ``nn.Linear`` projections (bias if ``W_query.bias`` is present).

@@ -4,6 +4,7 @@
     attn-parity trace CLASS [--framework numpy|jax|jax-jit|flax] [--dtype D] [--shape S]
     attn-parity walkthrough [--stage NAME] [--list]
     attn-parity heatmap CLASS [--out PATH]
+    attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--readme README.md]
 
 Exit codes: 0 when everything compared matches, 1 when something does not, 2 for bad usage.
 """
@@ -29,8 +30,9 @@ def _console(args: argparse.Namespace):
     return Console(width=width, highlight=False)
 
 
-def _progress_bar(total: int) -> tuple[Callable[[str], None], Callable[[], None]]:
-    """A rich progress bar on stderr when it is a terminal; nothing otherwise."""
+def _progress_bar(total: int | None) -> tuple[Callable[[str], None], Callable[[], None]]:
+    """A rich progress bar on stderr when it is a terminal (a spinner with the current step
+    when ``total`` is None); nothing otherwise."""
     if not sys.stderr.isatty():
         return (lambda _: None), (lambda: None)
     from rich.console import Console
@@ -39,7 +41,7 @@ def _progress_bar(total: int) -> tuple[Callable[[str], None], Callable[[], None]
     progress = Progress(console=Console(stderr=True), transient=True)
     task = progress.add_task("comparing", total=total)
     progress.start()
-    return (lambda case_id: progress.update(task, advance=1, description=case_id)), progress.stop
+    return (lambda step: progress.update(task, advance=1, description=step)), progress.stop
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -152,6 +154,31 @@ def _heatmap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    import os
+
+    from parity_tests.bench.output import update_readme, write_chart, write_json
+    from parity_tests.bench.run import run_benchmark
+
+    os.makedirs(args.out, exist_ok=True)
+    advance, stop = _progress_bar(None)
+    try:
+        results = run_benchmark(
+            args.shape, args.implementation, args.rounds, memory=not args.no_memory,
+            decode=not args.no_decode, progress=advance,
+        )  # fmt: skip
+    finally:
+        stop()
+    write_json(results, os.path.join(args.out, "results.json"))
+    write_chart(results, os.path.join(args.out, "results.png"))
+    if args.readme:
+        update_readme(results, args.readme)
+    from parity_tests.bench.output import markdown_table
+
+    print(markdown_table(results))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attn-parity", description="Check attention ports between PyTorch, NumPy and JAX."
@@ -184,6 +211,20 @@ def build_parser() -> argparse.ArgumentParser:
     heatmap.add_argument("layer", choices=list(FUNCTION_NAMES), metavar="CLASS")
     heatmap.add_argument("--out", default="heatmap.png", help="the PNG to write")
     heatmap.set_defaults(run=_heatmap)
+
+    from parity_tests.bench.implementations import IMPLEMENTATIONS, SHAPES
+
+    bench = commands.add_parser("bench", help="time and memory of every implementation (slow)")
+    bench.add_argument("--shape", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    bench.add_argument(
+        "--implementation", nargs="+", default=list(IMPLEMENTATIONS), choices=list(IMPLEMENTATIONS)
+    )
+    bench.add_argument("--rounds", type=int, default=5, help="round-robin rounds (medians)")
+    bench.add_argument("--no-memory", action="store_true", help="skip the fresh-process memory runs")
+    bench.add_argument("--no-decode", action="store_true", help="skip the KV-cache decoding runs")
+    bench.add_argument("--out", default="benchmarks", help="folder for results.json and results.png")
+    bench.add_argument("--readme", help="update this README's table between the bench markers")
+    bench.set_defaults(run=_bench)
     return parser
 
 

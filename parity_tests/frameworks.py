@@ -77,17 +77,17 @@ def run_jax(
     jit: bool = False,
     dropout: float = 0.0,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int | None = None,
     **kwargs: Any,
 ) -> tuple[Any, Mapping]:
     """The case's jax_attn function, eager or under ``jax.jit`` (constructor arguments,
-    ``implementation`` and ``block_size`` static)."""
+    ``implementation`` and ``block_size`` static; None = the package's default block size)."""
     import jax
 
+    fast = {"implementation": implementation} | ({} if block_size is None else {"block_size": block_size})
     call = functools.partial(
-        layer_function("jax", case.layer), **case.kwargs(dropout), return_steps=True,
-        implementation=implementation, block_size=block_size,
-    )  # fmt: skip
+        layer_function("jax", case.layer), **case.kwargs(dropout), return_steps=True, **fast
+    )
     return (jax.jit(call) if jit else call)(params, x, *args, **kwargs)
 
 
@@ -98,7 +98,7 @@ def run_flax(
     *args: Any,
     dropout: float = 0.0,
     implementation: str = "reference",
-    block_size: int = 512,
+    block_size: int | None = None,
     **kwargs: Any,
 ) -> tuple[Any, Mapping]:
     """The case's Flax NNX module, built with ``from_params`` (eval mode), called under
@@ -107,7 +107,6 @@ def run_flax(
 
     import jax_attn
 
-    module = getattr(jax_attn, case.layer).from_params(
-        params, **case.kwargs(dropout), implementation=implementation, block_size=block_size
-    )
+    fast = {"implementation": implementation} | ({} if block_size is None else {"block_size": block_size})
+    module = getattr(jax_attn, case.layer).from_params(params, **case.kwargs(dropout), **fast)
     return nnx.jit(lambda m, *a, **k: m(*a, return_steps=True, **k))(module, x, *args, **kwargs)

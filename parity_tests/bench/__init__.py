@@ -1,0 +1,1 @@
+"""The benchmark suite: ``attn-parity bench`` (see ``run``, ``implementations``, ``output``)."""

@@ -1,0 +1,49 @@
+"""Extra memory of one call, measured in a fresh process that imports one framework.
+
+    python -m parity_tests.bench.memory IMPLEMENTATION SHAPE
+
+prints a JSON object with ``extra_bytes``: the process's peak resident memory during the first
+call (JIT compilation included) minus its resident memory just before it. The peak is reset
+first (``/proc/self/clear_refs``), so imports and set-up do not count.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from parity_tests.bench.implementations import SHAPES, make_call, make_inputs
+
+__all__ = ["extra_memory"]
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def extra_memory(name: str, shape_name: str) -> int:
+    shape = SHAPES[shape_name]
+    params, x = make_inputs(shape)
+    call = make_call(name, shape, params, x)
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # reset the peak resident set size (VmHWM) to the current one
+    before = _status("VmRSS")
+    call()
+    return _status("VmHWM") - before
+
+
+if __name__ == "__main__":
+    implementation, shape = sys.argv[1:3]
+    print(
+        json.dumps(
+            {
+                "implementation": implementation,
+                "shape": shape,
+                "extra_bytes": extra_memory(implementation, shape),
+            }
+        )
+    )
