@@ -9,6 +9,9 @@ and ``jax.vmap``. ``implementation="blockwise"`` is the O(T)-memory path (online
 key blocks, causal blocks skipped with ``lax.cond``); ``"auto"`` uses it for long sequences. Masks are boolean
 with True = hidden (the notes' meaning, the opposite of ``jax.nn.dot_product_attention``).
 
+Eager calls of the layer functions run the program ``jax.jit`` compiles for them
+(``jax_attn.compiled``): eager and jitted results are bit-identical.
+
 Precision: on GPUs and TPUs JAX's default float32 matmuls may use TF32/bfloat16 passes, which
 differ from float32 at about 1e-3. Parity checks run under
 ``jax.default_matmul_precision("float32")``; do the same when comparing with torch.

@@ -10,12 +10,14 @@ import jax.numpy as jnp
 from jax_attn.attend import attend
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
+from jax_attn.compiled import compiled
 from jax_attn.linear import qkv_projections
 from numpy_attn.steps import Steps
 
 __all__ = ["causal_attention", "multi_head_attention_wrapper"]
 
 
+@compiled
 def causal_attention(
     params: Mapping[str, jax.Array],
     x: jax.Array,
@@ -60,6 +62,7 @@ def causal_attention(
     )
 
 
+@compiled
 def multi_head_attention_wrapper(
     params: Mapping[str, jax.Array],
     x: jax.Array,

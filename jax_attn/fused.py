@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from jax_attn.attend import attend
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
+from jax_attn.compiled import compiled
 from jax_attn.dropout import dropout as apply_dropout
 from jax_attn.heads import merge_heads, split_heads
 from jax_attn.linear import linear
@@ -18,6 +19,7 @@ from numpy_attn.steps import Steps
 __all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single_head_attention"]
 
 
+@compiled
 def fused_single_head_attention(
     params: Mapping[str, jax.Array],
     x: jax.Array,
@@ -51,6 +53,7 @@ def fused_single_head_attention(
     )
 
 
+@compiled
 def fused_multi_head_attention(
     params: Mapping[str, jax.Array],
     x: jax.Array,
@@ -93,6 +96,7 @@ def fused_multi_head_attention(
     )
 
 
+@compiled
 def fused_causal_attention(
     params: Mapping[str, jax.Array],
     x: jax.Array,

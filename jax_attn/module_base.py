@@ -75,25 +75,21 @@ class AttentionModule(nnx.Module):
         return {torch_name(path): node for path, node in nnx.iter_graph(self) if isinstance(node, nnx.Param)}
 
     def torch_params(self) -> dict[str, jax.Array]:
-        """The weights as JAX arrays in the project's format (torch names and layout)."""
-        return {
+        """The weights as JAX arrays in the project's format (torch names, layout and order)."""
+        params = {
             name: torch_value(flax_path(name), variable[...])
             for name, variable in self._param_variables().items()
         }
+        dims = infer_dims(self.layer, params, self.num_heads)
+        order = param_shapes(
+            self.layer, d_in=dims.d_in, d_out=dims.d_out, num_heads=dims.num_heads,
+            qkv_bias=dims.qkv_bias, out_bias=dims.out_bias,
+        )  # fmt: skip
+        return {name: params[name] for name in order}
 
     def to_params(self) -> dict[str, np.ndarray]:
         """The weights in the project's format, as NumPy arrays in torch's order."""
-        params = self.torch_params()
-        dims = infer_dims(self.layer, params, self.num_heads)
-        order = param_shapes(
-            self.layer,
-            d_in=dims.d_in,
-            d_out=dims.d_out,
-            num_heads=dims.num_heads,
-            qkv_bias=dims.qkv_bias,
-            out_bias=dims.out_bias,
-        )
-        return {name: np.asarray(params[name]) for name in order}
+        return {name: np.asarray(value) for name, value in self.torch_params().items()}
 
     def load_params(self, params: Mapping[str, Any]) -> AttentionModule:
         """Copy torch-format weights in, in place, and return the module.

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from jax_attn.attend import attend
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
+from jax_attn.compiled import compiled
 from jax_attn.heads import merge_heads, split_heads
 from jax_attn.linear import linear, qkv_projections
 from numpy_attn.steps import Steps
@@ -17,6 +18,7 @@ from numpy_attn.steps import Steps
 __all__ = ["multi_head_attention"]
 
 
+@compiled
 def multi_head_attention(
     params: Mapping[str, jax.Array],
     x: jax.Array,

@@ -10,12 +10,14 @@ import jax.numpy as jnp
 from jax_attn.attend import attend
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
+from jax_attn.compiled import compiled
 from jax_attn.linear import qkv_projections
 from numpy_attn.steps import Steps
 
 __all__ = ["self_attention_v1", "self_attention_v2"]
 
 
+@compiled
 def self_attention_v1(
     params: Mapping[str, jax.Array],
     x: jax.Array,
@@ -52,6 +54,7 @@ def self_attention_v1(
     )
 
 
+@compiled
 def self_attention_v2(
     params: Mapping[str, jax.Array],
     x: jax.Array,

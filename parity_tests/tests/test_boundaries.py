@@ -11,6 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 STDLIB = {
     "__future__",
     "collections",
+    "functools",
     "dataclasses",
     "typing",
     "math",

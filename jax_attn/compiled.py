@@ -1,0 +1,76 @@
+"""Eager calls of the layer functions run the same compiled program as jitted ones.
+
+JAX runs an un-jitted function op by op, each op compiled alone, while ``jax.jit`` compiles the
+whole function, fusing and reordering (the softmax's reductions, for one): the two differ in
+the last bits. ``compiled`` makes an eager call go through ``jax.jit`` of the very function an
+outer ``jax.jit`` would trace, so eager and jitted results are bit-identical (and repeated
+eager calls reuse the compiled program). Inside ``jit``/``grad``/``vmap`` the function is traced
+as it is. What tracing cannot see is checked first, eagerly, with numpy_attn's messages: that
+the input is a floating array of the weights' dtype (jit would cast float64 to float32 and
+int64 to int32 before any check) and that every weight is finite; a call passing another
+64-bit array (an invalid mask) runs op by op, so that its error names the dtype passed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import jax
+import numpy as np
+
+from jax_attn.checks import is_concrete
+from numpy_attn.validation import JAX_FLOATS, check_array, check_finite, check_params
+
+__all__ = ["STATIC_ARGNAMES", "compiled"]
+
+# the keyword arguments that shape the computation: static under jax.jit
+STATIC_ARGNAMES = (
+    "num_heads",
+    "context_length",
+    "context_size",
+    "dropout",
+    "attn_drop",
+    "out_drop",
+    "implementation",
+    "block_size",
+    "return_steps",
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+_CAST_BY_JIT = {"float64", "int64", "uint64", "complex128"}  # without jax_enable_x64
+
+
+def _jit_would_cast(values: tuple[Any, ...]) -> bool:
+    """True if jit would narrow a 64-bit mask or array before the checks see it: such (invalid)
+    calls run op by op instead, so that their errors name the dtypes the caller passed."""
+    if jax.config.jax_enable_x64:
+        return False
+    return any(str(getattr(value, "dtype", "")) in _CAST_BY_JIT for value in values)
+
+
+def compiled(fn: F) -> F:
+    static = [name for name in STATIC_ARGNAMES if name in fn.__code__.co_varnames]
+    jitted = jax.jit(fn, static_argnames=static)
+
+    @functools.wraps(fn)
+    def call(params: Mapping[str, Any], x: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(x, jax.core.Tracer) or not is_concrete(params):
+            return fn(params, x, *args, **kwargs)  # inside jit, grad or vmap: trace as is
+        if not isinstance(params, Mapping):
+            raise TypeError(f"params must be a mapping of str to arrays, got {type(params).__name__}")
+        shape = check_array("x", x)
+        if np.dtype(x.dtype).name not in JAX_FLOATS:
+            raise TypeError(
+                f"x must have a floating dtype ({', '.join(JAX_FLOATS)}), "
+                f"got {np.dtype(x.dtype).name} with shape {shape}"
+            )
+        current = {name: check_array(f"params[{name!r}]", value) for name, value in params.items()}
+        check_params(params, current, layer=fn.__name__, dtype=x.dtype)  # dtypes only
+        check_finite(params)
+        if _jit_would_cast((*args, *kwargs.values())):  # keep the checks' view of the dtypes
+            return fn(params, x, *args, **kwargs)
+        return jitted(params, x, *args, **kwargs)
+
+    return call  # type: ignore[return-value]
