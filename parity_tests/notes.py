@@ -7,12 +7,15 @@ the notes' weights; ``torch_ref.to_params`` then gives the same weights to NumPy
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import torch
 
 import torch_ref
+from parity_tests.frameworks import layer_function
 
-__all__ = ["INPUTS", "SEED", "TOKENS", "batch", "notes_module"]
+__all__ = ["INPUTS", "SEED", "TOKENS", "batch", "notes_module", "notes_steps"]
 
 SEED = 123
 TOKENS = ("Your", "journey", "starts", "with", "one", "step")
@@ -74,3 +77,13 @@ def notes_module(name: str) -> torch.nn.Module:
         known = ["002/SelfAttentionV1", "002/SelfAttentionV2", *builders]
         raise ValueError(f"unknown notes example {name!r}; known: {known}")
     return builders[name]().eval()
+
+
+def notes_steps(framework: str, name: str, x: np.ndarray, **kwargs: object) -> Mapping[str, object]:
+    """The step trace of the notes' example ``name`` (with its notes weights) on ``x``, computed
+    by torch_ref (``"torch"``), numpy_attn (``"numpy"``) or jax_attn (``"jax"``)."""
+    module = notes_module(name)
+    if framework == "torch":
+        return module(torch.from_numpy(x), return_steps=True)[1]
+    fn = layer_function(framework, type(module).__name__)
+    return fn(torch_ref.to_params(module), x, **kwargs, return_steps=True)[1]

@@ -7,7 +7,7 @@ numpy_attn and once with jax_attn, and shows the three results next to the call 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import jax
@@ -19,7 +19,7 @@ import jax_attn
 import numpy_attn
 import torch_ref
 from parity_tests.arrays import to_float64
-from parity_tests.notes import INPUTS, batch, notes_module
+from parity_tests.notes import INPUTS, batch, notes_steps
 
 __all__ = ["STAGES", "Shown", "Stage"]
 
@@ -61,22 +61,9 @@ def _tensor() -> torch.Tensor:
     return torch.from_numpy(INPUTS)
 
 
-def _layer_steps(name: str, x: np.ndarray, **kwargs: object) -> dict[str, dict]:
+def _layer_steps(name: str, x: np.ndarray, **kwargs: object) -> dict[str, Mapping]:
     """The notes' module ``name`` (with the notes' weights) run in each framework."""
-    module = notes_module(name)
-    params = torch_ref.to_params(module)
-    fn = {
-        "SelfAttentionV1": "self_attention_v1",
-        "SelfAttentionV2": "self_attention_v2",
-        "CausalAttention": "causal_attention",
-        "MultiHeadAttentionWrapper": "multi_head_attention_wrapper",
-        "MultiHeadAttention": "multi_head_attention",
-    }[type(module).__name__]
-    return {
-        "torch": module(torch.from_numpy(x), return_steps=True)[1],
-        "numpy": getattr(numpy_attn, fn)(params, x, **kwargs, return_steps=True)[1],
-        "jax": getattr(jax_attn, fn)(params, x, **kwargs, return_steps=True)[1],
-    }
+    return {framework: notes_steps(framework, name, x, **kwargs) for framework in FRAMEWORKS}
 
 
 def _one_query() -> list[Shown]:

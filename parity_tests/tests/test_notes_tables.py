@@ -12,8 +12,7 @@ import torch
 import jax_attn
 import numpy_attn
 import torch_ref
-from parity_tests.frameworks import layer_function, run_torch
-from parity_tests.notes import INPUTS, batch, notes_module
+from parity_tests.notes import INPUTS, batch, notes_module, notes_steps
 from torch_ref import to_params
 
 FRAMEWORKS = ["torch", "numpy", "jax"]
@@ -24,15 +23,6 @@ FOUR_DECIMALS = 5e-5 + 1e-7
 def assert_printed(actual, printed):
     actual = actual.detach().numpy() if isinstance(actual, torch.Tensor) else np.asarray(actual)
     np.testing.assert_allclose(actual, np.array(printed), rtol=0, atol=FOUR_DECIMALS)
-
-
-def layer_steps(framework, name, x, **kwargs):
-    """Run the notes' module ``name`` (its notes weights) in ``framework``; return its steps."""
-    module = notes_module(name)
-    if framework == "torch":
-        return run_torch(module, x)[1]
-    fn = layer_function(framework, type(module).__name__)
-    return fn(to_params(module), x, return_steps=True, **kwargs)[1]
 
 
 # --- Simplified self-attention (notes 002 and 004) --------------------------------------------
@@ -95,7 +85,7 @@ def test_single_query_normalisations(framework):
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_note002_randn_weights_single_query_and_v1(framework):
     """Note 002: W_q, W_k, W_v = torch.randn(3, 2) under seed 123; query x^2 is row 1."""
-    steps = layer_steps(framework, "002/SelfAttentionV1", INPUTS)
+    steps = notes_steps(framework, "002/SelfAttentionV1", INPUTS)
     assert_printed(steps["queries"][1], [-1.1729, -0.0048])
     assert_printed(steps["attn_scores"][1], [0.2172, 0.1376, 0.1730, -0.0491, 0.7616, -0.3809])
     assert_printed(steps["attn_weights"][1], [0.1704, 0.1611, 0.1652, 0.1412, 0.2505, 0.1117])
@@ -115,7 +105,7 @@ def test_note002_randn_weights_single_query_and_v1(framework):
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_note002_v2_table(framework):
-    steps = layer_steps(framework, "002/SelfAttentionV2", INPUTS)
+    steps = notes_steps(framework, "002/SelfAttentionV2", INPUTS)
     assert_printed(
         steps["output"],
         [
@@ -138,7 +128,7 @@ def test_note004_rand_weights_as_printed():
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_note004_rand_weights_single_query_and_v1(framework):
-    steps = layer_steps(framework, "004/SelfAttentionV1", INPUTS)
+    steps = notes_steps(framework, "004/SelfAttentionV1", INPUTS)
     assert_printed(steps["queries"][1], [0.4306, 1.4551])
     assert_printed(steps["keys"][1], [0.4433, 1.1419])
     assert_printed(steps["values"][1], [0.3951, 1.0037])
@@ -173,8 +163,8 @@ NOTE004_LINEAR_WEIGHTS = [
 def test_note004_linear_class_and_its_scope_bug(framework):
     """Note 004's Linear ``SelfAttention_v1`` reads ``values`` from the notebook's global scope
     (the rand-weights values), so its printed table is ``attn_weights @ old values``."""
-    steps = layer_steps(framework, "004/SelfAttentionV2", INPUTS)
-    old_values = layer_steps(framework, "004/SelfAttentionV1", INPUTS)["values"]
+    steps = notes_steps(framework, "004/SelfAttentionV2", INPUTS)
+    old_values = notes_steps(framework, "004/SelfAttentionV1", INPUTS)["values"]
     assert_printed(steps["attn_weights"], NOTE004_LINEAR_WEIGHTS)
     assert_printed(
         steps["attn_weights"] @ old_values,
@@ -209,7 +199,7 @@ def test_causal_mask_is_the_notes_triu():
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_note002_masking_the_weights_and_renormalising(framework):
     """Note 002 masks the *weights* of its V2 with -inf and applies softmax again (dim=1)."""
-    weights = layer_steps(framework, "002/SelfAttentionV2", INPUTS)["attn_weights"]
+    weights = notes_steps(framework, "002/SelfAttentionV2", INPUTS)["attn_weights"]
     assert_printed(
         weights,
         [
@@ -225,7 +215,7 @@ def test_note002_masking_the_weights_and_renormalising(framework):
 
 
 def note002_masked_normalised(framework):
-    weights = layer_steps(framework, "002/SelfAttentionV2", INPUTS)["attn_weights"]
+    weights = notes_steps(framework, "002/SelfAttentionV2", INPUTS)["attn_weights"]
     if framework == "torch":
         masked = weights.masked_fill(torch.from_numpy(numpy_attn.causal_mask(6)), -torch.inf)
         return torch.softmax(masked / 2**0.5, dim=1)
@@ -247,7 +237,7 @@ NOTE002_MASKED_NORMALISED = [
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_note004_tril_then_renormalise(framework):
     """Note 004 multiplies the raw scores by ``tril`` and divides by the row sums."""
-    scores = layer_steps(framework, "004/SelfAttentionV2", INPUTS)["attn_scores"]
+    scores = notes_steps(framework, "004/SelfAttentionV2", INPUTS)["attn_scores"]
     scores = np.asarray(scores.detach() if framework == "torch" else scores)
     masked_simple = scores * ~numpy_attn.causal_mask(6)
     assert_printed(
@@ -316,7 +306,7 @@ def test_note004_dropout_draws_in_torch():
     Note 002 printed other draws for the same seed (another torch build's generator): its tables
     are reproduced below from their keep-masks only.
     """
-    weights = layer_steps("torch", "004/SelfAttentionV2", INPUTS)["attn_weights"]
+    weights = notes_steps("torch", "004/SelfAttentionV2", INPUTS)["attn_weights"]
     torch.manual_seed(123)
     layer = torch.nn.Dropout(0.5)
     assert_printed(layer(torch.ones(6, 6)), NOTE004_DROPOUT_ONES)
@@ -328,7 +318,7 @@ def test_note004_dropout_draws_in_torch():
     [
         (lambda: note002_masked_normalised("numpy"), NOTE002_DROPOUT_ONES, NOTE002_DROPOUT_WEIGHTS),
         (
-            lambda: layer_steps("numpy", "004/SelfAttentionV2", INPUTS)["attn_weights"],
+            lambda: notes_steps("numpy", "004/SelfAttentionV2", INPUTS)["attn_weights"],
             NOTE004_DROPOUT_ONES,
             NOTE004_DROPOUT_WEIGHTS,
         ),
@@ -360,13 +350,13 @@ WRAPPER_ROWS = [
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_causal_attention_table(framework):
     """Note 004's ``ca_v2``: the wrapper's first head, seen alone."""
-    steps = layer_steps(framework, "CausalAttention", batch(), context_length=6, dropout=0.0)
+    steps = notes_steps(framework, "CausalAttention", batch(), context_length=6, dropout=0.0)
     assert_printed(steps["output"], [[row[:2] for row in WRAPPER_ROWS]] * 2)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_multi_head_attention_wrapper_table(framework):
-    steps = layer_steps(
+    steps = notes_steps(
         framework, "MultiHeadAttentionWrapper", batch(), num_heads=2, context_length=6, dropout=0.0
     )
     assert_printed(steps["output"], [WRAPPER_ROWS] * 2)
@@ -374,7 +364,7 @@ def test_multi_head_attention_wrapper_table(framework):
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_multi_head_attention_table(framework):
-    steps = layer_steps(framework, "MultiHeadAttention", batch(), num_heads=2, context_length=6, dropout=0.0)
+    steps = notes_steps(framework, "MultiHeadAttention", batch(), num_heads=2, context_length=6, dropout=0.0)
     rows = [
         [0.3190, 0.4858],
         [0.2943, 0.3897],
@@ -393,7 +383,7 @@ def test_note004_multi_head_attention_class_shape(framework):
     """Note 004 prints only the shape of ``MultiHeadAttentionClass``'s output."""
     module = notes_module("004/MultiHeadAttentionClass")
     assert "out_proj.bias" not in to_params(module)
-    steps = layer_steps(
+    steps = notes_steps(
         framework, "004/MultiHeadAttentionClass", batch(), num_heads=2, context_length=6, dropout=0.0
     )
     assert tuple(steps["output"].shape) == (2, 6, 4)
