@@ -1,14 +1,17 @@
 """Blockwise attention: the same result as ``scaled_dot_product_attention`` in O(T) memory.
 
-Queries are taken ``block_size`` at a time (``lax.map``) and, for each query block, keys
-``block_size`` at a time (``lax.fori_loop``); a running maximum ``m``, a running sum ``l`` and
-a running output ``acc`` per query (the "online softmax") replace the (T, S) weight matrix.
+Queries are taken ``block_size`` at a time and, for each query block, keys ``block_size`` at a
+time (two ``lax.fori_loop``s; blocks are read with ``dynamic_slice`` and results written in
+place, so no blocked copy of the inputs is made); a running maximum ``m``, a running sum ``l``
+and a running output ``acc`` per query (the "online softmax") replace the (T, S) weights.
 Key blocks that the causal mask hides entirely are skipped with ``lax.cond``, which halves the
 work of causal attention and stays differentiable. T and S need not divide by ``block_size``:
 the last blocks are padded, and padded keys are hidden.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -20,16 +23,15 @@ __all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention"]
 DEFAULT_BLOCK_SIZE = 512  # fastest of 256, 512, 1024 on a 2-core CPU at B=8, T=1024, d=768
 
 
-def _blocks(x: jax.Array, block_size: int, axis: int) -> jax.Array:
-    """Pad ``axis`` to a multiple of ``block_size`` and move the block index to the front."""
+def _pad_to_blocks(x: jax.Array, block_size: int, axis: int) -> jax.Array:
+    """Pad ``axis`` with zeros to a multiple of ``block_size`` (no copy when it divides)."""
     axis = axis % x.ndim
-    length = x.shape[axis]
-    padded = -(-length // block_size) * block_size
+    missing = -x.shape[axis] % block_size
+    if missing == 0:
+        return x
     widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, padded - length)
-    x = jnp.pad(x, widths)
-    x = x.reshape((*x.shape[:axis], padded // block_size, block_size, *x.shape[axis + 1 :]))
-    return jnp.moveaxis(x, axis, 0)  # (num_blocks, ..., block_size, ...)
+    widths[axis] = (0, missing)
+    return jnp.pad(x, widths)
 
 
 def blockwise_attention(
@@ -63,29 +65,30 @@ def blockwise_attention(
     if attn_keep_mask is not None:
         check_keep_mask("attn_keep_mask", attn_keep_mask, (*queries.shape[:-1], num_keys))
     dropping = dropout is not None and (key is not None or attn_keep_mask is not None)
-    batch_shape = queries.shape[:-2]
-    scale = 1 / queries.shape[-1] ** 0.5
-    query_blocks = _blocks(queries * jnp.asarray(scale, queries.dtype), block_size, -2)  # (nq, ..., bq, H)
-    key_blocks = _blocks(keys, block_size, -2)  # (nk, ..., bk, H)
-    value_blocks = _blocks(values, block_size, -2)  # (nk, ..., bk, Hv)
-    hidden = jnp.arange(key_blocks.shape[0] * block_size) >= num_keys  # padded keys: (nk * bk,)
-    hidden = jnp.broadcast_to(hidden, (batch_shape[:1] or (1,)) + hidden.shape)  # (B or 1, nk * bk)
+    scale = jnp.asarray(1 / queries.shape[-1] ** 0.5, queries.dtype)
+    padded_queries = _pad_to_blocks(queries, block_size, -2)  # (..., Tp, H)
+    padded_keys = _pad_to_blocks(keys, block_size, -2)  # (..., Sp, H)
+    padded_values = _pad_to_blocks(values, block_size, -2)  # (..., Sp, Hv)
+    num_query_blocks = padded_queries.shape[-2] // block_size
+    num_key_blocks = padded_keys.shape[-2] // block_size
+    hidden = jnp.arange(padded_keys.shape[-2]) >= num_keys  # padded keys: (Sp,)
+    hidden = jnp.broadcast_to(hidden, (queries.shape[:1] if queries.ndim > 2 else (1,)) + hidden.shape)
     if padding_mask is not None:
-        hidden = hidden | jnp.pad(padding_mask, ((0, 0), (0, hidden.shape[-1] - num_keys)))
-    hidden_blocks = _blocks(hidden, block_size, -1)  # (nk, B or 1, bk)
-    keep_blocks = None
+        hidden = hidden | _pad_to_blocks(padding_mask, block_size, -1)  # (B or 1, Sp)
+    keep_mask = None
     if attn_keep_mask is not None:
-        keep_blocks = _blocks(_blocks(attn_keep_mask, block_size, -1), block_size, -2)  # (nq, nk, ..)
-    num_key_blocks = key_blocks.shape[0]
+        keep_mask = _pad_to_blocks(_pad_to_blocks(attn_keep_mask, block_size, -1), block_size, -2)
     positions = jnp.arange(block_size)
+    block = functools.partial(jax.lax.dynamic_slice_in_dim, slice_size=block_size)
 
-    def one_query_block(args: tuple[jax.Array, jax.Array]) -> jax.Array:
-        qi, query_block = args  # (..., bq, H)
+    def one_query_block(qi: jax.Array, context_vec: jax.Array) -> jax.Array:
+        query_block = block(padded_queries, qi * block_size, axis=-2) * scale  # (..., bq, H)
 
         def step(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]):
             running_max, running_sum, acc = carry
-            scores = query_block @ jnp.swapaxes(key_blocks[ki], -1, -2)  # (..., bq, bk)
-            block_hidden = hidden_blocks[ki]  # (B or 1, bk)
+            key_block = block(padded_keys, ki * block_size, axis=-2)  # (..., bk, H)
+            scores = query_block @ jnp.swapaxes(key_block, -1, -2)  # (..., bq, bk)
+            block_hidden = block(hidden, ki * block_size, axis=-1)  # (B or 1, bk)
             if scores.ndim == 2:  # (T, H) inputs
                 block_hidden = block_hidden[0]
             else:
@@ -100,13 +103,15 @@ def blockwise_attention(
             weights = jnp.exp(scores - safe_max)  # unnormalised weights of this block
             running_sum = running_sum * correction + weights.sum(axis=-1, keepdims=True)
             if dropping:
-                if keep_blocks is not None:
-                    keep = keep_blocks[qi, ki]
+                if keep_mask is not None:
+                    rows = block(keep_mask, qi * block_size, axis=-2)
+                    keep = block(rows, ki * block_size, axis=-1)
                 else:
                     pair_key = jax.random.fold_in(key, qi * num_key_blocks + ki)
                     keep = jax.random.bernoulli(pair_key, 1 - dropout, weights.shape)
                 weights = weights * keep / (1 - dropout)
-            acc = acc * correction + weights @ value_blocks[ki]
+            value_block = block(padded_values, ki * block_size, axis=-2)  # (..., bk, Hv)
+            acc = acc * correction + weights @ value_block
             return block_max, running_sum, acc
 
         def maybe_step(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]):
@@ -121,9 +126,9 @@ def blockwise_attention(
             jnp.zeros(query_block.shape[:-1] + values.shape[-1:], queries.dtype),
         )
         _, running_sum, acc = jax.lax.fori_loop(0, num_key_blocks, maybe_step, init)
-        return acc * (1 / jnp.where(running_sum == 0, 1, running_sum))
+        result = acc * (1 / jnp.where(running_sum == 0, 1, running_sum))
+        return jax.lax.dynamic_update_slice_in_dim(context_vec, result, qi * block_size, axis=-2)
 
-    outputs = jax.lax.map(one_query_block, (jnp.arange(query_blocks.shape[0]), query_blocks))
-    outputs = jnp.moveaxis(outputs, 0, -3)  # (..., nq, bq, Hv)
-    outputs = outputs.reshape((*outputs.shape[:-3], -1, *outputs.shape[-1:]))
-    return outputs[..., :num_queries, :]
+    context_vec = jnp.zeros(padded_queries.shape[:-1] + values.shape[-1:], queries.dtype)
+    context_vec = jax.lax.fori_loop(0, num_query_blocks, one_query_block, context_vec)
+    return context_vec[..., :num_queries, :]
