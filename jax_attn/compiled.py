@@ -9,6 +9,10 @@ as it is. What tracing cannot see is checked first, eagerly, with numpy_attn's m
 the input is a floating array of the weights' dtype (jit would cast float64 to float32 and
 int64 to int32 before any check) and that every weight is finite; a call passing another
 64-bit array (an invalid mask) runs op by op, so that its error names the dtype passed.
+
+Like any ``jax.jit`` function, an eager call compiles once per distinct input shape and keeps
+the program; a process that sees thousands of shapes can free them with ``jax.clear_caches()``
+(each compiled program holds memory mappings, and Linux caps them per process).
 """
 
 from __future__ import annotations

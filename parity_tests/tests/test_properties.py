@@ -4,6 +4,7 @@
 runs the slow profile (SLOW_EXAMPLES per class, marker ``slow``).
 """
 
+import jax
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -72,5 +73,8 @@ def test_random_cases_match_torch_slow_profile(layer):
     @given(cases(layer))
     def check(case):
         check_parity(case)
+        # Every new shape compiles a program; thousands of them would exhaust the process's
+        # memory mappings (vm.max_map_count: a segfault inside XLA was seen here), so free them.
+        jax.clear_caches()
 
     check()
