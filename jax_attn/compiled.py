@@ -22,10 +22,16 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import jax
-import numpy as np
 
 from jax_attn.checks import is_concrete
-from numpy_attn.validation import JAX_FLOATS, check_array, check_finite, check_params
+from numpy_attn.validation import (
+    JAX_FLOATS,
+    check_array,
+    check_finite,
+    check_floating,
+    check_mapping,
+    check_params,
+)
 
 __all__ = ["STATIC_ARGNAMES", "compiled"]
 
@@ -62,14 +68,8 @@ def compiled(fn: F) -> F:
     def call(params: Mapping[str, Any], x: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(x, jax.core.Tracer) or not is_concrete(params):
             return fn(params, x, *args, **kwargs)  # inside jit, grad or vmap: trace as is
-        if not isinstance(params, Mapping):
-            raise TypeError(f"params must be a mapping of str to arrays, got {type(params).__name__}")
-        shape = check_array("x", x)
-        if np.dtype(x.dtype).name not in JAX_FLOATS:
-            raise TypeError(
-                f"x must have a floating dtype ({', '.join(JAX_FLOATS)}), "
-                f"got {np.dtype(x.dtype).name} with shape {shape}"
-            )
+        check_mapping(params)
+        check_floating(x, JAX_FLOATS)
         current = {name: check_array(f"params[{name!r}]", value) for name, value in params.items()}
         check_params(params, current, layer=fn.__name__, dtype=x.dtype)  # dtypes only
         check_finite(params)

@@ -25,6 +25,7 @@ from numpy_attn.validation import (
     check_implementation,
     check_input,
     check_keep_mask,
+    check_mapping,
     check_padding_mask,
     check_params,
 )
@@ -112,8 +113,7 @@ def param_shapes(
 
 def _primary(params: Mapping[str, Any], key: str, layer: str) -> tuple[int, int]:
     """Shape of the weight that fixes a layer's sizes, with a clear error if it is absent."""
-    if not isinstance(params, Mapping):
-        raise TypeError(f"params must be a mapping of str to arrays, got {type(params).__name__}")
+    check_mapping(params)
     if key not in params:
         raise ValueError(f"params do not fit {layer}: missing keys [{key!r}] (got keys {sorted(params)})")
     shape = check_array(f"params[{key!r}]", params[key])

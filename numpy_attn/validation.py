@@ -24,9 +24,11 @@ __all__ = [
     "check_divisible",
     "check_dropout",
     "check_finite",
+    "check_floating",
     "check_implementation",
     "check_input",
     "check_keep_mask",
+    "check_mapping",
     "check_padding_mask",
     "check_params",
     "uses_blockwise",
@@ -70,6 +72,23 @@ def check_array(name: str, value: Any) -> tuple[int, ...]:
     return shape
 
 
+def check_floating(x: Any, floating: tuple[str, ...] = NUMPY_FLOATS, name: str = "x") -> tuple[int, ...]:
+    """Return ``x.shape``; TypeError unless ``x`` is an array with a dtype in ``floating``."""
+    shape = check_array(name, x)
+    if np.dtype(x.dtype).name not in floating:
+        raise TypeError(
+            f"{name} must have a floating dtype ({', '.join(floating)}), "
+            f"got {np.dtype(x.dtype).name} with shape {shape}"
+        )
+    return shape
+
+
+def check_mapping(params: Any) -> None:
+    """TypeError unless ``params`` is a mapping (the weights format: name -> array)."""
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of str to arrays, got {type(params).__name__}")
+
+
 def check_input(
     x: Any,
     *,
@@ -83,13 +102,8 @@ def check_input(
     Raises TypeError for a dtype not in ``floating``, ValueError for a wrong rank, an empty axis
     or a feature width other than ``d_in``. Returns the shape.
     """
-    shape = check_array(name, x)
+    shape = check_floating(x, floating, name)
     rank = layout.count(",") + 1
-    if np.dtype(x.dtype).name not in floating:
-        raise TypeError(
-            f"{name} must have a floating dtype ({', '.join(floating)}), "
-            f"got {np.dtype(x.dtype).name} with shape {shape}"
-        )
     if len(shape) != rank:
         raise ValueError(f"{name} must have shape {layout}, got shape {shape} (rank {len(shape)})")
     if 0 in shape:
@@ -155,8 +169,7 @@ def check_params(
     every weight must have that dtype (TypeError otherwise), so that the input and the weights
     never silently promote to another precision.
     """
-    if not isinstance(params, Mapping):
-        raise TypeError(f"params must be a mapping of str to arrays, got {type(params).__name__}")
+    check_mapping(params)
     missing = [k for k in expected if k not in params]
     unexpected = sorted(k for k in params if k not in expected)
     misshaped = []
