@@ -30,7 +30,7 @@ from jax_attn.kv_cache import (
     init_kv_cache,
     multi_head_attention_decode,
 )
-from jax_attn.linear import linear, qkv_projections
+from jax_attn.linear import fuses_projections, linear, qkv_projections
 from jax_attn.masks import causal_mask
 from jax_attn.modules import (
     CausalAttention,
@@ -66,6 +66,7 @@ __all__ = [
     "fused_causal_attention_decode",
     "fused_multi_head_attention",
     "fused_single_head_attention",
+    "fuses_projections",
     "init_kv_cache",
     "linear",
     "merge_heads",

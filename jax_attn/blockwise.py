@@ -1,12 +1,17 @@
 """Blockwise attention: the same result as ``scaled_dot_product_attention`` in O(T) memory.
 
-Queries are taken ``block_size`` at a time and, for each query block, keys ``block_size`` at a
-time (two ``lax.fori_loop``s; blocks are read with ``dynamic_slice`` and results written in
-place, so no blocked copy of the inputs is made); a running maximum ``m``, a running sum ``l``
-and a running output ``acc`` per query (the "online softmax") replace the (T, S) weights.
-Key blocks that the causal mask hides entirely are skipped with ``lax.cond``, which halves the
-work of causal attention and stays differentiable. T and S need not divide by ``block_size``:
-the last blocks are padded, and padded keys are hidden.
+One head at a time (a ``lax.fori_loop`` over batch x heads), queries are taken ``block_size`` at
+a time and, for each query block, keys ``block_size`` at a time (two more ``lax.fori_loop``s;
+blocks are read with ``dynamic_slice`` and results written in place); a running maximum ``m``, a
+running sum ``l`` and a running output ``acc`` per query (the "online softmax") replace the
+(T, S) weights. Only (block_size, block_size) scores of one head exist at a time, so they stay
+in cache: on a 2-core CPU at B=8, T=1024 this is ~1.4x faster than blocks spanning every head.
+Key blocks that the causal mask hides entirely are skipped with ``lax.switch``, which halves the
+work of causal attention and stays differentiable; the mask is applied only to blocks that hide
+some key (the diagonal blocks, or every block with padding). T and S need not divide by
+``block_size``: the last blocks are padded, and padded keys are hidden. Heads split from
+``(B, T, E)`` projections are read and written in that token-major layout, so that XLA copies
+no whole ``(B, N, T, H)`` array on the way in or out.
 """
 
 from __future__ import annotations
@@ -21,6 +26,16 @@ from numpy_attn.validation import check_dropout, check_keep_mask
 __all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention"]
 
 DEFAULT_BLOCK_SIZE = 512  # fastest of 256, 512, 1024 on a 2-core CPU at B=8, T=1024, d=768
+
+
+def _token_major(x: jax.Array) -> jax.Array:
+    """``(..., T, H) -> (B, T, N, H)``: ``(B, N, T, H)`` swapped (a view of split heads), ``(B, T, H)``
+    and ``(T, H)`` with unit axes; more leading axes are folded into N."""
+    if x.ndim == 2:
+        return x[None, :, None, :]
+    if x.ndim == 3:
+        return x[:, :, None, :]
+    return jnp.swapaxes(x.reshape(x.shape[0], -1, *x.shape[-2:]), 1, 2)
 
 
 def _pad_to_blocks(x: jax.Array, block_size: int, axis: int) -> jax.Array:
@@ -53,7 +68,7 @@ def blockwise_attention(
     True = padding (hidden), for 4-D ``(B, N, T, H)`` inputs. A query whose every key is hidden
     gets a zero output. Dropout on the (normalised) weights: ``attn_keep_mask`` (bool
     ``(..., T, S)``, True = keep) is sliced per block; ``key`` draws a mask per block
-    (``fold_in(key, block pair)``: other draws than the reference path's).
+    (``fold_in(fold_in(key, head), block pair)``: other draws than the reference path's).
     """
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
@@ -66,69 +81,94 @@ def blockwise_attention(
         check_keep_mask("attn_keep_mask", attn_keep_mask, (*queries.shape[:-1], num_keys))
     dropping = dropout is not None and (key is not None or attn_keep_mask is not None)
     scale = jnp.asarray(1 / queries.shape[-1] ** 0.5, queries.dtype)
-    padded_queries = _pad_to_blocks(queries, block_size, -2)  # (..., Tp, H)
-    padded_keys = _pad_to_blocks(keys, block_size, -2)  # (..., Sp, H)
-    padded_values = _pad_to_blocks(values, block_size, -2)  # (..., Sp, Hv)
-    num_query_blocks = padded_queries.shape[-2] // block_size
-    num_key_blocks = padded_keys.shape[-2] // block_size
-    hidden = jnp.arange(padded_keys.shape[-2]) >= num_keys  # padded keys: (Sp,)
-    hidden = jnp.broadcast_to(hidden, (queries.shape[:1] if queries.ndim > 2 else (1,)) + hidden.shape)
+    padded_queries = _pad_to_blocks(_token_major(queries), block_size, 1)  # (B, Tp, N, H)
+    padded_keys = _pad_to_blocks(_token_major(keys), block_size, 1)  # (B, Sp, N, H)
+    padded_values = _pad_to_blocks(_token_major(values), block_size, 1)  # (B, Sp, N, Hv)
+    batch, padded_length, num_heads, _ = padded_queries.shape
+    num_key_blocks = padded_keys.shape[1] // block_size
+    hidden = jnp.arange(padded_keys.shape[1]) >= num_keys  # padded keys: (Sp,)
+    hidden = jnp.broadcast_to(hidden, (batch, *hidden.shape))  # (B, Sp)
     if padding_mask is not None:
-        hidden = hidden | _pad_to_blocks(padding_mask, block_size, -1)  # (B or 1, Sp)
+        hidden = hidden | _pad_to_blocks(padding_mask, block_size, -1)
+    # without padding, only a causal diagonal block (or, without causality, a padded key) hides keys
+    mask_every_block = padding_mask is not None or (not causal and num_keys % block_size != 0)
     keep_mask = None
     if attn_keep_mask is not None:
-        keep_mask = _pad_to_blocks(_pad_to_blocks(attn_keep_mask, block_size, -1), block_size, -2)
+        keep_mask = attn_keep_mask.reshape(batch, num_heads, num_queries, num_keys)
+        keep_mask = _pad_to_blocks(_pad_to_blocks(keep_mask, block_size, -1), block_size, -2)
     positions = jnp.arange(block_size)
     block = functools.partial(jax.lax.dynamic_slice_in_dim, slice_size=block_size)
 
-    def one_query_block(qi: jax.Array, context_vec: jax.Array) -> jax.Array:
-        query_block = block(padded_queries, qi * block_size, axis=-2) * scale  # (..., bq, H)
+    def after_query(qi: jax.Array, ki: jax.Array) -> jax.Array:
+        """(bq, bk) bool, True where key block ``ki``'s key comes after query block ``qi``'s query."""
+        return (ki * block_size + positions)[None, :] > (qi * block_size + positions)[:, None]
 
-        def step(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]):
-            running_max, running_sum, acc = carry
-            key_block = block(padded_keys, ki * block_size, axis=-2)  # (..., bk, H)
-            scores = query_block @ jnp.swapaxes(key_block, -1, -2)  # (..., bq, bk)
-            block_hidden = block(hidden, ki * block_size, axis=-1)  # (B or 1, bk)
-            if scores.ndim == 2:  # (T, H) inputs
-                block_hidden = block_hidden[0]
-            else:
-                block_hidden = block_hidden.reshape(block_hidden.shape[:1] + (1,) * (scores.ndim - 2) + (-1,))
-            if causal:
-                above = (ki * block_size + positions)[None, :] > (qi * block_size + positions)[:, None]
-                block_hidden = block_hidden | above  # (..., bq, bk)
-            scores = jnp.where(block_hidden, -jnp.inf, scores)
-            block_max = jnp.maximum(running_max, scores.max(axis=-1, keepdims=True))
-            safe_max = jnp.where(block_max == -jnp.inf, 0, block_max)
-            correction = jnp.exp(running_max - safe_max)
-            weights = jnp.exp(scores - safe_max)  # unnormalised weights of this block
-            running_sum = running_sum * correction + weights.sum(axis=-1, keepdims=True)
-            if dropping:
-                if keep_mask is not None:
-                    rows = block(keep_mask, qi * block_size, axis=-2)
-                    keep = block(rows, ki * block_size, axis=-1)
-                else:
-                    pair_key = jax.random.fold_in(key, qi * num_key_blocks + ki)
-                    keep = jax.random.bernoulli(pair_key, 1 - dropout, weights.shape)
-                weights = weights * keep / (1 - dropout)
-            value_block = block(padded_values, ki * block_size, axis=-2)  # (..., bk, Hv)
-            acc = acc * correction + weights @ value_block
-            return block_max, running_sum, acc
+    def one_head(head: jax.Array, context_vec: jax.Array) -> jax.Array:
+        b, n = head // num_heads, head % num_heads
 
-        def maybe_step(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]):
-            if not causal:
-                return step(ki, carry)
-            return jax.lax.cond(ki <= qi, step, lambda _, c: c, ki, carry)  # skip hidden blocks
+        def of_head(x: jax.Array) -> jax.Array:  # (B, L, N, H) -> this head's (L, H)
+            return jax.lax.dynamic_slice(x, (b, 0, n, 0), (1, x.shape[1], 1, x.shape[3]))[0, :, 0]
 
-        stats_shape = (*query_block.shape[:-1], 1)
-        init = (
-            jnp.full(stats_shape, -jnp.inf, queries.dtype),
-            jnp.zeros(stats_shape, queries.dtype),
-            jnp.zeros(query_block.shape[:-1] + values.shape[-1:], queries.dtype),
-        )
-        _, running_sum, acc = jax.lax.fori_loop(0, num_key_blocks, maybe_step, init)
-        result = acc * (1 / jnp.where(running_sum == 0, 1, running_sum))
-        return jax.lax.dynamic_update_slice_in_dim(context_vec, result, qi * block_size, axis=-2)
+        head_queries = of_head(padded_queries) * scale  # (Tp, H)
+        head_keys, head_values = of_head(padded_keys), of_head(padded_values)  # (Sp, H), (Sp, Hv)
+        head_hidden = hidden[b]  # (Sp,)
+        head_keep = None if keep_mask is None else keep_mask[b, n]  # (Tp, Sp)
+        head_key = None if key is None else jax.random.fold_in(key, head)
 
-    context_vec = jnp.zeros(padded_queries.shape[:-1] + values.shape[-1:], queries.dtype)
-    context_vec = jax.lax.fori_loop(0, num_query_blocks, one_query_block, context_vec)
-    return context_vec[..., :num_queries, :]
+        def one_query_block(qi: jax.Array, head_context: jax.Array) -> jax.Array:
+            query_block = block(head_queries, qi * block_size)  # (bq, H)
+
+            def step(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array], masked: bool):
+                running_max, running_sum, acc = carry
+                scores = query_block @ block(head_keys, ki * block_size).T  # (bq, bk)
+                if masked:
+                    block_hidden = block(head_hidden, ki * block_size)[None, :]  # (1, bk)
+                    if causal:
+                        block_hidden = block_hidden | after_query(qi, ki)  # (bq, bk)
+                    scores = jnp.where(block_hidden, -jnp.inf, scores)
+                block_max = jnp.maximum(running_max, scores.max(axis=-1, keepdims=True))
+                safe_max = jnp.where(block_max == -jnp.inf, 0, block_max)
+                correction = jnp.exp(running_max - safe_max)
+                weights = jnp.exp(scores - safe_max)  # unnormalised weights of this block
+                running_sum = running_sum * correction + weights.sum(axis=-1, keepdims=True)
+                if dropping:
+                    if head_keep is not None:
+                        keep = block(block(head_keep, qi * block_size, axis=0), ki * block_size, axis=1)
+                    else:
+                        pair_key = jax.random.fold_in(head_key, qi * num_key_blocks + ki)
+                        keep = jax.random.bernoulli(pair_key, 1 - dropout, weights.shape)
+                    weights = weights * keep / (1 - dropout)
+                acc = acc * correction + weights @ block(head_values, ki * block_size)
+                return block_max, running_sum, acc
+
+            def visit(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]):
+                if not causal:
+                    return step(ki, carry, mask_every_block)
+                branches = [  # key block before, on, after the diagonal
+                    functools.partial(step, masked=mask_every_block),
+                    functools.partial(step, masked=True),
+                    lambda _, unchanged: unchanged,  # hidden entirely: skipped
+                ]
+                return jax.lax.switch(jnp.sign(ki - qi) + 1, branches, ki, carry)
+
+            init = (
+                jnp.full((block_size, 1), -jnp.inf, queries.dtype),
+                jnp.zeros((block_size, 1), queries.dtype),
+                jnp.zeros((block_size, values.shape[-1]), queries.dtype),
+            )
+            _, running_sum, acc = jax.lax.fori_loop(0, num_key_blocks, visit, init)
+            result = acc * (1 / jnp.where(running_sum == 0, 1, running_sum))  # (bq, Hv)
+            return jax.lax.dynamic_update_slice_in_dim(head_context, result, qi * block_size, axis=0)
+
+        head_context = jnp.zeros((padded_length, values.shape[-1]), queries.dtype)
+        head_context = jax.lax.fori_loop(0, padded_length // block_size, one_query_block, head_context)
+        return jax.lax.dynamic_update_slice(context_vec, head_context[None, :, None, :], (b, 0, n, 0))
+
+    context_vec = jnp.zeros((batch, padded_length, num_heads, values.shape[-1]), queries.dtype)
+    context_vec = jax.lax.fori_loop(0, batch * num_heads, one_head, context_vec)  # (B, Tp, N, Hv)
+    context_vec = context_vec[:, :num_queries]
+    if queries.ndim == 2:
+        return context_vec[0, :, 0]
+    if queries.ndim == 3:
+        return context_vec[:, :, 0]
+    return jnp.swapaxes(context_vec, 1, 2).reshape(queries.shape[:-1] + values.shape[-1:])

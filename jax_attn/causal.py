@@ -11,7 +11,7 @@ from jax_attn.attend import attend
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
-from jax_attn.linear import qkv_projections
+from jax_attn.linear import fuses_projections, qkv_projections
 from numpy_attn.steps import Steps
 
 __all__ = ["causal_attention", "multi_head_attention_wrapper"]
@@ -35,8 +35,8 @@ def causal_attention(
 
     Dropout on the attention weights only happens with ``key`` or ``attn_keep_mask``
     (bool ``(B, T, S)``, True = keep); otherwise the call is deterministic (eval mode).
-    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory, one
-    fused QKV matmul) or ``"auto"``.
+    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory) or
+    ``"auto"``; the projections run as one matmul where ``fuses_projections`` says so.
     """
     check_layer(
         "CausalAttention", params, x, context_length=context_length,
@@ -44,7 +44,7 @@ def causal_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
-    fused = implementation != "reference"
+    fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
         queries, keys, values, causal=True, dropout=dropout, key=key, attn_keep_mask=attn_keep_mask,

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-__all__ = ["linear", "qkv_projections"]
+from numpy_attn.validation import uses_blockwise
+
+__all__ = ["fuses_projections", "linear", "qkv_projections"]
 
 
 def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
@@ -31,3 +33,11 @@ def qkv_projections(
     weight = jnp.concatenate([params[f"{n}.weight"] for n in names])  # (3 * E, D)
     bias = None if "W_query.bias" not in params else jnp.concatenate([params[f"{n}.bias"] for n in names])
     return tuple(jnp.split(linear(x, weight, bias), 3, axis=-1))  # 3 x (..., E)
+
+
+def fuses_projections(implementation: str, num_tokens: int) -> bool:
+    """Whether a layer runs its three projections as one matmul (``qkv_projections(fused=True)``):
+    on a fast path whose core is the reference math (``"auto"`` on short sequences). Not before
+    the blockwise loops: XLA would copy the three thirds of the fused product into separate
+    buffers (+127 MiB at T=16384, d=768), where three matmuls cost the same time."""
+    return implementation != "reference" and not uses_blockwise(implementation, num_tokens)

@@ -12,7 +12,7 @@ from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
 from jax_attn.heads import merge_heads, split_heads
-from jax_attn.linear import linear, qkv_projections
+from jax_attn.linear import fuses_projections, linear, qkv_projections
 from numpy_attn.steps import Steps
 
 __all__ = ["multi_head_attention"]
@@ -37,8 +37,8 @@ def multi_head_attention(
     x is ``(B, T, D)`` with T <= context_length; returns ``(B, T, E)``. The ``out_proj`` bias is
     used if present (the book's class always has it; note 004's ``MultiHeadAttentionClass``
     only with ``qkv_bias``). ``attn_keep_mask`` is bool ``(B, N, T, S)``, True = keep.
-    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory, one
-    fused QKV matmul) or ``"auto"``.
+    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory) or
+    ``"auto"``; the projections run as one matmul where ``fuses_projections`` says so.
     """
     check_layer(
         "MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length,
@@ -46,7 +46,7 @@ def multi_head_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
-    fused = implementation != "reference"
+    fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)

@@ -11,7 +11,7 @@ from jax_attn.attend import attend
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
-from jax_attn.linear import qkv_projections
+from jax_attn.linear import fuses_projections, qkv_projections
 from numpy_attn.steps import Steps
 
 __all__ = ["self_attention_v1", "self_attention_v2"]
@@ -67,7 +67,7 @@ def self_attention_v2(
     x is ``(T, D)``; returns ``(T, E)``."""
     check_layer("SelfAttentionV2", params, x, implementation=implementation, block_size=block_size)
     x = jnp.asarray(x)  # arrays from any framework compute here
-    fused = implementation != "reference"
+    fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (T, E)
     context_vec, attention_steps = attend(
         queries,

@@ -34,7 +34,7 @@ from numpy_attn.kv_cache import (
     init_kv_cache,
     multi_head_attention_decode,
 )
-from numpy_attn.linear import linear, qkv_projections
+from numpy_attn.linear import fuses_projections, linear, qkv_projections
 from numpy_attn.masks import causal_mask
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.self_attention import self_attention_v1, self_attention_v2
@@ -62,6 +62,7 @@ __all__ = [
     "fused_causal_attention_decode",
     "fused_multi_head_attention",
     "fused_single_head_attention",
+    "fuses_projections",
     "infer_dims",
     "init_kv_cache",
     "linear",

@@ -48,7 +48,9 @@ def blockwise_attention(
     scale = 1 / queries.shape[-1] ** 0.5
     hidden_keys = None if padding_mask is None else padding_mask[:, None, None, :]  # (B, 1, 1, S)
     dropping = dropout is not None and (rng is not None or attn_keep_mask is not None)
-    context_vec = np.empty(queries.shape[:-1] + values.shape[-1:], dtype=queries.dtype)
+    # laid out in memory as queries are (order "K"): for heads split from (B, T, E) projections,
+    # (B, T, N, H) memory, so that merging the heads back is a view, not a copy
+    context_vec = np.empty_like(queries, shape=queries.shape[:-1] + values.shape[-1:])
     for q0 in range(0, num_queries, block_size):
         q1 = min(q0 + block_size, num_queries)
         query_block = queries[..., q0:q1, :] * np.asarray(scale, queries.dtype)  # (..., tq, H)
@@ -66,7 +68,7 @@ def blockwise_attention(
                 block_padding = hidden_keys[..., k0:k1]
                 hidden = block_padding if hidden is None else hidden | block_padding
             if hidden is not None:
-                scores = np.where(hidden, -np.inf, scores)
+                np.copyto(scores, -np.inf, where=hidden)
             block_max = np.maximum(running_max, scores.max(axis=-1, keepdims=True))
             safe_max = np.where(block_max == -np.inf, 0, block_max)  # nothing seen yet: no shift
             correction = np.exp(running_max - safe_max)

@@ -8,7 +8,7 @@ import numpy as np
 
 from numpy_attn.attend import attend
 from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
-from numpy_attn.linear import qkv_projections
+from numpy_attn.linear import fuses_projections, qkv_projections
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
@@ -32,8 +32,8 @@ def causal_attention(
 
     Dropout on the attention weights only happens with ``rng`` or ``attn_keep_mask``
     (bool ``(B, T, S)``, True = keep); otherwise the call is deterministic (eval mode).
-    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory, one
-    fused QKV matmul) or ``"auto"``.
+    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory) or
+    ``"auto"``; the projections run as one matmul where ``fuses_projections`` says so.
     """
     check_layer(
         "CausalAttention", params, x, context_length=context_length,
@@ -41,7 +41,7 @@ def causal_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
-    fused = implementation != "reference"
+    fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
         queries, keys, values, causal=True, dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask,

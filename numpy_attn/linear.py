@@ -6,13 +6,18 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["linear", "qkv_projections"]
+__all__ = ["fuses_projections", "linear", "qkv_projections"]
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """``x @ weight.T + bias`` with ``weight`` in torch's ``(out_features, in_features)`` layout."""
     out = x @ weight.T  # (..., out_features)
-    return out if bias is None else out + bias
+    if bias is None:
+        return out
+    if np.result_type(out, bias) != out.dtype:  # a wider bias (a direct call): NumPy promotes
+        return out + bias
+    out += bias  # in place: no second (..., out_features) array
+    return out
 
 
 def qkv_projections(
@@ -26,3 +31,9 @@ def qkv_projections(
     weight = np.concatenate([params[f"{n}.weight"] for n in names])  # (3 * E, D)
     bias = None if "W_query.bias" not in params else np.concatenate([params[f"{n}.bias"] for n in names])
     return tuple(np.split(linear(x, weight, bias), 3, axis=-1))  # 3 x (..., E)
+
+
+def fuses_projections(implementation: str, num_tokens: int) -> bool:
+    """Whether a layer runs its three projections as one matmul (``qkv_projections(fused=True)``):
+    on every fast path. NumPy's thirds of the fused product are views, copied by neither core."""
+    return implementation != "reference"

@@ -9,7 +9,7 @@ import numpy as np
 from numpy_attn.attend import attend
 from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
 from numpy_attn.heads import merge_heads, split_heads
-from numpy_attn.linear import linear, qkv_projections
+from numpy_attn.linear import fuses_projections, linear, qkv_projections
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
@@ -34,8 +34,8 @@ def multi_head_attention(
     x is ``(B, T, D)`` with T <= context_length; returns ``(B, T, E)``. The ``out_proj`` bias is
     used if present (the book's class always has it; note 004's ``MultiHeadAttentionClass``
     only with ``qkv_bias``). ``attn_keep_mask`` is bool ``(B, N, T, S)``, True = keep.
-    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory, one
-    fused QKV matmul) or ``"auto"``.
+    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory) or
+    ``"auto"``; the projections run as one matmul where ``fuses_projections`` says so.
     """
     check_layer(
         "MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length,
@@ -43,7 +43,7 @@ def multi_head_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
-    fused = implementation != "reference"
+    fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)

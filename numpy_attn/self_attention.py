@@ -8,7 +8,7 @@ import numpy as np
 
 from numpy_attn.attend import attend
 from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
-from numpy_attn.linear import qkv_projections
+from numpy_attn.linear import fuses_projections, qkv_projections
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
@@ -63,7 +63,7 @@ def self_attention_v2(
     x is ``(T, D)``; returns ``(T, E)``."""
     check_layer("SelfAttentionV2", params, x, implementation=implementation, block_size=block_size)
     x = np.asarray(x)  # arrays from any framework compute here
-    fused = implementation != "reference"
+    fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (T, E)
     context_vec, attention_steps = attend(
         queries,

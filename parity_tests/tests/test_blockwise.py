@@ -1,9 +1,14 @@
 """The blockwise (O(T)-memory) path equals the reference path and torch_ref, for every class."""
 
+import functools
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jax_attn
+import numpy_attn
 from numpy_attn.validation import AUTO_BLOCKWISE_TOKENS, uses_blockwise
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.compare import compare_steps
@@ -153,6 +158,41 @@ def test_auto_switches_at_the_documented_length():
     auto = run_case("numpy", case, params, x, implementation="auto")[0]
     blockwise = run_case("numpy", case, params, x, implementation="blockwise")[0]
     np.testing.assert_array_equal(auto, blockwise)
+
+
+def test_blockwise_output_of_split_heads_merges_without_a_copy():
+    """Heads split from (B, T, E) projections are views; the blockwise context is laid out as
+    (B, T, N, H) in memory, so merging the heads back is a view too (no O(T * E) copy)."""
+    rng = np.random.default_rng(5)
+    projections = [rng.standard_normal((2, 9, 8)) for _ in range(3)]  # (B, T, E)
+    queries, keys, values = (numpy_attn.split_heads(p, 2) for p in projections)  # (B, N, T, H)
+    context_vec = numpy_attn.blockwise_attention(queries, keys, values, causal=True, block_size=4)
+    merged = numpy_attn.merge_heads(context_vec)
+    assert np.shares_memory(merged, context_vec)
+    reference = numpy_attn.scaled_dot_product_attention(queries, keys, values, numpy_attn.causal_mask(9, 9))
+    np.testing.assert_allclose(merged, numpy_attn.merge_heads(reference), rtol=1e-12, atol=1e-12)
+
+
+def test_jax_blockwise_layer_copies_no_whole_array():
+    """XLA's temporaries on the blockwise path: the three projections, the context and the output
+    projection before its bias, 5 arrays of (T, E), plus (block, block) blocks. Copied thirds of
+    a fused product or (B, N, T, H) transposes would add whole arrays (a fused matmul feeding
+    heads transposed to (B, N, T, H) took 6; the reference path takes T x T matrices)."""
+    tokens, width = 4096, 64
+    params = {f"{n}.weight": jnp.zeros((width, width)) for n in ("W_query", "W_key", "W_value", "out_proj")}
+    params["out_proj.bias"] = jnp.zeros(width)
+    x = jnp.zeros((1, tokens, width))
+    one_array = tokens * width * 4  # bytes of one float32 (T, E) array
+
+    def temporaries(implementation):
+        layer = functools.partial(
+            jax_attn.multi_head_attention, num_heads=2, context_length=tokens,
+            implementation=implementation, block_size=128,
+        )  # fmt: skip
+        return jax.jit(layer).lower(params, x).compile().memory_analysis().temp_size_in_bytes / one_array
+
+    assert temporaries("blockwise") < 5.5
+    assert temporaries("reference") > 2 * tokens / width  # two (T, T) matrices per head
 
 
 def test_bad_implementation_and_block_size_are_rejected():
