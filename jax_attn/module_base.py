@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.convert import flax_path, flax_value, torch_name, torch_value
 from numpy_attn.spec import infer_dims, param_shapes
 from numpy_attn.validation import check_finite, check_params
 
-__all__ = ["AttentionModule", "torch_linear", "torch_uniform"]
+__all__ = ["FROM_WEIGHTS", "AttentionModule", "torch_linear", "torch_uniform"]
+
+# constructor argument of a module -> the ``LayerDims`` field that ``from_params`` reads from the
+# weights (the notes' classes name the same sizes differently: note 003's ``hidden_size``, ``bias``)
+FROM_WEIGHTS = {
+    "d_in": "d_in",
+    "d_out": "d_out",
+    "qkv_bias": "qkv_bias",
+    "out_bias": "out_bias",
+    "hidden_size": "d_in",
+    "bias": "qkv_bias",
+}
 
 
 def torch_uniform(low: float, high: float) -> Callable[..., jax.Array]:
@@ -55,6 +68,37 @@ class AttentionModule(nnx.Module):
 
     layer: ClassVar[str]
     num_heads: int = 1
+
+    @classmethod
+    def from_params(
+        cls,
+        params: Mapping[str, Any],
+        *,
+        implementation: str = "reference",
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        rngs: nnx.Rngs | None = None,
+        **arguments: Any,
+    ) -> Self:
+        """A module holding ``params`` (the project's weights format, checked as ``load_params``
+        does): sizes and bias flags are read from the weights' shapes, ``arguments`` are the
+        constructor's other arguments by name (``context_length``, ``num_heads``, dropout rates:
+        what the weights cannot tell; ``dropout`` defaults to 0). The dtype is the weights'.
+        With ``rngs`` the module draws dropout masks from its ``dropout`` stream in train mode;
+        without, it starts in eval mode and has no stream.
+        """
+        dims = infer_dims(cls.layer, params, arguments.get("num_heads", 1))
+        constructor = inspect.signature(cls.__init__).parameters
+        sizes = {name: getattr(dims, field) for name, field in FROM_WEIGHTS.items() if name in constructor}
+        defaults = {"dropout": 0.0} if "dropout" in constructor else {}
+        dtype = next(iter(params.values())).dtype if isinstance(params, Mapping) and params else jnp.float32
+        module = cls(
+            **sizes, **(defaults | arguments), dtype=dtype,
+            implementation=implementation, block_size=block_size,
+            rngs=nnx.Rngs(0) if rngs is None else rngs,  # weights are overwritten: any stream builds it
+        )  # fmt: skip
+        if hasattr(module, "deterministic"):  # a class with dropout: the caller's stream, or eval
+            module._init_dropout(rngs)
+        return module.load_params(params)
 
     def _init_dropout(self, rngs: nnx.Rngs | None) -> None:
         self.deterministic = rngs is None

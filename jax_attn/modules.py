@@ -1,13 +1,13 @@
 """Flax NNX modules named like the torch classes; each holds ``nnx.Param``s and calls the
 jax_attn function of the same math. Constructors take the torch constructors' arguments (plus
-``dtype`` and ``rngs``); ``from_params`` builds a module from the project's weights format and
-``to_params`` gives it back. The weights live in Flax layout (``nnx.Linear`` kernels are
+``dtype``, ``implementation``, ``block_size`` and ``rngs``); ``from_params`` (one, in
+``AttentionModule``) builds a module from the project's weights format and ``to_params`` gives
+it back. The weights live in Flax layout (``nnx.Linear`` kernels are
 ``(in, out)``); ``jax_attn.convert`` is the one place where torch's layout becomes Flax's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -20,7 +20,6 @@ from jax_attn.fused import fused_causal_attention, fused_multi_head_attention, f
 from jax_attn.module_base import AttentionModule, torch_linear, torch_uniform
 from jax_attn.multi_head import multi_head_attention
 from jax_attn.self_attention import self_attention_v1, self_attention_v2
-from numpy_attn.spec import infer_dims
 
 __all__ = [
     "CausalAttention",
@@ -32,17 +31,6 @@ __all__ = [
     "SelfAttentionV1",
     "SelfAttentionV2",
 ]
-
-Params = Mapping[str, Any]
-
-
-def _dtype_of(params: Params) -> Any:
-    return next(iter(params.values())).dtype if isinstance(params, Mapping) and params else jnp.float32
-
-
-def _build_rngs(rngs: nnx.Rngs | None) -> nnx.Rngs:
-    """Weights are overwritten by ``from_params``; any stream serves to build the module."""
-    return nnx.Rngs(0) if rngs is None else rngs
 
 
 class SelfAttentionV1(AttentionModule):
@@ -75,26 +63,6 @@ class SelfAttentionV1(AttentionModule):
             return_steps=return_steps,
         )
 
-    @classmethod
-    def from_params(
-        cls,
-        params: Params,
-        *,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        rngs: nnx.Rngs | None = None,
-    ) -> SelfAttentionV1:
-        dims = infer_dims(cls.layer, params)
-        module = cls(
-            dims.d_in,
-            dims.d_out,
-            dtype=_dtype_of(params),
-            rngs=_build_rngs(rngs),
-            implementation=implementation,
-            block_size=block_size,
-        )
-        return module.load_params(params)
-
 
 class SelfAttentionV2(AttentionModule):
     layer = "SelfAttentionV2"
@@ -123,27 +91,6 @@ class SelfAttentionV2(AttentionModule):
             block_size=self.block_size,
             return_steps=return_steps,
         )
-
-    @classmethod
-    def from_params(
-        cls,
-        params: Params,
-        *,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        rngs: nnx.Rngs | None = None,
-    ) -> SelfAttentionV2:
-        dims = infer_dims(cls.layer, params)
-        module = cls(
-            dims.d_in,
-            dims.d_out,
-            dims.qkv_bias,
-            dtype=_dtype_of(params),
-            rngs=_build_rngs(rngs),
-            implementation=implementation,
-            block_size=block_size,
-        )
-        return module.load_params(params)
 
 
 class CausalAttention(AttentionModule):
@@ -182,30 +129,6 @@ class CausalAttention(AttentionModule):
             block_size=self.block_size,
             return_steps=return_steps,
         )
-
-    @classmethod
-    def from_params(
-        cls,
-        params: Params,
-        *,
-        context_length: int,
-        dropout: float = 0.0,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        rngs: nnx.Rngs | None = None,
-    ) -> CausalAttention:
-        dims = infer_dims(cls.layer, params)
-        module = cls(
-            dims.d_in,
-            dims.d_out,
-            context_length,
-            dropout,
-            dims.qkv_bias,
-            dtype=_dtype_of(params),
-            rngs=_build_rngs(rngs),
-        )
-        module._init_dropout(rngs)
-        return module.load_params(params)
 
 
 class MultiHeadAttentionWrapper(AttentionModule):
@@ -256,32 +179,6 @@ class MultiHeadAttentionWrapper(AttentionModule):
             return_steps=return_steps,
         )
 
-    @classmethod
-    def from_params(
-        cls,
-        params: Params,
-        *,
-        context_length: int,
-        num_heads: int,
-        dropout: float = 0.0,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        rngs: nnx.Rngs | None = None,
-    ) -> MultiHeadAttentionWrapper:
-        dims = infer_dims(cls.layer, params, num_heads)
-        module = cls(
-            dims.d_in,
-            dims.d_out,
-            context_length,
-            dropout,
-            num_heads,
-            dims.qkv_bias,
-            dtype=_dtype_of(params),
-            rngs=_build_rngs(rngs),
-        )
-        module._init_dropout(rngs)
-        return module.load_params(params)
-
 
 class MultiHeadAttention(AttentionModule):
     """The book's class (``out_bias=True``) or note 004's (``out_bias=qkv_bias``)."""
@@ -327,33 +224,6 @@ class MultiHeadAttention(AttentionModule):
             return_steps=return_steps,
         )
 
-    @classmethod
-    def from_params(
-        cls,
-        params: Params,
-        *,
-        context_length: int,
-        num_heads: int,
-        dropout: float = 0.0,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        rngs: nnx.Rngs | None = None,
-    ) -> MultiHeadAttention:
-        dims = infer_dims(cls.layer, params, num_heads)
-        module = cls(
-            dims.d_in,
-            dims.d_out,
-            context_length,
-            dropout,
-            num_heads,
-            dims.qkv_bias,
-            dims.out_bias,
-            dtype=_dtype_of(params),
-            rngs=_build_rngs(rngs),
-        )
-        module._init_dropout(rngs)
-        return module.load_params(params)
-
 
 class FusedSingleHeadAttention(AttentionModule):
     layer = "FusedSingleHeadAttention"
@@ -380,26 +250,6 @@ class FusedSingleHeadAttention(AttentionModule):
             block_size=self.block_size,
             return_steps=return_steps,
         )
-
-    @classmethod
-    def from_params(
-        cls,
-        params: Params,
-        *,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        rngs: nnx.Rngs | None = None,
-    ) -> FusedSingleHeadAttention:
-        dims = infer_dims(cls.layer, params)
-        module = cls(
-            dims.d_in,
-            dims.qkv_bias,
-            dtype=_dtype_of(params),
-            rngs=_build_rngs(rngs),
-            implementation=implementation,
-            block_size=block_size,
-        )
-        return module.load_params(params)
 
 
 class FusedMultiHeadAttention(AttentionModule):
@@ -430,28 +280,6 @@ class FusedMultiHeadAttention(AttentionModule):
             block_size=self.block_size,
             return_steps=return_steps,
         )
-
-    @classmethod
-    def from_params(
-        cls,
-        params: Params,
-        *,
-        num_heads: int,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        rngs: nnx.Rngs | None = None,
-    ) -> FusedMultiHeadAttention:
-        dims = infer_dims(cls.layer, params, num_heads)
-        module = cls(
-            dims.d_in,
-            num_heads,
-            dims.qkv_bias,
-            dtype=_dtype_of(params),
-            rngs=_build_rngs(rngs),
-            implementation=implementation,
-            block_size=block_size,
-        )
-        return module.load_params(params)
 
 
 class FusedCausalAttention(AttentionModule):
@@ -506,30 +334,3 @@ class FusedCausalAttention(AttentionModule):
             block_size=self.block_size,
             return_steps=return_steps,
         )
-
-    @classmethod
-    def from_params(
-        cls,
-        params: Params,
-        *,
-        num_heads: int,
-        context_size: int,
-        attn_drop: float = 0.1,
-        out_drop: float = 0.1,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        rngs: nnx.Rngs | None = None,
-    ) -> FusedCausalAttention:
-        dims = infer_dims(cls.layer, params, num_heads)
-        module = cls(
-            dims.d_in,
-            num_heads,
-            context_size,
-            attn_drop,
-            out_drop,
-            dims.qkv_bias,
-            dtype=_dtype_of(params),
-            rngs=_build_rngs(rngs),
-        )
-        module._init_dropout(rngs)
-        return module.load_params(params)

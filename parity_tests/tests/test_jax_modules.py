@@ -40,6 +40,23 @@ def test_round_trip_torch_params_flax_params_torch_is_bit_identical(layer, dtype
 
 
 @pytest.mark.parametrize("layer", LAYERS)
+def test_from_params_passes_every_argument_on(layer):
+    """The implementation and block size reach the module (a bad one is refused at the call),
+    and so do the constructor arguments that the weights cannot tell."""
+    case = module_case(layer)
+    params, x = to_params(case.build_torch()), case.make_input()
+    build = getattr(jax_attn, layer).from_params
+    module = build(params, **case.kwargs(0.25), implementation="blockwise", block_size=3)
+    assert (module.implementation, module.block_size) == ("blockwise", 3)
+    for name, value in case.kwargs(0.25).items():
+        assert getattr(module, name) == value
+    with pytest.raises(ValueError, match="block_size must be a positive integer, got 0"):
+        build(params, **case.kwargs(), implementation="blockwise", block_size=0)(x)
+    with pytest.raises(ValueError, match=r"implementation must be one of .*, got 'fast'"):
+        build(params, **case.kwargs(), implementation="fast")(x)
+
+
+@pytest.mark.parametrize("layer", LAYERS)
 def test_kernels_are_in_flax_layout(layer):
     case = module_case(layer)
     params = to_params(case.build_torch())
