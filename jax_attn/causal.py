@@ -43,7 +43,24 @@ def causal_attention(
         dropouts={"dropout": dropout}, attn_keep_mask=attn_keep_mask,
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
-    x = jnp.asarray(x)  # arrays from any framework compute here
+    return _causal_head(
+        params, jnp.asarray(x), dropout=dropout, key=key, attn_keep_mask=attn_keep_mask,
+        implementation=implementation, block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip
+
+
+def _causal_head(
+    params: Mapping[str, jax.Array],
+    x: jax.Array,
+    *,
+    dropout: float,
+    key: jax.Array | None,
+    attn_keep_mask: jax.Array | None,
+    implementation: str,
+    block_size: int,
+    return_steps: bool,
+) -> jax.Array | tuple[jax.Array, Steps]:
+    """``causal_attention`` on checked arguments (the wrapper checks all its heads at once)."""
     fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
@@ -93,8 +110,8 @@ def multi_head_attention_wrapper(
     for i in range(num_heads):
         prefix = f"heads.{i}."
         head_params = {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
-        head = causal_attention(
-            head_params, x, context_length=context_length, dropout=dropout,
+        head = _causal_head(
+            head_params, x, dropout=dropout,
             key=None if key is None else jax.random.fold_in(key, i),
             attn_keep_mask=None if attn_keep_mask is None else attn_keep_mask[:, i],
             implementation=implementation, block_size=block_size, return_steps=return_steps,

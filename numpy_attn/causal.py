@@ -40,7 +40,24 @@ def causal_attention(
         dropouts={"dropout": dropout}, attn_keep_mask=attn_keep_mask,
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
-    x = np.asarray(x)  # arrays from any framework compute here
+    return _causal_head(
+        params, np.asarray(x), dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask,
+        implementation=implementation, block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip
+
+
+def _causal_head(
+    params: Mapping[str, np.ndarray],
+    x: np.ndarray,
+    *,
+    dropout: float,
+    rng: np.random.Generator | None,
+    attn_keep_mask: np.ndarray | None,
+    implementation: str,
+    block_size: int,
+    return_steps: bool,
+) -> np.ndarray | tuple[np.ndarray, Steps]:
+    """``causal_attention`` on checked arguments (the wrapper checks all its heads at once)."""
     fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
@@ -88,8 +105,8 @@ def multi_head_attention_wrapper(
     for i in range(num_heads):
         prefix = f"heads.{i}."
         head_params = {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
-        head = causal_attention(
-            head_params, x, context_length=context_length, dropout=dropout, rng=rng,
+        head = _causal_head(
+            head_params, x, dropout=dropout, rng=rng,
             attn_keep_mask=None if attn_keep_mask is None else attn_keep_mask[:, i],
             implementation=implementation, block_size=block_size, return_steps=return_steps,
         )  # fmt: skip
