@@ -30,7 +30,7 @@ from jax_attn.kv_cache import (
     init_kv_cache,
     multi_head_attention_decode,
 )
-from jax_attn.linear import fuses_projections, linear, qkv_projections
+from jax_attn.linear import fuses_projections, linear, qkv_projections, split_projection
 from jax_attn.masks import causal_mask
 from jax_attn.modules import (
     CausalAttention,
@@ -81,4 +81,5 @@ __all__ = [
     "softmax",
     "softmax_naive",
     "split_heads",
+    "split_projection",
 ]

@@ -13,10 +13,17 @@ from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
 from jax_attn.dropout import dropout as apply_dropout
 from jax_attn.heads import merge_heads, split_heads
-from jax_attn.linear import linear
+from jax_attn.linear import fuses_projections, linear, split_projection
 from numpy_attn.steps import Steps
 
 __all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single_head_attention"]
+
+
+def _qkv(params: Mapping[str, jax.Array], x: jax.Array, implementation: str) -> tuple[jax.Array, ...]:
+    """The thirds of ``Wqkv(x)``: one matmul as in the notes, unless ``fuses_projections`` says
+    that this fast path runs the three apart."""
+    fused = implementation == "reference" or fuses_projections(implementation, x.shape[-2])
+    return split_projection(x, params["Wqkv.weight"], params.get("Wqkv.bias"), fused=fused)
 
 
 @compiled
@@ -34,8 +41,7 @@ def fused_single_head_attention(
     """
     check_layer("FusedSingleHeadAttention", params, x, implementation=implementation, block_size=block_size)
     x = jnp.asarray(x)  # arrays from any framework compute here
-    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * E)
-    queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, T, E)
+    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
         queries, keys, values,
         implementation=implementation, block_size=block_size, return_steps=return_steps,
@@ -74,8 +80,7 @@ def fused_multi_head_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
-    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * D)
-    queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
+    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, D)
     context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)
         split_heads(keys, num_heads),  # (B, N, S, H)
@@ -141,8 +146,7 @@ def fused_causal_attention(
     )
     x = jnp.asarray(x)  # arrays from any framework compute here
     attn_key, out_key = (None, None) if key is None else jax.random.split(key)
-    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * D)
-    queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
+    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, D)
     context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)
         split_heads(keys, num_heads),  # (B, N, S, H)

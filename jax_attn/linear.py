@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from numpy_attn.validation import uses_blockwise
 
-__all__ = ["fuses_projections", "linear", "qkv_projections"]
+__all__ = ["fuses_projections", "linear", "qkv_projections", "split_projection"]
 
 
 def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
@@ -32,7 +32,19 @@ def qkv_projections(
         return tuple(linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in names)
     weight = jnp.concatenate([params[f"{n}.weight"] for n in names])  # (3 * E, D)
     bias = None if "W_query.bias" not in params else jnp.concatenate([params[f"{n}.bias"] for n in names])
-    return tuple(jnp.split(linear(x, weight, bias), 3, axis=-1))  # 3 x (..., E)
+    return split_projection(x, weight, bias)  # 3 x (..., E)
+
+
+def split_projection(
+    x: jax.Array, weight: jax.Array, bias: jax.Array | None = None, *, parts: int = 3, fused: bool = True
+) -> tuple[jax.Array, ...]:
+    """``linear(x, weight, bias)`` cut into ``parts`` equal slices of its output features (note
+    003's ``Wqkv(x)`` then ``split``): one matmul and a split when ``fused``, else one matmul per
+    slice of the weight (each output feature is the same dot product either way)."""
+    if fused:
+        return tuple(jnp.split(linear(x, weight, bias), parts, axis=-1))
+    biases = [None] * parts if bias is None else jnp.split(bias, parts)
+    return tuple(linear(x, w, b) for w, b in zip(jnp.split(weight, parts), biases, strict=True))
 
 
 def fuses_projections(implementation: str, num_tokens: int) -> bool:

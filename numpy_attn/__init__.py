@@ -34,7 +34,7 @@ from numpy_attn.kv_cache import (
     init_kv_cache,
     multi_head_attention_decode,
 )
-from numpy_attn.linear import fuses_projections, linear, qkv_projections
+from numpy_attn.linear import fuses_projections, linear, qkv_projections, split_projection
 from numpy_attn.masks import causal_mask
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.self_attention import self_attention_v1, self_attention_v2
@@ -81,4 +81,5 @@ __all__ = [
     "softmax",
     "softmax_naive",
     "split_heads",
+    "split_projection",
 ]

@@ -10,11 +10,18 @@ from numpy_attn.attend import attend
 from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
 from numpy_attn.dropout import dropout as apply_dropout
 from numpy_attn.heads import merge_heads, split_heads
-from numpy_attn.linear import linear
+from numpy_attn.linear import fuses_projections, linear, split_projection
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
 __all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single_head_attention"]
+
+
+def _qkv(params: Mapping[str, np.ndarray], x: np.ndarray, implementation: str) -> tuple[np.ndarray, ...]:
+    """The thirds of ``Wqkv(x)``: one matmul as in the notes, unless ``fuses_projections`` says
+    that this fast path runs the three apart."""
+    fused = implementation == "reference" or fuses_projections(implementation, x.shape[-2])
+    return split_projection(x, params["Wqkv.weight"], params.get("Wqkv.bias"), fused=fused)
 
 
 def fused_single_head_attention(
@@ -31,8 +38,7 @@ def fused_single_head_attention(
     """
     check_layer("FusedSingleHeadAttention", params, x, implementation=implementation, block_size=block_size)
     x = np.asarray(x)  # arrays from any framework compute here
-    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * E)
-    queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, T, E)
+    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
         queries, keys, values,
         implementation=implementation, block_size=block_size, return_steps=return_steps,
@@ -70,8 +76,7 @@ def fused_multi_head_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
-    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * D)
-    queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
+    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, D)
     context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)
         split_heads(keys, num_heads),  # (B, N, S, H)
@@ -134,8 +139,7 @@ def fused_causal_attention(
         block_size=block_size,
     )
     x = np.asarray(x)  # arrays from any framework compute here
-    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3 * D)
-    queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
+    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, D)
     context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)
         split_heads(keys, num_heads),  # (B, N, S, H)

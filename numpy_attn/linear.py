@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["fuses_projections", "linear", "qkv_projections"]
+__all__ = ["fuses_projections", "linear", "qkv_projections", "split_projection"]
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
@@ -30,7 +30,19 @@ def qkv_projections(
         return tuple(linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in names)
     weight = np.concatenate([params[f"{n}.weight"] for n in names])  # (3 * E, D)
     bias = None if "W_query.bias" not in params else np.concatenate([params[f"{n}.bias"] for n in names])
-    return tuple(np.split(linear(x, weight, bias), 3, axis=-1))  # 3 x (..., E)
+    return split_projection(x, weight, bias)  # 3 x (..., E)
+
+
+def split_projection(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, *, parts: int = 3, fused: bool = True
+) -> tuple[np.ndarray, ...]:
+    """``linear(x, weight, bias)`` cut into ``parts`` equal slices of its output features (note
+    003's ``Wqkv(x)`` then ``split``): one matmul and a split when ``fused``, else one matmul per
+    slice of the weight (each output feature is the same dot product either way)."""
+    if fused:
+        return tuple(np.split(linear(x, weight, bias), parts, axis=-1))
+    biases = [None] * parts if bias is None else np.split(bias, parts)
+    return tuple(linear(x, w, b) for w, b in zip(np.split(weight, parts), biases, strict=True))
 
 
 def fuses_projections(implementation: str, num_tokens: int) -> bool:

@@ -9,6 +9,7 @@ import pytest
 
 import jax_attn
 import numpy_attn
+from numpy_attn.spec import param_shapes
 from numpy_attn.validation import AUTO_BLOCKWISE_TOKENS, uses_blockwise
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.compare import compare_steps
@@ -173,23 +174,28 @@ def test_blockwise_output_of_split_heads_merges_without_a_copy():
     np.testing.assert_allclose(merged, numpy_attn.merge_heads(reference), rtol=1e-12, atol=1e-12)
 
 
-def test_jax_blockwise_layer_copies_no_whole_array():
+@pytest.mark.parametrize(
+    ("layer", "function", "kwargs"),
+    [
+        ("MultiHeadAttention", jax_attn.multi_head_attention, {"context_length": 4096}),
+        ("FusedCausalAttention", jax_attn.fused_causal_attention, {"context_size": 4096}),
+    ],
+)
+def test_jax_blockwise_layer_copies_no_whole_array(layer, function, kwargs):
     """XLA's temporaries on the blockwise path: the three projections, the context and the output
     projection before its bias, 5 arrays of (T, E), plus (block, block) blocks. Copied thirds of
     a fused product or (B, N, T, H) transposes would add whole arrays (a fused matmul feeding
     heads transposed to (B, N, T, H) took 6; the reference path takes T x T matrices)."""
     tokens, width = 4096, 64
-    params = {f"{n}.weight": jnp.zeros((width, width)) for n in ("W_query", "W_key", "W_value", "out_proj")}
-    params["out_proj.bias"] = jnp.zeros(width)
+    shapes = param_shapes(layer, d_in=width, d_out=width, num_heads=2, qkv_bias=True, out_bias=True)
+    params = {name: jnp.zeros(shape) for name, shape in shapes.items()}
     x = jnp.zeros((1, tokens, width))
     one_array = tokens * width * 4  # bytes of one float32 (T, E) array
 
     def temporaries(implementation):
-        layer = functools.partial(
-            jax_attn.multi_head_attention, num_heads=2, context_length=tokens,
-            implementation=implementation, block_size=128,
-        )  # fmt: skip
-        return jax.jit(layer).lower(params, x).compile().memory_analysis().temp_size_in_bytes / one_array
+        fast = {"implementation": implementation, "block_size": 128}
+        call = functools.partial(function, num_heads=2, **fast, **kwargs)
+        return jax.jit(call).lower(params, x).compile().memory_analysis().temp_size_in_bytes / one_array
 
     assert temporaries("blockwise") < 5.5
     assert temporaries("reference") > 2 * tokens / width  # two (T, T) matrices per head

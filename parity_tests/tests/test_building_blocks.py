@@ -95,6 +95,20 @@ def test_linear_adds_the_bias_in_place_and_promotes_a_wider_bias():
     np.testing.assert_array_equal(wide, np.full((2, 4), 3.0 + 0.1))
 
 
+def test_split_projection_fused_or_not_gives_the_thirds_of_one_linear():
+    rng = np.random.default_rng(4)
+    x, weight, bias = rng.standard_normal((2, 5, 3)), rng.standard_normal((12, 3)), rng.standard_normal(12)
+    whole = numpy_attn.linear(x, weight, bias)  # (2, 5, 12)
+    for fused in (True, False):
+        parts = numpy_attn.split_projection(x, weight, bias, fused=fused)
+        assert len(parts) == 3
+        for i, part in enumerate(parts):
+            np.testing.assert_allclose(part, whole[..., 4 * i : 4 * (i + 1)], rtol=1e-14, atol=1e-14)
+    first, second = numpy_attn.split_projection(x, weight, None, parts=2, fused=False)
+    np.testing.assert_allclose(first, x @ weight[:6].T, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(second, x @ weight[6:].T, rtol=1e-14, atol=1e-14)
+
+
 def test_simplified_self_attention_steps():
     x = np.array([[1.0, 0.0], [0.0, 1.0]])
     output, steps = numpy_attn.simplified_self_attention(x, return_steps=True)
