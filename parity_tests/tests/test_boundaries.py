@@ -16,6 +16,7 @@ STDLIB = {
     "typing",
     "math",
     "hashlib",
+    "inspect",
     "json",
     "os",
     "struct",
