@@ -47,5 +47,6 @@ def split_projection(
 
 def fuses_projections(implementation: str, num_tokens: int) -> bool:
     """Whether a layer runs its three projections as one matmul (``qkv_projections(fused=True)``):
-    on every fast path. NumPy's thirds of the fused product are views, copied by neither core."""
+    on every fast path. NumPy's thirds of the fused product are views, copied by neither core
+    (``num_tokens`` matters to jax_attn's rule, whose signature this mirrors)."""
     return implementation != "reference"
