@@ -43,8 +43,10 @@ IMPLEMENTATIONS: dict[str, tuple[str, bool]] = {
     "torch_sdpa": ("torch", False),
     "numpy_reference": ("numpy", True),
     "numpy_blockwise": ("numpy", False),
+    "numpy_auto": ("numpy", False),  # the reference core below 512 tokens, blockwise from there
     "jax_reference": ("jax", True),
     "jax_blockwise": ("jax", False),
+    "jax_auto": ("jax", False),
     "jax_nn_dot_product_attention": ("jax", True),
 }
 

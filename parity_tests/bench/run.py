@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from numpy_attn.validation import AUTO_BLOCKWISE_TOKENS, uses_blockwise
 from parity_tests.bench.implementations import (
     IMPLEMENTATIONS,
     SHAPES,
@@ -30,7 +31,7 @@ from parity_tests.bench.implementations import (
     make_inputs,
 )
 
-__all__ = ["MEMORY_LIMIT_BYTES", "decode_speed", "gemm_peak", "run_benchmark"]
+__all__ = ["MEMORY_LIMIT_BYTES", "decode_speed", "gemm_peak", "run_benchmark", "skip_reason"]
 
 MEMORY_LIMIT_BYTES = 24 * 2**30  # this machine's memory: T x T implementations beyond it are skipped
 TINY_CALLS = 200  # calls per sample where one call takes microseconds
@@ -48,12 +49,18 @@ def gemm_peak(size: int = 4096, rounds: int = 5) -> float:
     return 2 * size**3 / statistics.median(samples) / 1e9
 
 
-def _too_big(name: str, shape: Shape) -> bool:
-    """A (T, S) float32 matrix per head and batch, three of them alive at once, must fit."""
-    return (
+def skip_reason(name: str, shape: Shape) -> str | None:
+    """Why ``name`` is not run at ``shape``, or None: a (T, S) float32 matrix per head and batch,
+    three of them alive at once, must fit; an ``*_auto`` row that would run the blockwise path
+    again is left to the blockwise row."""
+    if (
         IMPLEMENTATIONS[name][1]
         and 3 * 4 * shape.batch * shape.num_heads * shape.tokens**2 > MEMORY_LIMIT_BYTES
-    )
+    ):
+        return "a (T, T) matrix per head needs more than this machine's 24 GiB"
+    if name.endswith("_auto") and uses_blockwise("auto", shape.tokens):
+        return f"auto runs the blockwise path from {AUTO_BLOCKWISE_TOKENS} query tokens on (its row)"
+    return None
 
 
 def _time(call: Callable[[], Any], calls: int) -> float:
@@ -131,7 +138,7 @@ def run_benchmark(
     for shape_name in shapes:
         shape = SHAPES[shape_name]
         params, x = make_inputs(shape)
-        names = [n for n in implementations if not _too_big(n, shape)]
+        names = [n for n in implementations if skip_reason(n, shape) is None]
         calls = {}
         for name in names:
             progress(f"{shape_name}: warming up {name}")
@@ -147,7 +154,7 @@ def run_benchmark(
         for name in implementations:
             row: dict[str, Any] = {"shape": shape_name, "implementation": name}
             if name not in medians:
-                row["skipped"] = "a (T, T) matrix per head needs more than this machine's 24 GiB"
+                row["skipped"] = skip_reason(name, shape)
                 results.append(row)
                 continue
             seconds = medians[name]

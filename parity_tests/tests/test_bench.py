@@ -51,13 +51,15 @@ def test_benchmark_results_table_chart_and_readme(tmp_path):
     )
 
 
-def test_too_big_implementations_are_skipped_not_run():
-    from parity_tests.bench.run import _too_big
+def test_too_big_and_repeated_implementations_are_skipped_not_run():
+    from parity_tests.bench.run import skip_reason
 
-    assert _too_big("numpy_reference", SHAPES["B1_T16384"]) and not _too_big(
-        "numpy_blockwise", SHAPES["B1_T16384"]
-    )
-    assert not _too_big("torch_ref", SHAPES["B8_T1024"])
+    assert "24 GiB" in skip_reason("numpy_reference", SHAPES["B1_T16384"])
+    assert skip_reason("numpy_blockwise", SHAPES["B1_T16384"]) is None
+    assert skip_reason("torch_ref", SHAPES["B8_T1024"]) is None
+    assert "blockwise path from 512" in skip_reason("jax_auto", SHAPES["B8_T1024"])  # same as jax_blockwise
+    assert skip_reason("jax_auto", SHAPES["B2_T6_d3to4"]) is None
+    assert skip_reason("numpy_auto", SHAPES["B2_T6_d3to4"]) is None
 
 
 def test_memory_is_measured_in_a_fresh_process():
