@@ -86,11 +86,11 @@ class AttentionModule(nnx.Module):
         With ``rngs`` the module draws dropout masks from its ``dropout`` stream in train mode;
         without, it starts in eval mode and has no stream.
         """
-        dims = infer_dims(cls.layer, params, arguments.get("num_heads", 1))
+        dims = infer_dims(cls.layer, params, arguments.get("num_heads", 1))  # a non-empty mapping of arrays
         constructor = inspect.signature(cls.__init__).parameters
         sizes = {name: getattr(dims, field) for name, field in FROM_WEIGHTS.items() if name in constructor}
         defaults = {"dropout": 0.0} if "dropout" in constructor else {}
-        dtype = next(iter(params.values())).dtype if isinstance(params, Mapping) and params else jnp.float32
+        dtype = next(iter(params.values())).dtype
         module = cls(
             **sizes, **(defaults | arguments), dtype=dtype,
             implementation=implementation, block_size=block_size,
