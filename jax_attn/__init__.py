@@ -17,9 +17,9 @@ differ from float32 at about 1e-3. Parity checks run under
 ``jax.default_matmul_precision("float32")``; do the same when comparing with torch.
 """
 
-from jax_attn.attend import attend
+from jax_attn.attend import attend, attend_heads
 from jax_attn.attention import scaled_dot_product_attention
-from jax_attn.blockwise import blockwise_attention
+from jax_attn.blockwise import blockwise_attention, blockwise_self_attention
 from jax_attn.causal import causal_attention, multi_head_attention_wrapper
 from jax_attn.dropout import dropout
 from jax_attn.fused import fused_causal_attention, fused_multi_head_attention, fused_single_head_attention
@@ -30,7 +30,7 @@ from jax_attn.kv_cache import (
     init_kv_cache,
     multi_head_attention_decode,
 )
-from jax_attn.linear import fuses_projections, linear, qkv_projections, split_projection
+from jax_attn.linear import fuses_projections, linear, qkv_projections, qkv_weights, split_projection
 from jax_attn.masks import causal_mask
 from jax_attn.modules import (
     CausalAttention,
@@ -58,7 +58,9 @@ __all__ = [
     "SelfAttentionV1",
     "SelfAttentionV2",
     "attend",
+    "attend_heads",
     "blockwise_attention",
+    "blockwise_self_attention",
     "causal_attention",
     "causal_mask",
     "dropout",
@@ -74,6 +76,7 @@ __all__ = [
     "multi_head_attention_decode",
     "multi_head_attention_wrapper",
     "qkv_projections",
+    "qkv_weights",
     "scaled_dot_product_attention",
     "self_attention_v1",
     "self_attention_v2",

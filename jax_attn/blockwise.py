@@ -18,13 +18,16 @@ no whole ``(B, N, T, H)`` array on the way in or out.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from numpy_attn.validation import check_dropout, check_keep_mask
+from jax_attn.linear import linear
+from numpy_attn.validation import JAX_FLOATS, check_blockwise_args, check_self_attention_args
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention", "blockwise_self_attention"]
 
 DEFAULT_BLOCK_SIZE = 512  # fastest of 256, 512, 1024 on a 2-core CPU at B=8, T=1024, d=768
 
@@ -71,24 +74,111 @@ def blockwise_attention(
     ``(..., T, S)``, True = keep) is sliced per block; ``key`` draws a mask per block
     (``fold_in(fold_in(key, head), block pair)``: other draws than the reference path's).
     """
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
-    if dropout is not None:
-        check_dropout("dropout", dropout)
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+    check_blockwise_args(
+        block_size=block_size, dropout=dropout, attn_keep_mask=attn_keep_mask,
+        keep_shape=(*queries.shape[:-1], num_keys),
+    )  # fmt: skip
     if causal and num_queries != num_keys:
         raise ValueError(f"causal blockwise attention needs T = S, got T={num_queries}, S={num_keys}")
-    if attn_keep_mask is not None:
-        check_keep_mask("attn_keep_mask", attn_keep_mask, (*queries.shape[:-1], num_keys))
-    dropping = dropout is not None and (key is not None or attn_keep_mask is not None)
-    scale = jnp.asarray(1 / queries.shape[-1] ** 0.5, queries.dtype)
     padded_queries = _pad_to_blocks(_token_major(queries), block_size, 1)  # (B, Tp, N, H)
     padded_keys = _pad_to_blocks(_token_major(keys), block_size, 1)  # (B, Sp, N, H)
     padded_values = _pad_to_blocks(_token_major(values), block_size, 1)  # (B, Sp, N, Hv)
-    batch, padded_length, num_heads, _ = padded_queries.shape
-    num_key_blocks = padded_keys.shape[1] // block_size
-    hidden = jnp.arange(padded_keys.shape[1]) >= num_keys  # padded keys: (Sp,)
-    hidden = jnp.broadcast_to(hidden, (batch, *hidden.shape))  # (B, Sp)
+
+    def head_inputs(b: jax.Array, n: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        def of_head(x: jax.Array) -> jax.Array:  # (B, L, N, H) -> this head's (L, H)
+            return jax.lax.dynamic_slice(x, (b, 0, n, 0), (1, x.shape[1], 1, x.shape[3]))[0, :, 0]
+
+        return of_head(padded_queries), of_head(padded_keys), of_head(padded_values)
+
+    batch, _, num_heads, _ = padded_queries.shape
+    context_vec = _heads_blockwise(
+        head_inputs, batch=batch, num_heads=num_heads, num_queries=num_queries, num_keys=num_keys,
+        head_dim=values.shape[-1], dtype=queries.dtype, causal=causal, padding_mask=padding_mask,
+        dropout=dropout, key=key, attn_keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip  # (B, T, N, Hv)
+    if queries.ndim == 2:
+        return context_vec[0, :, 0]
+    if queries.ndim == 3:
+        return context_vec[:, :, 0]
+    return jnp.swapaxes(context_vec, 1, 2).reshape(queries.shape[:-1] + values.shape[-1:])
+
+
+def blockwise_self_attention(
+    x: jax.Array,
+    weight: jax.Array,
+    bias: jax.Array | None = None,
+    *,
+    num_heads: int,
+    causal: bool = False,
+    padding_mask: jax.Array | None = None,
+    dropout: float | None = None,
+    key: jax.Array | None = None,
+    attn_keep_mask: jax.Array | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> jax.Array:
+    """Multi-head self-attention of ``x`` projected by the stacked QKV ``weight``, block by block.
+
+    ``weight`` is ``(3E, D)`` in torch's layout (the rows of W_query, then W_key, then W_value:
+    note 003's ``Wqkv``), ``bias`` ``(3E,)`` or None; x is ``(B, T, D)``; returns the heads'
+    context merged, ``(B, T, E)``. Equal to ``merge_heads(blockwise_attention(*(split_heads(p,
+    num_heads) for p in split_projection(x, weight, bias)), ...))`` with the same arguments (the
+    same dropout draws from ``key``), but each head's queries, keys and values are projected
+    inside the loop over heads, ``(T, 3H)`` at a time: no ``(B, T, 3E)`` projection is ever
+    stored (at B=1, T=16384, d=768, 12 heads: 24 MiB of XLA temporaries instead of 162 MiB).
+    """
+    check_self_attention_args(
+        x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=JAX_FLOATS
+    )
+    batch, num_tokens, d_in = x.shape
+    head_dim = weight.shape[0] // (3 * num_heads)
+    check_blockwise_args(
+        block_size=block_size, dropout=dropout, attn_keep_mask=attn_keep_mask,
+        keep_shape=(batch, num_heads, num_tokens, num_tokens),
+    )  # fmt: skip
+    padded_x = _pad_to_blocks(x, block_size, 1)  # (B, Tp, D): padded tokens are hidden keys
+    # (3E, D) -> (N, 3H, D): head n's query, key and value rows, next to each other
+    head_weights = jnp.swapaxes(weight.reshape(3, num_heads, head_dim, d_in), 0, 1)
+    head_weights = head_weights.reshape(num_heads, 3 * head_dim, d_in)
+    head_biases = None if bias is None else jnp.swapaxes(bias.reshape(3, num_heads, head_dim), 0, 1)
+
+    def head_inputs(b: jax.Array, n: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        head_bias = None if head_biases is None else head_biases[n].reshape(-1)  # (3H,)
+        projected = linear(padded_x[b], head_weights[n], head_bias)  # (Tp, 3H)
+        return tuple(jnp.split(projected, 3, axis=-1))  # queries, keys, values: 3 x (Tp, H)
+
+    context_vec = _heads_blockwise(
+        head_inputs, batch=batch, num_heads=num_heads, num_queries=num_tokens, num_keys=num_tokens,
+        head_dim=head_dim, dtype=x.dtype, causal=causal, padding_mask=padding_mask,
+        dropout=dropout, key=key, attn_keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip  # (B, T, N, H)
+    return context_vec.reshape(batch, num_tokens, num_heads * head_dim)  # (B, T, E)
+
+
+def _heads_blockwise(
+    head_inputs: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array, jax.Array]],
+    *,
+    batch: int,
+    num_heads: int,
+    num_queries: int,
+    num_keys: int,
+    head_dim: int,
+    dtype: Any,
+    causal: bool,
+    padding_mask: jax.Array | None,
+    dropout: float | None,
+    key: jax.Array | None,
+    attn_keep_mask: jax.Array | None,
+    block_size: int,
+) -> jax.Array:
+    """The blockwise loops over every head: ``head_inputs(b, n)`` gives head (b, n)'s queries
+    ``(Tp, H)`` and keys and values ``(Sp, H)``, padded to whole blocks; returns the context in
+    token-major ``(B, T, N, Hv)`` layout."""
+    dropping = dropout is not None and (key is not None or attn_keep_mask is not None)
+    padded_length = -(-num_queries // block_size) * block_size  # Tp
+    padded_keys = -(-num_keys // block_size) * block_size  # Sp
+    num_key_blocks = padded_keys // block_size
+    hidden = jnp.broadcast_to(jnp.arange(padded_keys) >= num_keys, (batch, padded_keys))  # (B, Sp)
     if padding_mask is not None:
         hidden = hidden | _pad_to_blocks(padding_mask, block_size, -1)
     # without padding, only a causal diagonal block (or, without causality, a padded key) hides keys
@@ -106,12 +196,8 @@ def blockwise_attention(
 
     def one_head(head: jax.Array, context_vec: jax.Array) -> jax.Array:
         b, n = head // num_heads, head % num_heads
-
-        def of_head(x: jax.Array) -> jax.Array:  # (B, L, N, H) -> this head's (L, H)
-            return jax.lax.dynamic_slice(x, (b, 0, n, 0), (1, x.shape[1], 1, x.shape[3]))[0, :, 0]
-
-        head_queries = of_head(padded_queries) * scale  # (Tp, H)
-        head_keys, head_values = of_head(padded_keys), of_head(padded_values)  # (Sp, H), (Sp, Hv)
+        head_queries, head_keys, head_values = head_inputs(b, n)  # (Tp, H), (Sp, H), (Sp, Hv)
+        head_queries = head_queries * jnp.asarray(1 / head_queries.shape[-1] ** 0.5, dtype)
         head_hidden = hidden[b]  # (Sp,)
         head_keep = None if keep_mask is None else keep_mask[b, n]  # (Tp, Sp)
         head_key = None if key is None else jax.random.fold_in(key, head)
@@ -153,23 +239,18 @@ def blockwise_attention(
                 return jax.lax.switch(jnp.sign(ki - qi) + 1, branches, ki, carry)
 
             init = (
-                jnp.full((block_size, 1), -jnp.inf, queries.dtype),
-                jnp.zeros((block_size, 1), queries.dtype),
-                jnp.zeros((block_size, values.shape[-1]), queries.dtype),
+                jnp.full((block_size, 1), -jnp.inf, dtype),
+                jnp.zeros((block_size, 1), dtype),
+                jnp.zeros((block_size, head_dim), dtype),
             )
             _, running_sum, acc = jax.lax.fori_loop(0, num_key_blocks, visit, init)
             result = acc * (1 / jnp.where(running_sum == 0, 1, running_sum))  # (bq, Hv)
             return jax.lax.dynamic_update_slice_in_dim(head_context, result, qi * block_size, axis=0)
 
-        head_context = jnp.zeros((padded_length, values.shape[-1]), queries.dtype)
+        head_context = jnp.zeros((padded_length, head_dim), dtype)
         head_context = jax.lax.fori_loop(0, padded_length // block_size, one_query_block, head_context)
         return jax.lax.dynamic_update_slice(context_vec, head_context[None, :, None, :], (b, 0, n, 0))
 
-    context_vec = jnp.zeros((batch, padded_length, num_heads, values.shape[-1]), queries.dtype)
+    context_vec = jnp.zeros((batch, padded_length, num_heads, head_dim), dtype)
     context_vec = jax.lax.fori_loop(0, batch * num_heads, one_head, context_vec)  # (B, Tp, N, Hv)
-    context_vec = context_vec[:, :num_queries]
-    if queries.ndim == 2:
-        return context_vec[0, :, 0]
-    if queries.ndim == 3:
-        return context_vec[:, :, 0]
-    return jnp.swapaxes(context_vec, 1, 2).reshape(queries.shape[:-1] + values.shape[-1:])
+    return context_vec[:, :num_queries]

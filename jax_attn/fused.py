@@ -7,23 +7,21 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from jax_attn.attend import attend
+from jax_attn.attend import attend, attend_heads
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
 from jax_attn.dropout import dropout as apply_dropout
-from jax_attn.heads import merge_heads, split_heads
 from jax_attn.linear import fuses_projections, linear, split_projection
 from numpy_attn.steps import Steps
 
 __all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single_head_attention"]
 
 
-def _qkv(params: Mapping[str, jax.Array], x: jax.Array, implementation: str) -> tuple[jax.Array, ...]:
-    """The thirds of ``Wqkv(x)``: one matmul as in the notes, unless ``fuses_projections`` says
-    that this fast path runs the three apart."""
-    fused = implementation == "reference" or fuses_projections(implementation, x.shape[-2])
-    return split_projection(x, params["Wqkv.weight"], params.get("Wqkv.bias"), fused=fused)
+def _fused(implementation: str, num_tokens: int) -> bool:
+    """Whether ``Wqkv`` runs as one matmul: as in the notes, unless ``fuses_projections`` says
+    that this fast path runs the three thirds apart."""
+    return implementation == "reference" or fuses_projections(implementation, num_tokens)
 
 
 @compiled
@@ -41,7 +39,9 @@ def fused_single_head_attention(
     """
     check_layer("FusedSingleHeadAttention", params, x, implementation=implementation, block_size=block_size)
     x = jnp.asarray(x)  # arrays from any framework compute here
-    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, E)
+    queries, keys, values = split_projection(
+        x, params["Wqkv.weight"], params.get("Wqkv.bias"), fused=_fused(implementation, x.shape[-2])
+    )  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
         queries, keys, values,
         implementation=implementation, block_size=block_size, return_steps=return_steps,
@@ -80,25 +80,15 @@ def fused_multi_head_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
-    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, D)
-    context_vec, attention_steps = attend(
-        split_heads(queries, num_heads),  # (B, N, T, H)
-        split_heads(keys, num_heads),  # (B, N, S, H)
-        split_heads(values, num_heads),  # (B, N, S, H)
-        implementation=implementation, block_size=block_size, return_steps=return_steps,
-    )  # fmt: skip  # (B, N, T, H)
-    context_vec = merge_heads(context_vec)  # (B, T, D)
+    context_vec, attention_steps = attend_heads(
+        x, params["Wqkv.weight"], params.get("Wqkv.bias"), num_heads=num_heads,
+        fused=_fused(implementation, x.shape[-2]), implementation=implementation,
+        block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip  # (B, T, D)
     output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     if not return_steps:
         return output
-    return output, Steps(
-        queries=queries,
-        keys=keys,
-        values=values,
-        **attention_steps,
-        context_vec=context_vec,
-        output=output,
-    )
+    return output, Steps(**attention_steps, context_vec=context_vec, output=output)
 
 
 @compiled
@@ -146,26 +136,14 @@ def fused_causal_attention(
     )
     x = jnp.asarray(x)  # arrays from any framework compute here
     attn_key, out_key = (None, None) if key is None else jax.random.split(key)
-    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, D)
-    context_vec, attention_steps = attend(
-        split_heads(queries, num_heads),  # (B, N, T, H)
-        split_heads(keys, num_heads),  # (B, N, S, H)
-        split_heads(values, num_heads),  # (B, N, S, H)
-        causal=True, padding_mask=padding_mask, dropout=attn_drop, key=attn_key,
-        attn_keep_mask=attn_keep_mask, implementation=implementation, block_size=block_size,
-        return_steps=return_steps,
-    )  # fmt: skip  # (B, N, T, H)
-    context_vec = merge_heads(context_vec)  # (B, T, D)
+    context_vec, attention_steps = attend_heads(
+        x, params["Wqkv.weight"], params.get("Wqkv.bias"), num_heads=num_heads,
+        fused=_fused(implementation, x.shape[-2]), causal=True, padding_mask=padding_mask,
+        dropout=attn_drop, key=attn_key, attn_keep_mask=attn_keep_mask,
+        implementation=implementation, block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip  # (B, T, D)
     projected = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     output = apply_dropout(projected, out_drop, key=out_key, keep_mask=out_keep_mask)
     if not return_steps:
         return output
-    return output, Steps(
-        queries=queries,
-        keys=keys,
-        values=values,
-        **attention_steps,
-        context_vec=context_vec,
-        projected=projected,
-        output=output,
-    )
+    return output, Steps(**attention_steps, context_vec=context_vec, projected=projected, output=output)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from numpy_attn.validation import uses_blockwise
 
-__all__ = ["fuses_projections", "linear", "qkv_projections", "split_projection"]
+__all__ = ["fuses_projections", "linear", "qkv_projections", "qkv_weights", "split_projection"]
 
 
 def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
@@ -30,9 +30,17 @@ def qkv_projections(
     names = ("W_query", "W_key", "W_value")
     if not fused:
         return tuple(linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in names)
+    return split_projection(x, *qkv_weights(params))  # 3 x (..., E)
+
+
+def qkv_weights(params: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array | None]:
+    """``W_query``, ``W_key`` and ``W_value`` stacked in the layout of note 003's ``Wqkv``: the
+    ``(3E, D)`` weight and the ``(3E,)`` bias (None without ``qkv_bias``)."""
+    names = ("W_query", "W_key", "W_value")
     weight = jnp.concatenate([params[f"{n}.weight"] for n in names])  # (3 * E, D)
-    bias = None if "W_query.bias" not in params else jnp.concatenate([params[f"{n}.bias"] for n in names])
-    return split_projection(x, weight, bias)  # 3 x (..., E)
+    if "W_query.bias" not in params:
+        return weight, None
+    return weight, jnp.concatenate([params[f"{n}.bias"] for n in names])  # (3 * E,)
 
 
 def split_projection(

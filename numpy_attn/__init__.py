@@ -17,9 +17,9 @@ transcription of the notes, or the O(T)-memory blockwise path (online softmax, c
 skipped, one fused QKV matmul), or blockwise for long sequences only.
 """
 
-from numpy_attn.attend import attend
+from numpy_attn.attend import attend, attend_heads
 from numpy_attn.attention import scaled_dot_product_attention
-from numpy_attn.blockwise import blockwise_attention
+from numpy_attn.blockwise import blockwise_attention, blockwise_self_attention
 from numpy_attn.causal import causal_attention, multi_head_attention_wrapper
 from numpy_attn.dropout import dropout
 from numpy_attn.fused import (
@@ -34,7 +34,7 @@ from numpy_attn.kv_cache import (
     init_kv_cache,
     multi_head_attention_decode,
 )
-from numpy_attn.linear import fuses_projections, linear, qkv_projections, split_projection
+from numpy_attn.linear import fuses_projections, linear, qkv_projections, qkv_weights, split_projection
 from numpy_attn.masks import causal_mask
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.self_attention import self_attention_v1, self_attention_v2
@@ -53,7 +53,9 @@ __all__ = [
     "LayerDims",
     "Steps",
     "attend",
+    "attend_heads",
     "blockwise_attention",
+    "blockwise_self_attention",
     "causal_attention",
     "causal_mask",
     "check_layer",
@@ -73,6 +75,7 @@ __all__ = [
     "multi_head_attention_wrapper",
     "param_shapes",
     "qkv_projections",
+    "qkv_weights",
     "save_weights",
     "scaled_dot_product_attention",
     "self_attention_v1",

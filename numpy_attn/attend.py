@@ -1,16 +1,19 @@
-"""The attention core of every layer, by implementation: the notes' math or the blockwise path."""
+"""The attention core of every layer, by implementation: the notes' math or the blockwise path;
+and of the multi-head layers from their input on, projections and heads included."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from numpy_attn.attention import scaled_dot_product_attention
-from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, blockwise_attention
+from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, blockwise_attention, blockwise_self_attention
+from numpy_attn.heads import merge_heads, split_heads
+from numpy_attn.linear import split_projection
 from numpy_attn.masks import causal_mask
 from numpy_attn.steps import Steps
 from numpy_attn.validation import uses_blockwise
 
-__all__ = ["attend"]
+__all__ = ["attend", "attend_heads"]
 
 
 def attend(
@@ -57,3 +60,51 @@ def attend(
         rng=rng, attn_keep_mask=attn_keep_mask, block_size=block_size,
     )  # fmt: skip
     return context_vec, steps
+
+
+def attend_heads(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    num_heads: int,
+    fused: bool,
+    causal: bool = False,
+    padding_mask: np.ndarray | None = None,
+    dropout: float | None = None,
+    rng: np.random.Generator | None = None,
+    attn_keep_mask: np.ndarray | None = None,
+    implementation: str = "reference",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    return_steps: bool = False,
+) -> tuple[np.ndarray, Steps]:
+    """``(context_vec, steps)`` of multi-head self-attention, up to the output projection.
+
+    x ``(B, T, D)`` is projected by the stacked QKV ``weight`` ``(3E, D)`` (torch layout: the
+    rows of W_query, W_key, W_value) and ``bias`` ``(3E,)`` or None, in one matmul if ``fused``
+    (else three, as the notes' separate projections); the queries, keys and values are split
+    into ``num_heads`` heads, attended by ``attend`` (every other argument is ``attend``'s) and
+    merged back: context_vec is ``(B, T, E)``; steps are the projections and ``attend``'s
+    steps, with ``return_steps``. On the blockwise path without steps,
+    ``blockwise_self_attention`` projects each head inside its loop instead, so that no
+    ``(B, T, 3E)`` projection is stored.
+    """
+    if uses_blockwise(implementation, x.shape[-2]) and not return_steps:
+        context_vec = blockwise_self_attention(
+            x, weight, bias, num_heads=num_heads, causal=causal, padding_mask=padding_mask,
+            dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask, block_size=block_size,
+        )  # fmt: skip
+        return context_vec, Steps()
+    queries, keys, values = split_projection(x, weight, bias, fused=fused)  # 3 x (B, T, E)
+    context_vec, attention_steps = attend(
+        split_heads(queries, num_heads),  # (B, N, T, H)
+        split_heads(keys, num_heads),  # (B, N, S, H)
+        split_heads(values, num_heads),  # (B, N, S, H)
+        causal=causal, padding_mask=padding_mask, dropout=dropout, rng=rng,
+        attn_keep_mask=attn_keep_mask, implementation=implementation, block_size=block_size,
+        return_steps=return_steps,
+    )  # fmt: skip  # (B, N, T, H)
+    steps = Steps()
+    if return_steps:
+        steps = Steps(queries=queries, keys=keys, values=values, **attention_steps)
+    return merge_heads(context_vec), steps

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from numpy_attn.validation import check_dropout, check_keep_mask
+from numpy_attn.linear import linear
+from numpy_attn.validation import NUMPY_FLOATS, check_blockwise_args, check_self_attention_args
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention", "blockwise_self_attention"]
 
 DEFAULT_BLOCK_SIZE = 256  # fastest of 256, 512, 1024 on a 2-core CPU at B=8, T=1024, d=768
 
@@ -38,13 +39,11 @@ def blockwise_attention(
     weights: ``attn_keep_mask`` (bool ``(..., T, S)``, True = keep) is sliced per block; ``rng``
     draws a mask per block (other draws than the reference path's).
     """
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
-    if dropout is not None:
-        check_dropout("dropout", dropout)
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-    if attn_keep_mask is not None:
-        check_keep_mask("attn_keep_mask", attn_keep_mask, (*queries.shape[:-1], num_keys))
+    check_blockwise_args(
+        block_size=block_size, dropout=dropout, attn_keep_mask=attn_keep_mask,
+        keep_shape=(*queries.shape[:-1], num_keys),
+    )  # fmt: skip
     scale = 1 / queries.shape[-1] ** 0.5
     hidden_keys = None if padding_mask is None else padding_mask[:, None, None, :]  # (B, 1, 1, S)
     dropping = dropout is not None and (rng is not None or attn_keep_mask is not None)
@@ -86,4 +85,54 @@ def blockwise_attention(
             running_max = block_max
         # the reciprocal of the sum, as in softmax; a query that saw no key keeps a zero output
         context_vec[..., q0:q1, :] = acc * (1 / np.where(running_sum == 0, 1, running_sum))
+    return context_vec
+
+
+def blockwise_self_attention(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    num_heads: int,
+    causal: bool = False,
+    padding_mask: np.ndarray | None = None,
+    dropout: float | None = None,
+    rng: np.random.Generator | None = None,
+    attn_keep_mask: np.ndarray | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> np.ndarray:
+    """Multi-head self-attention of ``x`` projected by the stacked QKV ``weight``, block by block.
+
+    ``weight`` is ``(3E, D)`` in torch's layout (the rows of W_query, then W_key, then W_value:
+    note 003's ``Wqkv``), ``bias`` ``(3E,)`` or None; x is ``(B, T, D)``; returns the heads'
+    context merged, ``(B, T, E)``. Equal to ``merge_heads(blockwise_attention(*(split_heads(p,
+    num_heads) for p in split_projection(x, weight, bias)), ...))`` with the same arguments
+    (other dropout draws from ``rng``), but one head at a time: each head's queries, keys and
+    values are projected ``(B, T, 3H)`` at a time, so that no ``(B, T, 3E)`` projection is
+    stored, and its context is written into the merged ``(B, T, E)`` array.
+    """
+    check_self_attention_args(
+        x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=NUMPY_FLOATS
+    )
+    batch, num_tokens, d_in = x.shape
+    head_dim = weight.shape[0] // (3 * num_heads)
+    check_blockwise_args(
+        block_size=block_size, dropout=dropout, attn_keep_mask=attn_keep_mask,
+        keep_shape=(batch, num_heads, num_tokens, num_tokens),
+    )  # fmt: skip
+    # (3E, D) -> (N, 3H, D): head n's query, key and value rows, next to each other
+    head_weights = np.swapaxes(weight.reshape(3, num_heads, head_dim, d_in), 0, 1)
+    head_weights = head_weights.reshape(num_heads, 3 * head_dim, d_in)
+    head_biases = None if bias is None else np.swapaxes(bias.reshape(3, num_heads, head_dim), 0, 1)
+    context_vec = np.empty((batch, num_tokens, num_heads * head_dim), x.dtype)
+    for n in range(num_heads):
+        head_bias = None if head_biases is None else head_biases[n].reshape(-1)  # (3H,)
+        projected = linear(x, head_weights[n], head_bias)[:, None]  # (B, 1, T, 3H)
+        head_context = blockwise_attention(
+            *np.split(projected, 3, axis=-1),  # queries, keys, values: 3 x (B, 1, T, H)
+            causal=causal, padding_mask=padding_mask, dropout=dropout, rng=rng,
+            attn_keep_mask=None if attn_keep_mask is None else attn_keep_mask[:, n : n + 1],
+            block_size=block_size,
+        )  # fmt: skip  # (B, 1, T, H)
+        context_vec[..., n * head_dim : (n + 1) * head_dim] = head_context[:, 0]
     return context_vec

@@ -6,10 +6,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from numpy_attn.attend import attend
+from numpy_attn.attend import attend, attend_heads
 from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
 from numpy_attn.dropout import dropout as apply_dropout
-from numpy_attn.heads import merge_heads, split_heads
 from numpy_attn.linear import fuses_projections, linear, split_projection
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
@@ -17,11 +16,10 @@ from numpy_attn.steps import Steps
 __all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single_head_attention"]
 
 
-def _qkv(params: Mapping[str, np.ndarray], x: np.ndarray, implementation: str) -> tuple[np.ndarray, ...]:
-    """The thirds of ``Wqkv(x)``: one matmul as in the notes, unless ``fuses_projections`` says
-    that this fast path runs the three apart."""
-    fused = implementation == "reference" or fuses_projections(implementation, x.shape[-2])
-    return split_projection(x, params["Wqkv.weight"], params.get("Wqkv.bias"), fused=fused)
+def _fused(implementation: str, num_tokens: int) -> bool:
+    """Whether ``Wqkv`` runs as one matmul: as in the notes, unless ``fuses_projections`` says
+    that this fast path runs the three thirds apart."""
+    return implementation == "reference" or fuses_projections(implementation, num_tokens)
 
 
 def fused_single_head_attention(
@@ -38,7 +36,9 @@ def fused_single_head_attention(
     """
     check_layer("FusedSingleHeadAttention", params, x, implementation=implementation, block_size=block_size)
     x = np.asarray(x)  # arrays from any framework compute here
-    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, E)
+    queries, keys, values = split_projection(
+        x, params["Wqkv.weight"], params.get("Wqkv.bias"), fused=_fused(implementation, x.shape[-2])
+    )  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
         queries, keys, values,
         implementation=implementation, block_size=block_size, return_steps=return_steps,
@@ -76,25 +76,15 @@ def fused_multi_head_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
-    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, D)
-    context_vec, attention_steps = attend(
-        split_heads(queries, num_heads),  # (B, N, T, H)
-        split_heads(keys, num_heads),  # (B, N, S, H)
-        split_heads(values, num_heads),  # (B, N, S, H)
-        implementation=implementation, block_size=block_size, return_steps=return_steps,
-    )  # fmt: skip  # (B, N, T, H)
-    context_vec = merge_heads(context_vec)  # (B, T, D)
+    context_vec, attention_steps = attend_heads(
+        x, params["Wqkv.weight"], params.get("Wqkv.bias"), num_heads=num_heads,
+        fused=_fused(implementation, x.shape[-2]), implementation=implementation,
+        block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip  # (B, T, D)
     output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     if not return_steps:
         return output
-    return output, Steps(
-        queries=queries,
-        keys=keys,
-        values=values,
-        **attention_steps,
-        context_vec=context_vec,
-        output=output,
-    )
+    return output, Steps(**attention_steps, context_vec=context_vec, output=output)
 
 
 def fused_causal_attention(
@@ -139,26 +129,14 @@ def fused_causal_attention(
         block_size=block_size,
     )
     x = np.asarray(x)  # arrays from any framework compute here
-    queries, keys, values = _qkv(params, x, implementation)  # 3 x (B, T, D)
-    context_vec, attention_steps = attend(
-        split_heads(queries, num_heads),  # (B, N, T, H)
-        split_heads(keys, num_heads),  # (B, N, S, H)
-        split_heads(values, num_heads),  # (B, N, S, H)
-        causal=True, padding_mask=padding_mask, dropout=attn_drop, rng=rng,
-        attn_keep_mask=attn_keep_mask, implementation=implementation, block_size=block_size,
-        return_steps=return_steps,
-    )  # fmt: skip  # (B, N, T, H)
-    context_vec = merge_heads(context_vec)  # (B, T, D)
+    context_vec, attention_steps = attend_heads(
+        x, params["Wqkv.weight"], params.get("Wqkv.bias"), num_heads=num_heads,
+        fused=_fused(implementation, x.shape[-2]), causal=True, padding_mask=padding_mask,
+        dropout=attn_drop, rng=rng, attn_keep_mask=attn_keep_mask,
+        implementation=implementation, block_size=block_size, return_steps=return_steps,
+    )  # fmt: skip  # (B, T, D)
     projected = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     output = apply_dropout(projected, out_drop, rng=rng, keep_mask=out_keep_mask)
     if not return_steps:
         return output
-    return output, Steps(
-        queries=queries,
-        keys=keys,
-        values=values,
-        **attention_steps,
-        context_vec=context_vec,
-        projected=projected,
-        output=output,
-    )
+    return output, Steps(**attention_steps, context_vec=context_vec, projected=projected, output=output)

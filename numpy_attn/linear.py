@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["fuses_projections", "linear", "qkv_projections", "split_projection"]
+__all__ = ["fuses_projections", "linear", "qkv_projections", "qkv_weights", "split_projection"]
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
@@ -28,9 +28,17 @@ def qkv_projections(
     names = ("W_query", "W_key", "W_value")
     if not fused:
         return tuple(linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in names)
+    return split_projection(x, *qkv_weights(params))  # 3 x (..., E)
+
+
+def qkv_weights(params: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+    """``W_query``, ``W_key`` and ``W_value`` stacked in the layout of note 003's ``Wqkv``: the
+    ``(3E, D)`` weight and the ``(3E,)`` bias (None without ``qkv_bias``)."""
+    names = ("W_query", "W_key", "W_value")
     weight = np.concatenate([params[f"{n}.weight"] for n in names])  # (3 * E, D)
-    bias = None if "W_query.bias" not in params else np.concatenate([params[f"{n}.bias"] for n in names])
-    return split_projection(x, weight, bias)  # 3 x (..., E)
+    if "W_query.bias" not in params:
+        return weight, None
+    return weight, np.concatenate([params[f"{n}.bias"] for n in names])  # (3 * E,)
 
 
 def split_projection(

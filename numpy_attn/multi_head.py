@@ -6,10 +6,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from numpy_attn.attend import attend
+from numpy_attn.attend import attend_heads
 from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
-from numpy_attn.heads import merge_heads, split_heads
-from numpy_attn.linear import fuses_projections, linear, qkv_projections
+from numpy_attn.linear import fuses_projections, linear, qkv_weights
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
@@ -43,24 +42,13 @@ def multi_head_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
-    fused = fuses_projections(implementation, x.shape[-2])
-    queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
-    context_vec, attention_steps = attend(
-        split_heads(queries, num_heads),  # (B, N, T, H)
-        split_heads(keys, num_heads),  # (B, N, S, H)
-        split_heads(values, num_heads),  # (B, N, S, H)
+    weight, bias = qkv_weights(params)  # (3E, D), (3E,) or None
+    context_vec, attention_steps = attend_heads(
+        x, weight, bias, num_heads=num_heads, fused=fuses_projections(implementation, x.shape[-2]),
         causal=True, dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask,
         implementation=implementation, block_size=block_size, return_steps=return_steps,
-    )  # fmt: skip  # (B, N, T, H)
-    context_vec = merge_heads(context_vec)  # (B, T, E)
+    )  # fmt: skip  # (B, T, E)
     output = linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias"))
     if not return_steps:
         return output
-    return output, Steps(
-        queries=queries,
-        keys=keys,
-        values=values,
-        **attention_steps,
-        context_vec=context_vec,
-        output=output,
-    )
+    return output, Steps(**attention_steps, context_vec=context_vec, output=output)

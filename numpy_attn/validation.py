@@ -20,6 +20,8 @@ __all__ = [
     "JAX_FLOATS",
     "NUMPY_FLOATS",
     "check_array",
+    "check_block_size",
+    "check_blockwise_args",
     "check_context_length",
     "check_divisible",
     "check_dropout",
@@ -31,6 +33,7 @@ __all__ = [
     "check_mapping",
     "check_padding_mask",
     "check_params",
+    "check_self_attention_args",
     "uses_blockwise",
 ]
 
@@ -49,8 +52,54 @@ AUTO_BLOCKWISE_TOKENS = 512
 def check_implementation(implementation: str, block_size: int) -> None:
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+    check_block_size(block_size)
+
+
+def check_block_size(block_size: Any) -> None:
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+
+
+def check_blockwise_args(
+    *, block_size: Any, dropout: Any, attn_keep_mask: Any, keep_shape: tuple[int, ...]
+) -> None:
+    """The arguments of a blockwise core that no layer check has seen on a direct call."""
+    check_block_size(block_size)
+    if dropout is not None:
+        check_dropout("dropout", dropout)
+    if attn_keep_mask is not None:
+        check_keep_mask("attn_keep_mask", attn_keep_mask, keep_shape)
+
+
+def check_self_attention_args(
+    x: Any, weight: Any, bias: Any, *, num_heads: Any, padding_mask: Any, floating: tuple[str, ...]
+) -> None:
+    """``blockwise_self_attention``'s input ``(B, T, D)``, stacked ``(3E, D)`` QKV weight in
+    x's dtype, ``(3E,)`` bias or None, ``num_heads`` dividing E and ``(B, T)`` padding mask."""
+    shape = check_input(x, layout="(B, T, D)", floating=floating)
+    weight_shape = check_array("weight", weight)
+    if len(weight_shape) != 2 or weight_shape[1] != shape[-1]:
+        raise ValueError(
+            f"weight must have shape (3E, D) with D={shape[-1]} (x has shape {shape}), "
+            f"got shape {weight_shape}"
+        )
+    check_divisible("weight rows (3E)", weight_shape[0], num_heads)
+    if weight_shape[0] % (3 * num_heads) != 0:
+        raise ValueError(
+            f"weight must stack 3 projections of num_heads={num_heads} equal heads, got shape {weight_shape}"
+        )
+    if bias is not None and check_array("bias", bias) != weight_shape[:1]:
+        raise ValueError(
+            f"bias must have shape ({weight_shape[0]},) for weight of shape {weight_shape}, "
+            f"got shape {check_array('bias', bias)}"
+        )
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None and np.dtype(value.dtype) != np.dtype(x.dtype):
+            raise TypeError(
+                f"{name} has dtype {np.dtype(value.dtype).name} but x has dtype {np.dtype(x.dtype).name}"
+            )
+    if padding_mask is not None:
+        check_padding_mask(padding_mask, shape[0], shape[1])
 
 
 def uses_blockwise(implementation: str, num_queries: int) -> bool:

@@ -1,8 +1,11 @@
-"""Property-based checks of the blockwise core in NumPy and JAX against the reference math.
+"""Property-based checks of the blockwise cores in NumPy and JAX against the reference math.
 
-Random ranks ((T, H), (B, T, H), (B, N, T, H)), lengths that block sizes do not divide, causal
-or not (T != S when not), padding masks with fully hidden rows, and block sizes from 1 to past
-the length. ``make test`` runs a derandomized fast profile; the slow profile runs under ``slow``.
+``blockwise_attention``: random ranks ((T, H), (B, T, H), (B, N, T, H)), lengths that block
+sizes do not divide, causal or not (T != S when not), padding masks with fully hidden rows, and
+block sizes from 1 to past the length. ``blockwise_self_attention``: random widths, head
+counts, biases, causal or not, padding masks, block sizes, against projecting, splitting,
+attending and merging with the reference math. ``make test`` runs a derandomized fast profile;
+the slow profile runs under ``slow``.
 """
 
 import functools
@@ -66,6 +69,44 @@ def check_blockwise(problem):
         np.testing.assert_allclose(output, expected, rtol=TOLERANCE, atol=TOLERANCE)
 
 
+@st.composite
+def self_attention_problems(draw):
+    batch, tokens = draw(st.integers(1, 3)), draw(st.integers(1, 12))
+    num_heads, head_dim, d_in = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 5))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    width = 3 * num_heads * head_dim
+    padding = draw(st.booleans())
+    return {
+        "x": rng.standard_normal((batch, tokens, d_in)),
+        "weight": rng.standard_normal((width, d_in)),
+        "bias": rng.standard_normal(width) if draw(st.booleans()) else None,
+        "num_heads": num_heads,
+        "causal": draw(st.booleans()),
+        "padding_mask": rng.random((batch, tokens)) < 0.4 if padding else None,
+        "block_size": draw(st.integers(1, 14)),
+    }
+
+
+def self_attention_reference(problem):
+    parts = numpy_attn.split_projection(problem["x"], problem["weight"], problem["bias"])
+    queries, keys, values = (numpy_attn.split_heads(part, problem["num_heads"]) for part in parts)
+    context_vec = reference({**problem, "queries": queries, "keys": keys, "values": values})
+    return numpy_attn.merge_heads(context_vec)
+
+
+def check_self_attention(problem):
+    expected = self_attention_reference(problem)
+    numpy_output = numpy_attn.blockwise_self_attention(**problem)
+    with jax_context("float64"):
+        static = {k: problem[k] for k in ("num_heads", "causal", "block_size")}
+        arrays = {k: None if v is None else jnp.asarray(v) for k, v in problem.items() if k not in static}
+        function = functools.partial(jax_attn.blockwise_self_attention, **static)
+        jax_output = np.asarray(jax.jit(function)(**arrays))
+    for output in (numpy_output, jax_output):
+        assert output.shape == expected.shape
+        np.testing.assert_allclose(output, expected, rtol=TOLERANCE, atol=TOLERANCE)
+
+
 COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "database": None}
 
 
@@ -85,5 +126,25 @@ def test_blockwise_matches_the_reference_math_slow_profile():
     def check(problem):
         check_blockwise(problem)
         jax.clear_caches()  # one program per shape: see test_properties
+
+    check()
+
+
+def test_blockwise_self_attention_matches_the_reference_math():
+    @settings(max_examples=FAST_EXAMPLES, derandomize=True, **COMMON)
+    @given(self_attention_problems())
+    def check(problem):
+        check_self_attention(problem)
+
+    check()
+
+
+@pytest.mark.slow
+def test_blockwise_self_attention_matches_the_reference_math_slow_profile():
+    @settings(max_examples=SLOW_EXAMPLES, **COMMON)
+    @given(self_attention_problems())
+    def check(problem):
+        check_self_attention(problem)
+        jax.clear_caches()
 
     check()
