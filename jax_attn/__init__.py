@@ -6,8 +6,9 @@ randomness comes from a ``jax.random`` key (``key=``) instead of a NumPy generat
 under ``jax.jit`` (mark ``num_heads``, ``context_length``/``context_size``, the dropout
 probabilities, ``implementation``, ``block_size`` and ``return_steps`` static), ``jax.grad``
 and ``jax.vmap``. ``implementation="blockwise"`` is the O(T)-memory path (online softmax over
-key blocks, causal blocks skipped with ``lax.cond``); ``"auto"`` uses it for long sequences. Masks are boolean
-with True = hidden (the notes' meaning, the opposite of ``jax.nn.dot_product_attention``).
+key blocks, hidden causal blocks skipped with ``lax.switch``; the multi-head layers project
+each head inside the loop over heads); ``"auto"`` uses it for long sequences. Masks are
+boolean with True = hidden (the notes' meaning, the opposite of ``jax.nn.dot_product_attention``).
 
 Eager calls of the layer functions run the program ``jax.jit`` compiles for them
 (``jax_attn.compiled``): eager and jitted results are bit-identical.

@@ -13,8 +13,9 @@ Masks are boolean with True = hidden (the notes' meaning); dropout keep-masks ha
 A query whose every key is hidden gets zero attention weights (the notes' classes give NaN).
 Dropout happens only when an ``rng`` (``numpy.random.Generator``) or a keep-mask is passed.
 Every layer takes ``implementation="reference" | "blockwise" | "auto"``: the readable
-transcription of the notes, or the O(T)-memory blockwise path (online softmax, causal blocks
-skipped, one fused QKV matmul), or blockwise for long sequences only.
+transcription of the notes, or the O(T)-memory blockwise path (online softmax, hidden causal
+blocks skipped; the multi-head layers project one head at a time, the others with one fused QKV
+matmul), or blockwise for long sequences only.
 """
 
 from numpy_attn.attend import attend, attend_heads
