@@ -12,7 +12,9 @@ work of causal attention and stays differentiable; the mask is applied only to b
 some key (the diagonal blocks, or every block with padding). T and S need not divide by
 ``block_size``: the last blocks are padded, and padded keys are hidden. Heads split from
 ``(B, T, E)`` projections are read and written in that token-major layout, so that XLA copies
-no whole ``(B, N, T, H)`` array on the way in or out.
+no whole ``(B, N, T, H)`` array on the way in or out. ``blockwise_self_attention`` (the
+multi-head layers' blockwise path) starts from the layer input instead: each head's queries,
+keys and values are projected inside the loop over heads, so no whole projection exists.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Queries are taken ``block_size`` at a time and keys ``block_size`` at a time; a 
 ``m``, a running sum ``l`` and a running output ``acc`` per query (the "online softmax") replace
 the (T, S) weight matrix, and key blocks that the causal mask hides entirely are skipped, which
 halves the work of causal attention. Only (block_size, block_size) scores exist at any time.
+``blockwise_self_attention`` runs it one head at a time from the layer input, projecting each
+head's queries, keys and values as it goes (the multi-head layers' blockwise path).
 """
 
 from __future__ import annotations
