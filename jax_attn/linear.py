@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
+from numpy_attn.spec import QKV
 from numpy_attn.validation import uses_blockwise
 
 __all__ = ["fuses_projections", "linear", "qkv_projections", "qkv_weights", "split_projection"]
@@ -27,20 +28,18 @@ def qkv_projections(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``W_query(x), W_key(x), W_value(x)``: three matmuls as in the notes, or, ``fused``, one
     matmul with the three weights stacked (one pass over x, the fast paths' choice)."""
-    names = ("W_query", "W_key", "W_value")
     if not fused:
-        return tuple(linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in names)
+        return tuple(linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in QKV)
     return split_projection(x, *qkv_weights(params))  # 3 x (..., E)
 
 
 def qkv_weights(params: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array | None]:
     """``W_query``, ``W_key`` and ``W_value`` stacked in the layout of note 003's ``Wqkv``: the
     ``(3E, D)`` weight and the ``(3E,)`` bias (None without ``qkv_bias``)."""
-    names = ("W_query", "W_key", "W_value")
-    weight = jnp.concatenate([params[f"{n}.weight"] for n in names])  # (3 * E, D)
+    weight = jnp.concatenate([params[f"{n}.weight"] for n in QKV])  # (3 * E, D)
     if "W_query.bias" not in params:
         return weight, None
-    return weight, jnp.concatenate([params[f"{n}.bias"] for n in names])  # (3 * E,)
+    return weight, jnp.concatenate([params[f"{n}.bias"] for n in QKV])  # (3 * E,)
 
 
 def split_projection(
