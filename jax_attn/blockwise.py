@@ -78,11 +78,9 @@ def blockwise_attention(
     """
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     check_blockwise_args(
-        block_size=block_size, dropout=dropout, attn_keep_mask=attn_keep_mask,
-        keep_shape=(*queries.shape[:-1], num_keys),
+        num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
+        dropout=dropout, attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
     )  # fmt: skip
-    if causal and num_queries != num_keys:
-        raise ValueError(f"causal blockwise attention needs T = S, got T={num_queries}, S={num_keys}")
     padded_queries = _pad_to_blocks(_token_major(queries), block_size, 1)  # (B, Tp, N, H)
     padded_keys = _pad_to_blocks(_token_major(keys), block_size, 1)  # (B, Sp, N, H)
     padded_values = _pad_to_blocks(_token_major(values), block_size, 1)  # (B, Sp, N, Hv)
@@ -135,7 +133,8 @@ def blockwise_self_attention(
     batch, num_tokens, d_in = x.shape
     head_dim = weight.shape[0] // (3 * num_heads)
     check_blockwise_args(
-        block_size=block_size, dropout=dropout, attn_keep_mask=attn_keep_mask,
+        num_queries=num_tokens, num_keys=num_tokens, causal=causal, block_size=block_size,
+        dropout=dropout, attn_keep_mask=attn_keep_mask,
         keep_shape=(batch, num_heads, num_tokens, num_tokens),
     )  # fmt: skip
     padded_x = _pad_to_blocks(x, block_size, 1)  # (B, Tp, D): padded tokens are hidden keys

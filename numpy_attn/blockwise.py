@@ -35,7 +35,7 @@ def blockwise_attention(
     """``softmax(queries @ keys^T / sqrt(H), hidden keys at -inf) @ values``, block by block.
 
     Shapes: queries ``(..., T, H)``, keys and values ``(..., S, H)``; returns ``(..., T, H)``.
-    ``causal`` hides key s from query t when s > t; ``padding_mask`` is bool ``(B, S)``,
+    ``causal`` hides key s from query t when s > t (T = S); ``padding_mask`` is bool ``(B, S)``,
     True = padding (hidden), for 4-D ``(B, N, T, H)`` inputs. A query whose every key is hidden
     gets a zero output, as in ``scaled_dot_product_attention``. Dropout on the (normalised)
     weights: ``attn_keep_mask`` (bool ``(..., T, S)``, True = keep) is sliced per block; ``rng``
@@ -43,8 +43,8 @@ def blockwise_attention(
     """
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     check_blockwise_args(
-        block_size=block_size, dropout=dropout, attn_keep_mask=attn_keep_mask,
-        keep_shape=(*queries.shape[:-1], num_keys),
+        num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
+        dropout=dropout, attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
     )  # fmt: skip
     scale = 1 / queries.shape[-1] ** 0.5
     hidden_keys = None if padding_mask is None else padding_mask[:, None, None, :]  # (B, 1, 1, S)
@@ -119,7 +119,8 @@ def blockwise_self_attention(
     batch, num_tokens, d_in = x.shape
     head_dim = weight.shape[0] // (3 * num_heads)
     check_blockwise_args(
-        block_size=block_size, dropout=dropout, attn_keep_mask=attn_keep_mask,
+        num_queries=num_tokens, num_keys=num_tokens, causal=causal, block_size=block_size,
+        dropout=dropout, attn_keep_mask=attn_keep_mask,
         keep_shape=(batch, num_heads, num_tokens, num_tokens),
     )  # fmt: skip
     # (3E, D) -> (N, 3H, D): head n's query, key and value rows, next to each other

@@ -61,9 +61,19 @@ def check_block_size(block_size: Any) -> None:
 
 
 def check_blockwise_args(
-    *, block_size: Any, dropout: Any, attn_keep_mask: Any, keep_shape: tuple[int, ...]
+    *,
+    num_queries: int,
+    num_keys: int,
+    causal: bool,
+    block_size: Any,
+    dropout: Any,
+    attn_keep_mask: Any,
+    keep_shape: tuple[int, ...],
 ) -> None:
-    """The arguments of a blockwise core that no layer check has seen on a direct call."""
+    """The arguments of a blockwise core that no layer check has seen on a direct call. Causal
+    blocks are skipped by their index, which needs as many queries as keys."""
+    if causal and num_queries != num_keys:
+        raise ValueError(f"causal blockwise attention needs T = S, got T={num_queries}, S={num_keys}")
     check_block_size(block_size)
     if dropout is not None:
         check_dropout("dropout", dropout)
