@@ -4,8 +4,8 @@
 compares their step traces, naming the first divergence and its likely causes;
 ``compare_steps(expected, actual)`` compares two step traces (see ``numpy_attn.steps``) with the
 per-dtype tolerances of ``parity_tests.tolerances`` and returns a ``StepReport`` naming the first
-diverging step. The test suite lives in ``parity_tests/tests``; ``python -m parity_tests report``
-prints the all-classes parity table.
+diverging step. The test suite lives in ``tests/`` (not shipped in the wheel);
+``python -m parity_tests report`` prints the all-classes parity table.
 """
 
 from parity_tests.compare import StepReport, StepRow, compare_arrays, compare_steps
