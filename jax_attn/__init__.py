@@ -31,7 +31,7 @@ from jax_attn.kv_cache import (
     init_kv_cache,
     multi_head_attention_decode,
 )
-from jax_attn.linear import fuses_projections, linear, qkv_projections, qkv_weights, split_projection
+from jax_attn.linear import linear, qkv_projections, qkv_weights, split_projection
 from jax_attn.masks import causal_mask
 from jax_attn.modules import (
     CausalAttention,
@@ -47,6 +47,7 @@ from jax_attn.multi_head import multi_head_attention
 from jax_attn.self_attention import self_attention_v1, self_attention_v2
 from jax_attn.simplified import simplified_self_attention
 from jax_attn.softmax import softmax, softmax_naive
+from numpy_attn.implementation import fuses_projections
 
 __all__ = [
     "CausalAttention",

@@ -29,13 +29,14 @@ from numpy_attn.fused import (
     fused_single_head_attention,
 )
 from numpy_attn.heads import merge_heads, split_heads
+from numpy_attn.implementation import IMPLEMENTATIONS, fuses_projections
 from numpy_attn.kv_cache import (
     KVCache,
     fused_causal_attention_decode,
     init_kv_cache,
     multi_head_attention_decode,
 )
-from numpy_attn.linear import fuses_projections, linear, qkv_projections, qkv_weights, split_projection
+from numpy_attn.linear import linear, qkv_projections, qkv_weights, split_projection
 from numpy_attn.masks import causal_mask
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.self_attention import self_attention_v1, self_attention_v2
@@ -43,7 +44,6 @@ from numpy_attn.simplified import simplified_self_attention
 from numpy_attn.softmax import softmax, softmax_naive
 from numpy_attn.spec import LAYERS, LayerDims, check_layer, infer_dims, param_shapes
 from numpy_attn.steps import STEP_DOCS, Steps
-from numpy_attn.validation import IMPLEMENTATIONS
 from numpy_attn.weights_file import load_weights, save_weights
 
 __all__ = [

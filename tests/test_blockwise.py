@@ -10,8 +10,8 @@ import pytest
 
 import jax_attn
 import numpy_attn
+from numpy_attn.implementation import AUTO_BLOCKWISE_TOKENS, uses_blockwise
 from numpy_attn.spec import param_shapes
-from numpy_attn.validation import AUTO_BLOCKWISE_TOKENS, uses_blockwise
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
