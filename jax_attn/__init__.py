@@ -18,6 +18,15 @@ differ from float32 at about 1e-3. Parity checks run under
 ``jax.default_matmul_precision("float32")``; do the same when comparing with torch.
 """
 
+try:  # the framework comes with an extra: name it rather than fail deep inside an import
+    import flax  # noqa: F401
+    import jax  # noqa: F401
+except ModuleNotFoundError as error:
+    raise ModuleNotFoundError(
+        f"jax_attn needs {error.name}, which is not installed: pip install 'attn-parity[jax]'",
+        name=error.name,
+    ) from error
+
 from jax_attn.attend import attend, attend_heads
 from jax_attn.attention import scaled_dot_product_attention
 from jax_attn.blockwise import blockwise_attention, blockwise_self_attention

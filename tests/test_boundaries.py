@@ -60,3 +60,17 @@ def test_importing_a_package_loads_no_other_framework(package, absent):
     code = f"import sys, {package}; print([m for m in {absent!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "package, framework, extra", [("jax_attn", "jax", "jax"), ("torch_ref", "torch", "torch")]
+)
+def test_a_missing_framework_names_the_extra_to_install(package, framework, extra):
+    code = f"import sys; sys.modules[{framework!r}] = None; import {package}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 1
+    last_line = out.stderr.strip().splitlines()[-1]
+    assert last_line == (
+        f"ModuleNotFoundError: {package} needs {framework}, which is not installed: "
+        f"pip install 'attn-parity[{extra}]'"
+    )
