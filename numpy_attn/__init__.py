@@ -42,13 +42,23 @@ from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.self_attention import self_attention_v1, self_attention_v2
 from numpy_attn.simplified import simplified_self_attention
 from numpy_attn.softmax import softmax, softmax_naive
-from numpy_attn.spec import LAYERS, LayerDims, check_layer, infer_dims, param_shapes
+from numpy_attn.spec import (
+    LAYERS,
+    SPECS,
+    LayerDims,
+    check_layer,
+    constructor_arguments,
+    infer_dims,
+    param_shapes,
+    parameter_names,
+)
 from numpy_attn.steps import STEP_DOCS, Steps
 from numpy_attn.weights_file import load_weights, save_weights
 
 __all__ = [
     "IMPLEMENTATIONS",
     "LAYERS",
+    "SPECS",
     "STEP_DOCS",
     "KVCache",
     "LayerDims",
@@ -60,6 +70,7 @@ __all__ = [
     "causal_attention",
     "causal_mask",
     "check_layer",
+    "constructor_arguments",
     "dropout",
     "fused_causal_attention",
     "fused_causal_attention_decode",
@@ -75,6 +86,7 @@ __all__ = [
     "multi_head_attention_decode",
     "multi_head_attention_wrapper",
     "param_shapes",
+    "parameter_names",
     "qkv_projections",
     "qkv_weights",
     "save_weights",
