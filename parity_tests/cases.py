@@ -16,10 +16,13 @@ import numpy as np
 
 from numpy_attn.spec import SPECS, LayerSpec
 
-__all__ = ["FUNCTION_NAMES", "SHAPES", "Case", "case_product"]
+__all__ = ["CAUSAL_LAYERS", "DROPOUT_LAYERS", "FUNCTION_NAMES", "SHAPES", "Case", "case_product"]
 
 # torch class name -> numpy_attn / jax_attn function name (from the layer specs)
 FUNCTION_NAMES: dict[str, str] = {name: spec.function for name, spec in SPECS.items()}
+# the classes that hide later tokens (they take a context length), and those with dropout
+CAUSAL_LAYERS = [name for name, spec in SPECS.items() if spec.context]
+DROPOUT_LAYERS = [name for name, spec in SPECS.items() if spec.dropouts]
 
 
 @dataclass(frozen=True)
