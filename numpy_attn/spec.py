@@ -74,8 +74,9 @@ class LayerSpec:
     ``dropouts`` the dropout probabilities; ``head_width`` the argument that ``num_heads`` must
     divide. ``buffers`` are the last name components of the class's buffers (``mask``): they are
     in ``state_dict()`` but not in the weights format. ``steps`` are the step names of
-    ``return_steps=True`` (the wrapper's are per head, see ``step_names``); ``multi_head`` says
-    whether the attention weights carry the N axis.
+    ``return_steps=True`` after those of its heads, if it is a stack of ``heads`` (the class of
+    each head, see ``step_names``); ``multi_head`` says whether the attention weights carry the
+    N axis.
     """
 
     name: str
@@ -90,6 +91,7 @@ class LayerSpec:
     head_width: str | None = None
     buffers: tuple[str, ...] = ()
     steps: tuple[str, ...] = ATTENTION_STEPS
+    heads: str | None = None
     multi_head: bool = False
     input_layout: str = "(B, T, D)"
 
@@ -197,7 +199,8 @@ SPECS: dict[str, LayerSpec] = {
             {"dropout": 0.0, "qkv_bias": False},
             weights=_wrapper_weights, implied=_read_wrapper,
             arguments=("num_heads", "context_length", "dropout"), context="context_length",
-            dropouts=("dropout",), buffers=("mask",), steps=("context_vec", "output"), multi_head=True,
+            dropouts=("dropout",), buffers=("mask",), steps=("context_vec", "output"),
+            heads="CausalAttention", multi_head=True,
         ),
         LayerSpec(
             "MultiHeadAttention", "multi_head_attention",
@@ -248,11 +251,13 @@ def layer_spec(layer: str) -> LayerSpec:
 
 
 def step_names(layer: str, num_heads: int = 1) -> list[str]:
-    """The step names of ``layer``'s ``return_steps=True``, in order (the wrapper's heads first)."""
+    """The step names of ``layer``'s ``return_steps=True``, in order: a stack of heads records
+    each head's steps under ``heads.{i}.`` first."""
     spec = layer_spec(layer)
-    if layer != "MultiHeadAttentionWrapper":
+    if spec.heads is None:
         return list(spec.steps)
-    return [f"heads.{i}.{step}" for i in range(num_heads) for step in CAUSAL_STEPS] + list(spec.steps)
+    head_steps = [f"heads.{i}.{step}" for i in range(num_heads) for step in step_names(spec.heads)]
+    return head_steps + list(spec.steps)
 
 
 def parameter_shapes(layer: str, **arguments: Any) -> Shapes:
@@ -322,6 +327,11 @@ def constructor_arguments(layer: str, params: Mapping[str, Any], **given: Any) -
         raise ValueError(f"{layer} needs {', '.join(missing)}: the weights do not tell them")
     check_params(weights, spec.weights(**arguments), layer=layer)
     return {name: arguments[name] for name in spec.constructor}
+
+
+# ``LayerDims``, ``infer_dims`` and ``param_shapes`` are views of the specs under one set of size
+# names for every class, for the callers written against them (weights files, the Flax modules);
+# new code uses ``constructor_arguments`` and ``parameter_shapes``.
 
 
 @dataclass(frozen=True)
@@ -398,8 +408,9 @@ def check_layer(
     floating: tuple[str, ...] = NUMPY_FLOATS,
     implementation: str = "reference",
     block_size: int = DEFAULT_BLOCK_SIZE,
-) -> LayerDims:
-    """Validate one layer call up front and return its sizes.
+) -> dict[str, Any]:
+    """Validate one layer call up front; return the constructor arguments known so far (those the
+    weights imply, ``num_heads``, the defaults).
 
     Checks, in order: ``implementation`` and ``block_size``, ``num_heads`` against the weights,
     each dropout probability in ``dropouts`` (name -> p), the input's dtype (one of
@@ -411,25 +422,22 @@ def check_layer(
     """
     spec = layer_spec(layer)
     check_implementation(implementation, block_size)
-    dims = infer_dims(layer, params, num_heads)
-    expected = param_shapes(
-        layer, d_in=dims.d_in, d_out=dims.d_out, num_heads=dims.num_heads,
-        qkv_bias=dims.qkv_bias, out_bias=dims.out_bias,
-    )  # fmt: skip
+    arguments = _read(spec, params, {"num_heads": num_heads} if "num_heads" in spec.constructor else {})
     for name, p in (dropouts or {}).items():
         check_dropout(name, p)
-    shape = check_input(x, layout=spec.input_layout, d_in=dims.d_in, floating=floating)
-    check_params(params, expected, layer=layer, dtype=x.dtype)
+    d_in = arguments["hidden_size"] if "hidden_size" in arguments else arguments["d_in"]
+    shape = check_input(x, layout=spec.input_layout, d_in=d_in, floating=floating)
+    check_params(params, spec.weights(**arguments), layer=layer, dtype=x.dtype)
     if context_length is not None:
         check_context_length(shape, context_length, context_name)
     if check_values:
         check_finite(params)
     if attn_keep_mask is not None:
-        heads = (dims.num_heads,) if spec.multi_head else ()
+        heads = (arguments["num_heads"],) if spec.multi_head else ()
         attn_shape = shape[:-2] + heads + (shape[-2], shape[-2])
         check_keep_mask("attn_keep_mask", attn_keep_mask, attn_shape)
     if out_keep_mask is not None:
         check_keep_mask("out_keep_mask", out_keep_mask, shape)
     if padding_mask is not None:
         check_padding_mask(padding_mask, shape[0], shape[1])
-    return dims
+    return arguments
