@@ -14,8 +14,12 @@ A query whose every key is hidden gets zero attention weights (the notes' classe
 Dropout happens only when an ``rng`` (``numpy.random.Generator``) or a keep-mask is passed.
 Every layer takes ``implementation="reference" | "blockwise" | "auto"``: the readable
 transcription of the notes, or the O(T)-memory blockwise path (online softmax, hidden causal
-blocks skipped; the multi-head layers project one head at a time, the others with one fused QKV
-matmul), or blockwise for long sequences only.
+blocks skipped; the multi-head layers project one head at a time), or blockwise for long
+sequences only; ``numpy_attn.implementation`` holds these rules for numpy_attn and jax_attn.
+
+Each layer is defined once, framework-neutrally, in ``numpy_attn.spec.SPECS`` (weights, the
+constructor's arguments, buffers, steps); checks, ``constructor_arguments`` and the parity
+harness derive from it.
 """
 
 from numpy_attn.attend import attend, attend_heads

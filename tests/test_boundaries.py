@@ -4,6 +4,8 @@ import ast
 import pathlib
 import subprocess
 import sys
+import tomllib
+from fnmatch import fnmatch
 
 import pytest
 
@@ -74,3 +76,13 @@ def test_a_missing_framework_names_the_extra_to_install(package, framework, extr
         f"ModuleNotFoundError: {package} needs {framework}, which is not installed: "
         f"pip install 'attn-parity[{extra}]'"
     )
+
+
+def test_the_wheel_ships_the_four_packages_and_not_the_tests():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {path.parent.name for path in ROOT.glob("*/__init__.py")}  # tests/ has one too
+    shipped = {name for name in packages if any(fnmatch(name, pattern) for pattern in include)}
+    assert shipped == {"numpy_attn", "jax_attn", "torch_ref", "parity_tests"}
+    assert all((ROOT / package / "py.typed").exists() for package in shipped)
+    assert config["tool"]["setuptools"]["package-data"]["*"] == ["py.typed"]
