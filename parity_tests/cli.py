@@ -27,8 +27,10 @@ from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS
 
 __all__ = ["UsageError", "build_parser", "main"]
 
-# a framework a command may import -> the extra that installs it
-EXTRAS = {"torch": "torch", "ml_dtypes": "torch", "jax": "jax", "flax": "jax"}
+# a package a command may import -> the extra that installs it
+EXTRAS = {
+    "torch": "torch", "ml_dtypes": "torch", "jax": "jax", "flax": "jax", "rich": "cli", "matplotlib": "cli",
+}  # fmt: skip
 
 
 class UsageError(Exception):
@@ -42,12 +44,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _existing_folder(path: str) -> str:
-    """The folder of ``path`` (a file to write, or a folder), which must exist."""
+def _check_folder_of(path: str) -> None:
+    """The folder that is to hold the file ``path`` must exist."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise UsageError(f"the folder {folder} does not exist")
-    return path
 
 
 def _console(args: argparse.Namespace):
@@ -178,7 +179,7 @@ def _walkthrough(args: argparse.Namespace) -> int:
 def _heatmap(args: argparse.Namespace) -> int:
     from parity_tests.heatmap import write_heatmap
 
-    _existing_folder(args.out)
+    _check_folder_of(args.out)
     maps = write_heatmap(args.layer, args.out)
     print(
         f"wrote {args.out}: {args.layer}, {maps['torch'].shape[0]} head(s), "
