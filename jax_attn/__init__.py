@@ -18,6 +18,15 @@ differ from float32 at about 1e-3. Parity checks run under
 ``jax.default_matmul_precision("float32")``; do the same when comparing with torch.
 """
 
+try:  # the framework comes with an extra: name it rather than fail deep inside an import
+    import flax  # noqa: F401
+    import jax  # noqa: F401
+except ModuleNotFoundError as error:
+    raise ModuleNotFoundError(
+        f"jax_attn needs {error.name}, which is not installed: pip install 'attn-parity[jax]'",
+        name=error.name,
+    ) from error
+
 from jax_attn.attend import attend, attend_heads
 from jax_attn.attention import scaled_dot_product_attention
 from jax_attn.blockwise import blockwise_attention, blockwise_self_attention
@@ -31,7 +40,7 @@ from jax_attn.kv_cache import (
     init_kv_cache,
     multi_head_attention_decode,
 )
-from jax_attn.linear import fuses_projections, linear, qkv_projections, qkv_weights, split_projection
+from jax_attn.linear import linear, qkv_projections, qkv_weights, split_projection
 from jax_attn.masks import causal_mask
 from jax_attn.modules import (
     CausalAttention,
@@ -47,6 +56,7 @@ from jax_attn.multi_head import multi_head_attention
 from jax_attn.self_attention import self_attention_v1, self_attention_v2
 from jax_attn.simplified import simplified_self_attention
 from jax_attn.softmax import softmax, softmax_naive
+from numpy_attn.implementation import fuses_projections
 
 __all__ = [
     "CausalAttention",

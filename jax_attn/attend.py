@@ -10,8 +10,8 @@ from jax_attn.blockwise import DEFAULT_BLOCK_SIZE, blockwise_attention, blockwis
 from jax_attn.heads import merge_heads, split_heads
 from jax_attn.linear import split_projection
 from jax_attn.masks import causal_mask
+from numpy_attn.implementation import uses_blockwise
 from numpy_attn.steps import Steps
-from numpy_attn.validation import uses_blockwise
 
 __all__ = ["attend", "attend_heads"]
 
@@ -35,7 +35,7 @@ def attend(
     ``implementation="reference"`` builds the mask (causal, OR the ``(B, S)`` padding mask,
     True = hidden) and runs ``scaled_dot_product_attention``; ``"blockwise"`` runs
     ``blockwise_attention`` in O(T) memory; ``"auto"`` picks blockwise from
-    ``validation.AUTO_BLOCKWISE_TOKENS`` query tokens on. The (T, S) steps are materialised only
+    ``implementation.AUTO_BLOCKWISE_TOKENS`` query tokens on. The (T, S) steps are materialised only
     with ``return_steps`` (then by the reference math; the context still comes from the chosen
     path, and random dropout draws one keep-mask from ``key`` that both use).
     """

@@ -27,11 +27,11 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.linear import linear
+from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.validation import JAX_FLOATS, check_blockwise_args, check_self_attention_args
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention", "blockwise_self_attention"]
 
-DEFAULT_BLOCK_SIZE = 512  # fastest of 256, 512, 1024 on a 2-core CPU at B=8, T=1024, d=768
 
 
 def _token_major(x: jax.Array) -> jax.Array:

@@ -7,7 +7,6 @@ from typing import Any
 
 import jax
 
-from numpy_attn.spec import LayerDims
 from numpy_attn.spec import check_layer as _check_layer
 from numpy_attn.validation import JAX_FLOATS
 
@@ -21,7 +20,7 @@ def is_concrete(params: Mapping[str, Any]) -> bool:
     )
 
 
-def check_layer(layer: str, params: Mapping[str, Any], x: Any, **kwargs: Any) -> LayerDims:
+def check_layer(layer: str, params: Mapping[str, Any], x: Any, **kwargs: Any) -> dict[str, Any]:
     """``numpy_attn.spec.check_layer``: the same errors, word for word (bfloat16 is accepted as
     well). Shapes and dtypes are checked at trace time; weight values only where concrete."""
     return _check_layer(layer, params, x, check_values=is_concrete(params), floating=JAX_FLOATS, **kwargs)

@@ -8,11 +8,11 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.attend import attend, attend_heads
-from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
 from jax_attn.dropout import dropout as apply_dropout
-from jax_attn.linear import fuses_projections, linear, split_projection
+from jax_attn.linear import linear, split_projection
+from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.steps import Steps
 
 __all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single_head_attention"]

@@ -79,8 +79,9 @@ def multi_head_attention_decode(
 ) -> tuple[jax.Array, KVCache]:
     """``MultiHeadAttention`` on new tokens ``x`` (B, t, D) given the cache of the earlier ones.
 
-    Returns ``(output (B, t, E), cache)``: the outputs the full causal pass gives at those
-    positions (evaluation mode: no dropout). Prefill with the prompt, then call with one token.
+    Returns ``(output (B, t, E), new_cache)`` (the given cache is unchanged): the outputs the
+    full causal pass gives at those positions (evaluation mode: no dropout). Prefill with the
+    prompt, then call with one token.
     """
     check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
     _check_room(cache, x.shape[1])
@@ -104,7 +105,8 @@ def fused_causal_attention_decode(
 ) -> tuple[jax.Array, KVCache]:
     """``FusedCausalAttention`` on new tokens ``x`` (B, t, D) given the cache of the earlier ones;
     ``padding_mask`` (bool ``(B, t)``, True = padding) marks new padding tokens, which stay
-    hidden from every later query. Returns ``(output (B, t, D), cache)``, evaluation mode."""
+    hidden from every later query. Returns ``(output (B, t, D), new_cache)``, evaluation mode;
+    the given cache is unchanged."""
     check_layer("FusedCausalAttention", params, x, num_heads=num_heads, context_length=context_size,
                 context_name="context_size")  # fmt: skip
     if padding_mask is not None:

@@ -8,9 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from numpy_attn.spec import QKV
-from numpy_attn.validation import uses_blockwise
 
-__all__ = ["fuses_projections", "linear", "qkv_projections", "qkv_weights", "split_projection"]
+__all__ = ["linear", "qkv_projections", "qkv_weights", "split_projection"]
 
 
 def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
@@ -53,10 +52,3 @@ def split_projection(
     biases = [None] * parts if bias is None else jnp.split(bias, parts)
     return tuple(linear(x, w, b) for w, b in zip(jnp.split(weight, parts), biases, strict=True))
 
-
-def fuses_projections(implementation: str, num_tokens: int) -> bool:
-    """Whether a layer runs its three projections as one matmul (``qkv_projections(fused=True)``):
-    on a fast path whose core is the reference math (``"auto"`` on short sequences). Not before
-    the blockwise loops: XLA would copy the three thirds of the fused product into separate
-    buffers (+127 MiB at T=16384, d=768), where three matmuls cost the same time."""
-    return implementation != "reference" and not uses_blockwise(implementation, num_tokens)

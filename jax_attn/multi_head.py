@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.attend import attend_heads
-from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
-from jax_attn.linear import fuses_projections, linear, qkv_weights
+from jax_attn.linear import linear, qkv_weights
+from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.steps import Steps
 
 __all__ = ["multi_head_attention"]

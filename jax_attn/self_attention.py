@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.attend import attend
-from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
-from jax_attn.linear import fuses_projections, qkv_projections
+from jax_attn.linear import qkv_projections
+from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.steps import Steps
 
 __all__ = ["self_attention_v1", "self_attention_v2"]

@@ -14,8 +14,12 @@ A query whose every key is hidden gets zero attention weights (the notes' classe
 Dropout happens only when an ``rng`` (``numpy.random.Generator``) or a keep-mask is passed.
 Every layer takes ``implementation="reference" | "blockwise" | "auto"``: the readable
 transcription of the notes, or the O(T)-memory blockwise path (online softmax, hidden causal
-blocks skipped; the multi-head layers project one head at a time, the others with one fused QKV
-matmul), or blockwise for long sequences only.
+blocks skipped; the multi-head layers project one head at a time), or blockwise for long
+sequences only; ``numpy_attn.implementation`` holds these rules for numpy_attn and jax_attn.
+
+Each layer is defined once, framework-neutrally, in ``numpy_attn.spec.SPECS`` (weights, the
+constructor's arguments, buffers, steps); checks, ``constructor_arguments`` and the parity
+harness derive from it.
 """
 
 from numpy_attn.attend import attend, attend_heads
@@ -29,26 +33,36 @@ from numpy_attn.fused import (
     fused_single_head_attention,
 )
 from numpy_attn.heads import merge_heads, split_heads
+from numpy_attn.implementation import IMPLEMENTATIONS, fuses_projections
 from numpy_attn.kv_cache import (
     KVCache,
     fused_causal_attention_decode,
     init_kv_cache,
     multi_head_attention_decode,
 )
-from numpy_attn.linear import fuses_projections, linear, qkv_projections, qkv_weights, split_projection
+from numpy_attn.linear import linear, qkv_projections, qkv_weights, split_projection
 from numpy_attn.masks import causal_mask
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.self_attention import self_attention_v1, self_attention_v2
 from numpy_attn.simplified import simplified_self_attention
 from numpy_attn.softmax import softmax, softmax_naive
-from numpy_attn.spec import LAYERS, LayerDims, check_layer, infer_dims, param_shapes
+from numpy_attn.spec import (
+    LAYERS,
+    SPECS,
+    LayerDims,
+    check_layer,
+    constructor_arguments,
+    infer_dims,
+    param_shapes,
+    parameter_names,
+)
 from numpy_attn.steps import STEP_DOCS, Steps
-from numpy_attn.validation import IMPLEMENTATIONS
 from numpy_attn.weights_file import load_weights, save_weights
 
 __all__ = [
     "IMPLEMENTATIONS",
     "LAYERS",
+    "SPECS",
     "STEP_DOCS",
     "KVCache",
     "LayerDims",
@@ -60,6 +74,7 @@ __all__ = [
     "causal_attention",
     "causal_mask",
     "check_layer",
+    "constructor_arguments",
     "dropout",
     "fused_causal_attention",
     "fused_causal_attention_decode",
@@ -75,6 +90,7 @@ __all__ = [
     "multi_head_attention_decode",
     "multi_head_attention_wrapper",
     "param_shapes",
+    "parameter_names",
     "qkv_projections",
     "qkv_weights",
     "save_weights",

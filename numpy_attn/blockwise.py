@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.linear import linear
 from numpy_attn.validation import NUMPY_FLOATS, check_blockwise_args, check_self_attention_args
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention", "blockwise_self_attention"]
 
-DEFAULT_BLOCK_SIZE = 256  # fastest of 256, 512, 1024 on a 2-core CPU at B=8, T=1024, d=768
 
 
 def blockwise_attention(

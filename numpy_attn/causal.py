@@ -7,8 +7,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from numpy_attn.attend import attend
-from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
-from numpy_attn.linear import fuses_projections, qkv_projections
+from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
+from numpy_attn.linear import qkv_projections
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 

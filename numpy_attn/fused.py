@@ -7,9 +7,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from numpy_attn.attend import attend, attend_heads
-from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE
 from numpy_attn.dropout import dropout as apply_dropout
-from numpy_attn.linear import fuses_projections, linear, split_projection
+from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
+from numpy_attn.linear import linear, split_projection
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 

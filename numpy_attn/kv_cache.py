@@ -1,10 +1,11 @@
 """Decoding with a key/value cache: prefill once, then one token at a time, for the causal classes.
 
-A ``KVCache`` holds the keys and values of every token seen so far, per head, in preallocated
+A ``KVCache`` holds the keys and values of every token seen so far, per head, in fixed-size
 ``(B, N, L, H)`` arrays (``L`` = the layer's context length), which padding keys it must hide,
-and how many tokens it holds. Each call projects only the new tokens, appends their keys and
-values, and attends the new queries to everything cached: outputs equal the full causal pass,
-at O(L) work per token instead of O(L^2).
+and how many tokens it holds. Each call projects only the new tokens and attends the new queries
+to everything cached: outputs equal the full causal pass, at O(L) work per token instead of
+O(L^2). Caches are values, as in jax_attn: a call returns a new cache holding the new tokens and
+never changes the one it was given.
 """
 
 from __future__ import annotations
@@ -48,17 +49,19 @@ def _check_room(cache: KVCache, num_tokens: int) -> None:
 def _decode(
     queries: np.ndarray, keys: np.ndarray, values: np.ndarray, cache: KVCache, padding_mask: np.ndarray | None
 ) -> tuple[np.ndarray, KVCache]:
-    """Append the new keys/values (B, N, t, H) and attend the new queries to the whole cache."""
+    """A new cache with the new keys/values (B, N, t, H) appended, and the new queries attended
+    to it; the given cache is left as it was."""
     start, num_tokens = cache.length, queries.shape[-2]
     end = start + num_tokens
-    cache.keys[:, :, start:end] = keys  # written in place: the cache is preallocated
+    cache = KVCache(cache.keys.copy(), cache.values.copy(), cache.padding.copy(), end)  # (B, N, L, H)
+    cache.keys[:, :, start:end] = keys
     cache.values[:, :, start:end] = values
     cache.padding[:, start:end] = False if padding_mask is None else padding_mask
     mask = causal_mask(num_tokens, end, offset=start) | cache.padding[:, None, None, :end]  # (B, 1, t, S)
     context_vec = scaled_dot_product_attention(
         queries, cache.keys[:, :, :end], cache.values[:, :, :end], mask
     )  # (B, N, t, H)
-    return merge_heads(context_vec), cache._replace(length=end)
+    return merge_heads(context_vec), cache
 
 
 def multi_head_attention_decode(
@@ -66,8 +69,9 @@ def multi_head_attention_decode(
 ) -> tuple[np.ndarray, KVCache]:
     """``MultiHeadAttention`` on new tokens ``x`` (B, t, D) given the cache of the earlier ones.
 
-    Returns ``(output (B, t, E), cache)``: the outputs the full causal pass gives at those
-    positions (evaluation mode: no dropout). Prefill with the prompt, then call with one token.
+    Returns ``(output (B, t, E), new_cache)`` (the given cache is unchanged): the outputs the
+    full causal pass gives at those positions (evaluation mode: no dropout). Prefill with the
+    prompt, then call with one token.
     """
     check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
     _check_room(cache, x.shape[1])
@@ -91,7 +95,8 @@ def fused_causal_attention_decode(
 ) -> tuple[np.ndarray, KVCache]:
     """``FusedCausalAttention`` on new tokens ``x`` (B, t, D) given the cache of the earlier ones;
     ``padding_mask`` (bool ``(B, t)``, True = padding) marks new padding tokens, which stay
-    hidden from every later query. Returns ``(output (B, t, D), cache)``, evaluation mode."""
+    hidden from every later query. Returns ``(output (B, t, D), new_cache)``, evaluation mode;
+    the given cache is unchanged."""
     check_layer("FusedCausalAttention", params, x, num_heads=num_heads, context_length=context_size,
                 context_name="context_size")  # fmt: skip
     if padding_mask is not None:

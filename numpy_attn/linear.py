@@ -8,7 +8,7 @@ import numpy as np
 
 from numpy_attn.spec import QKV
 
-__all__ = ["fuses_projections", "linear", "qkv_projections", "qkv_weights", "split_projection"]
+__all__ = ["linear", "qkv_projections", "qkv_weights", "split_projection"]
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
@@ -52,9 +52,3 @@ def split_projection(
     biases = [None] * parts if bias is None else np.split(bias, parts)
     return tuple(linear(x, w, b) for w, b in zip(np.split(weight, parts), biases, strict=True))
 
-
-def fuses_projections(implementation: str, num_tokens: int) -> bool:
-    """Whether a layer runs its three projections as one matmul (``qkv_projections(fused=True)``):
-    on every fast path. NumPy's thirds of the fused product are views, copied by neither core
-    (``num_tokens`` matters to jax_attn's rule, whose signature this mirrors)."""
-    return implementation != "reference"

@@ -14,50 +14,30 @@ from typing import Any
 
 import numpy as np
 
+from numpy_attn.implementation import check_block_size
+
 __all__ = [
-    "AUTO_BLOCKWISE_TOKENS",
-    "IMPLEMENTATIONS",
     "JAX_FLOATS",
     "NUMPY_FLOATS",
     "check_array",
-    "check_block_size",
     "check_blockwise_args",
     "check_context_length",
     "check_divisible",
     "check_dropout",
     "check_finite",
     "check_floating",
-    "check_implementation",
     "check_input",
     "check_keep_mask",
     "check_mapping",
     "check_padding_mask",
     "check_params",
     "check_self_attention_args",
-    "uses_blockwise",
 ]
 
 # The dtypes NumPy computes in. JAX adds bfloat16 (NumPy has no bfloat16 arithmetic: ml_dtypes'
 # bfloat16 matmul returns float32).
 NUMPY_FLOATS = ("float16", "float32", "float64")
 JAX_FLOATS = ("bfloat16", *NUMPY_FLOATS)
-
-# How a layer computes attention: the notes' (T, S) math, the O(T)-memory blockwise path, or
-# "auto": blockwise from AUTO_BLOCKWISE_TOKENS query tokens on, the reference path below (where
-# one (T, S) matrix per head is small and one matmul per step is fastest).
-IMPLEMENTATIONS = ("reference", "blockwise", "auto")
-AUTO_BLOCKWISE_TOKENS = 512
-
-
-def check_implementation(implementation: str, block_size: int) -> None:
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-    check_block_size(block_size)
-
-
-def check_block_size(block_size: Any) -> None:
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
 
 
 def check_blockwise_args(
@@ -110,12 +90,6 @@ def check_self_attention_args(
             )
     if padding_mask is not None:
         check_padding_mask(padding_mask, shape[0], shape[1])
-
-
-def uses_blockwise(implementation: str, num_queries: int) -> bool:
-    return implementation == "blockwise" or (
-        implementation == "auto" and num_queries >= AUTO_BLOCKWISE_TOKENS
-    )
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:

@@ -14,19 +14,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FUNCTION_NAMES", "SHAPES", "Case", "case_product"]
+from numpy_attn.spec import SPECS, LayerSpec
 
-# torch class name -> numpy_attn / jax_attn function name
-FUNCTION_NAMES: dict[str, str] = {
-    "SelfAttentionV1": "self_attention_v1",
-    "SelfAttentionV2": "self_attention_v2",
-    "CausalAttention": "causal_attention",
-    "MultiHeadAttentionWrapper": "multi_head_attention_wrapper",
-    "MultiHeadAttention": "multi_head_attention",
-    "FusedSingleHeadAttention": "fused_single_head_attention",
-    "FusedMultiHeadAttention": "fused_multi_head_attention",
-    "FusedCausalAttention": "fused_causal_attention",
-}
+__all__ = ["CAUSAL_LAYERS", "DROPOUT_LAYERS", "FUNCTION_NAMES", "SHAPES", "Case", "case_product"]
+
+# torch class name -> numpy_attn / jax_attn function name (from the layer specs)
+FUNCTION_NAMES: dict[str, str] = {name: spec.function for name, spec in SPECS.items()}
+# the classes that hide later tokens (they take a context length), and those with dropout
+CAUSAL_LAYERS = [name for name, spec in SPECS.items() if spec.context]
+DROPOUT_LAYERS = [name for name, spec in SPECS.items() if spec.dropouts]
 
 
 @dataclass(frozen=True)
@@ -57,58 +53,45 @@ class Case:
         )
 
     @property
+    def spec(self) -> LayerSpec:
+        return SPECS[self.layer]
+
+    @property
     def function_name(self) -> str:
-        return FUNCTION_NAMES[self.layer]
+        return self.spec.function
 
     @property
     def fused(self) -> bool:
-        return self.layer.startswith("Fused")
+        return "hidden_size" in self.spec.constructor
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         width = self.d_out if self.fused else self.d_in
-        if self.layer in ("SelfAttentionV1", "SelfAttentionV2"):
+        if self.spec.input_layout == "(T, D)":
             return (self.tokens, width)
         return (self.batch, self.tokens, width)
 
     @property
     def attn_shape(self) -> tuple[int, ...]:
         """Shape of the attention weights (and of an ``attn_keep_mask``)."""
-        heads = (
-            ()
-            if self.layer
-            in ("SelfAttentionV1", "SelfAttentionV2", "CausalAttention", "FusedSingleHeadAttention")
-            else (self.num_heads,)
-        )
+        heads = (self.num_heads,) if self.spec.multi_head else ()
         return self.input_shape[:-2] + heads + (self.tokens, self.tokens)
+
+    def constructor_arguments(self, dropout: float = 0.0) -> dict[str, Any]:
+        """The torch class's constructor arguments for this case, by name."""
+        ctx = self.context_length or self.tokens
+        values = {
+            "d_in": self.d_in, "d_out": self.d_out, "hidden_size": self.d_out, "num_heads": self.num_heads,
+            "context_length": ctx, "context_size": ctx, "dropout": dropout, "attn_drop": dropout,
+            "out_drop": dropout, "qkv_bias": self.bias, "bias": self.bias, "out_bias": self.out_bias,
+        }  # fmt: skip
+        return {name: values[name] for name in self.spec.constructor}
 
     def kwargs(self, dropout: float = 0.0) -> dict[str, Any]:
         """Keyword arguments of the numpy_attn / jax_attn function (the constructor arguments
         that the weights cannot tell)."""
-        ctx = self.context_length or self.tokens
-        return {
-            "SelfAttentionV1": {},
-            "SelfAttentionV2": {},
-            "CausalAttention": {"context_length": ctx, "dropout": dropout},
-            "MultiHeadAttentionWrapper": {
-                "num_heads": self.num_heads,
-                "context_length": ctx,
-                "dropout": dropout,
-            },
-            "MultiHeadAttention": {
-                "num_heads": self.num_heads,
-                "context_length": ctx,
-                "dropout": dropout,
-            },
-            "FusedSingleHeadAttention": {},
-            "FusedMultiHeadAttention": {"num_heads": self.num_heads},
-            "FusedCausalAttention": {
-                "num_heads": self.num_heads,
-                "context_size": ctx,
-                "attn_drop": dropout,
-                "out_drop": dropout,
-            },
-        }[self.layer]
+        arguments = self.constructor_arguments(dropout)
+        return {name: arguments[name] for name in self.spec.arguments}
 
     def build_torch(self, dropout: float = 0.0):
         """The torch_ref module with weights drawn under ``torch.manual_seed(seed)``, cast to
@@ -118,21 +101,8 @@ class Case:
         import torch_ref
 
         torch.manual_seed(self.seed)
-        cls = getattr(torch_ref, self.layer)
-        ctx = self.context_length or self.tokens
-        n, bias = self.num_heads, self.bias
-        args = {
-            "SelfAttentionV1": (self.d_in, self.d_out),
-            "SelfAttentionV2": (self.d_in, self.d_out, bias),
-            "CausalAttention": (self.d_in, self.d_out, ctx, dropout, bias),
-            "MultiHeadAttentionWrapper": (self.d_in, self.d_out, ctx, dropout, n, bias),
-            "MultiHeadAttention": (self.d_in, self.d_out, ctx, dropout, n, bias, self.out_bias),
-            "FusedSingleHeadAttention": (self.d_out, bias),
-            "FusedMultiHeadAttention": (self.d_out, n, bias),
-            "FusedCausalAttention": (self.d_out, n, ctx, dropout, dropout, bias),
-        }[self.layer]
-        module = cls(*args).to(getattr(torch, self.dtype))
-        return module.eval()
+        module = getattr(torch_ref, self.layer)(**self.constructor_arguments(dropout))
+        return module.to(getattr(torch, self.dtype)).eval()
 
     def make_input(self, scale: float = 1.0) -> np.ndarray:
         """Standard-normal input (times ``scale``) drawn under the case's seed, in its dtype."""

@@ -1,26 +1,54 @@
 """The ``attn-parity`` command line (also ``python -m parity_tests``).
 
     attn-parity report [--json] [--framework F] [--dtype D] [--layer L]
-    attn-parity trace CLASS [--framework numpy|jax|jax-jit|flax] [--dtype D] [--shape S]
+    attn-parity trace CLASS [--framework F] [--dtype D] [--shape S]
     attn-parity walkthrough [--stage NAME] [--list]
     attn-parity heatmap CLASS [--out PATH]
-    attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--readme README.md]
+    attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--out DIR]
 
-Exit codes: 0 when everything compared matches, 1 when something does not, 2 for bad usage.
+Exit codes: 0 when everything compared matches, 1 when something does not, 2 for bad usage
+(one line on stderr, no traceback): a bad argument, heads that do not divide the width, an
+output folder that does not exist, a dtype no chosen framework computes in, or a command that
+needs a framework that is not installed (torch, jax: install the extra it names).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
 import numpy as np
 
-from parity_tests.cases import FUNCTION_NAMES, SHAPES
-from parity_tests.report import ALL_DTYPES, DTYPES, RUNNERS, format_table, parity_report, to_json
+from numpy_attn.spec import SPECS
+from parity_tests.cases import SHAPES
+from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS
 
-__all__ = ["main"]
+__all__ = ["UsageError", "build_parser", "main"]
+
+# a package a command may import -> the extra that installs it
+EXTRAS = {
+    "torch": "torch", "ml_dtypes": "torch", "jax": "jax", "flax": "jax", "rich": "cli", "matplotlib": "cli",
+}  # fmt: skip
+
+
+class UsageError(Exception):
+    """Bad usage found after parsing: reported as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``attn-parity trace: error: ...``), exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _check_folder_of(path: str) -> None:
+    """The folder that is to hold the file ``path`` must exist."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"the folder {folder} does not exist")
 
 
 def _console(args: argparse.Namespace):
@@ -45,10 +73,14 @@ def _progress_bar(total: int | None) -> tuple[Callable[[str], None], Callable[[]
 
 
 def _report(args: argparse.Namespace) -> int:
-    layers = args.layer or list(FUNCTION_NAMES)
+    from parity_tests.report import format_table, parity_report, to_json
+
+    layers = args.layer or list(SPECS)
     frameworks = args.framework or list(RUNNERS)
     dtypes = args.dtype or list(ALL_DTYPES)
     computed = [d for d in dtypes if any(d in DTYPES[f] for f in frameworks)]
+    if not computed:
+        raise UsageError(f"{', '.join(frameworks)} compute(s) in none of the dtypes {', '.join(dtypes)}")
     total = len(layers) * len(computed) * len(SHAPES) * 2  # every shape, bias off and on
     advance, stop = _progress_bar(total)
     try:
@@ -62,15 +94,17 @@ def _report(args: argparse.Namespace) -> int:
 def _trace(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from parity_tests.trace import TRACE_FRAMEWORKS, parse_shape, trace_case
+    from parity_tests.trace import parse_shape, trace_case
 
     try:
         case = parse_shape(args.layer, args.shape, args.dtype)
     except ValueError as error:
-        print(f"attn-parity trace: {error}", file=sys.stderr)
-        return 2
-    frameworks = tuple(args.framework or TRACE_FRAMEWORKS)
-    trace = trace_case(case, frameworks)
+        raise UsageError(str(error)) from None
+    unsupported = [f for f in args.framework or () if args.dtype not in DTYPES[f]]
+    if unsupported:
+        raise UsageError(f"{', '.join(unsupported)} do(es) not compute in {args.dtype}")
+    trace = trace_case(case, tuple(args.framework) if args.framework else None)
+    frameworks = tuple(trace.reports)
     table = Table(title=f"{case.id}: each step against torch_ref", title_justify="left")
     table.add_column("step", no_wrap=True)
     table.add_column("shape (torch_ref)", no_wrap=True)
@@ -120,8 +154,7 @@ def _walkthrough(args: argparse.Namespace) -> int:
         return 0
     stages = [s for s in STAGES if args.stage in (None, s.name)]
     if not stages:
-        print(f"attn-parity walkthrough: unknown stage {args.stage!r}; see --list", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown stage {args.stage!r}; see --list")
     headers = {"torch": "torch_ref", "numpy": "numpy_attn", "jax": "jax_attn"}
     all_match = True
     for number, stage in enumerate(stages, start=STAGES.index(stages[0]) + 1):
@@ -146,6 +179,7 @@ def _walkthrough(args: argparse.Namespace) -> int:
 def _heatmap(args: argparse.Namespace) -> int:
     from parity_tests.heatmap import write_heatmap
 
+    _check_folder_of(args.out)
     maps = write_heatmap(args.layer, args.out)
     print(
         f"wrote {args.out}: {args.layer}, {maps['torch'].shape[0]} head(s), "
@@ -155,12 +189,14 @@ def _heatmap(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    import os
+    import tempfile
 
     from parity_tests.bench.output import update_readme, write_chart, write_json
     from parity_tests.bench.run import run_benchmark
 
-    os.makedirs(args.out, exist_ok=True)
+    out = tempfile.mkdtemp(prefix="attn-parity-bench-") if args.out is None else args.out
+    if not os.path.isdir(out):
+        raise UsageError(f"the folder {os.path.abspath(out)} does not exist")
     advance, stop = _progress_bar(None)
     try:
         results = run_benchmark(
@@ -169,18 +205,19 @@ def _bench(args: argparse.Namespace) -> int:
         )  # fmt: skip
     finally:
         stop()
-    write_json(results, os.path.join(args.out, "results.json"))
-    write_chart(results, os.path.join(args.out, "results.png"))
+    write_json(results, os.path.join(out, "results.json"))
+    write_chart(results, os.path.join(out, "results.png"))
     if args.readme:
         update_readme(results, args.readme)
     from parity_tests.bench.output import markdown_table
 
     print(markdown_table(results))
+    print(f"wrote {os.path.join(out, 'results.json')} and results.png")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="attn-parity", description="Check attention ports between PyTorch, NumPy and JAX."
     )
     parser.add_argument("--width", type=int, default=None, help="terminal width for tables")
@@ -192,12 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true", help="print JSON instead of a table")
     report.add_argument("--framework", action="append", choices=list(RUNNERS), help="repeatable")
     report.add_argument("--dtype", action="append", choices=list(ALL_DTYPES), help="repeatable")
-    report.add_argument("--layer", action="append", choices=list(FUNCTION_NAMES), help="repeatable")
+    report.add_argument("--layer", action="append", choices=list(SPECS), help="repeatable")
     report.set_defaults(run=_report)
 
     trace = commands.add_parser("trace", help="one class, each step side by side with torch_ref")
-    trace.add_argument("layer", choices=list(FUNCTION_NAMES), metavar="CLASS")
-    trace.add_argument("--framework", action="append", choices=["numpy", "jax", "jax-jit", "flax"])
+    trace.add_argument("layer", choices=list(SPECS), metavar="CLASS")
+    trace.add_argument("--framework", action="append", choices=list(RUNNERS), help="repeatable")
     trace.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     trace.add_argument("--shape", default="full_context", help="a named shape or B,T,D_IN,D_OUT,N")
     trace.set_defaults(run=_trace)
@@ -208,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     walkthrough.set_defaults(run=_walkthrough)
 
     heatmap = commands.add_parser("heatmap", help="a PNG of the attention weights per head")
-    heatmap.add_argument("layer", choices=list(FUNCTION_NAMES), metavar="CLASS")
+    heatmap.add_argument("layer", choices=list(SPECS), metavar="CLASS")
     heatmap.add_argument("--out", default="heatmap.png", help="the PNG to write")
     heatmap.set_defaults(run=_heatmap)
 
@@ -222,12 +259,29 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=5, help="round-robin rounds (medians)")
     bench.add_argument("--no-memory", action="store_true", help="skip the fresh-process memory runs")
     bench.add_argument("--no-decode", action="store_true", help="skip the KV-cache decoding runs")
-    bench.add_argument("--out", default="benchmarks", help="folder for results.json and results.png")
+    bench.add_argument(
+        "--out", help="an existing folder for results.json and results.png (default: a new temporary "
+        "folder; the committed results are rewritten only when --out names benchmarks)",
+    )  # fmt: skip
     bench.add_argument("--readme", help="update this README's table between the bench markers")
     bench.set_defaults(run=_bench)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; bad usage and a missing framework exit 2 with one line on stderr."""
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except UsageError as error:
+        print(f"attn-parity {args.command}: error: {error}", file=sys.stderr)
+    except ModuleNotFoundError as error:
+        top = (error.name or "").split(".")[0]
+        if top not in EXTRAS:
+            raise
+        print(
+            f"attn-parity {args.command}: error: this command needs {top}; "
+            f"install it with pip install 'attn-parity[{EXTRAS[top]}]'",
+            file=sys.stderr,
+        )
+    return 2

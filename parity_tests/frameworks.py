@@ -1,4 +1,10 @@
-"""Running one layer in any framework by its torch class name."""
+"""Running one layer in any framework by its torch class name: the one list of frameworks.
+
+``RUNNERS`` is every framework column the report and the trace compare with torch_ref, and
+``DTYPES`` the dtypes each computes in. Adding a framework = a package with the layer functions
+(named by ``numpy_attn.spec.SPECS``), an entry in ``FRAMEWORK_PACKAGES`` if it is one, and a runner
+plus its dtypes here.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,10 @@ import numpy as np
 from parity_tests.cases import FUNCTION_NAMES, Case
 
 __all__ = [
+    "ALL_DTYPES",
+    "DTYPES",
     "FRAMEWORK_PACKAGES",
+    "RUNNERS",
     "jax_context",
     "layer_function",
     "run_case",
@@ -110,3 +119,31 @@ def run_flax(
     fast = {"implementation": implementation} | ({} if block_size is None else {"block_size": block_size})
     module = getattr(jax_attn, case.layer).from_params(params, **case.kwargs(dropout), **fast)
     return nnx.jit(lambda m, *a, **k: m(*a, return_steps=True, **k))(module, x, *args, **kwargs)
+
+
+Runner = Callable[[Case, Mapping[str, Any], Any], Mapping[str, Any]]
+
+
+def _in_jax(run: Callable[..., tuple[Any, Mapping]]) -> Runner:
+    def runner(case: Case, params: Mapping[str, Any], x: Any) -> Mapping[str, Any]:
+        with jax_context(case.dtype):
+            return run(case, params, x)[1]
+
+    return runner
+
+
+# framework column -> how it runs a case, (case, params, x) -> steps
+RUNNERS: dict[str, Runner] = {
+    "numpy": lambda case, params, x: run_case("numpy", case, params, x)[1],
+    "jax": _in_jax(run_jax),
+    "jax-jit": _in_jax(lambda case, params, x: run_jax(case, params, x, jit=True)),
+    "flax": _in_jax(run_flax),
+}
+# the dtypes each framework computes in (NumPy has no bfloat16 arithmetic)
+DTYPES: dict[str, tuple[str, ...]] = {
+    "numpy": ("float32", "float64", "float16"),
+    "jax": ("float32", "float64", "bfloat16"),
+    "jax-jit": ("float32", "float64", "bfloat16"),
+    "flax": ("float32", "float64", "bfloat16"),
+}
+ALL_DTYPES = ("float32", "float64", "float16", "bfloat16")

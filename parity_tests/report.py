@@ -3,43 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
 
-from parity_tests.cases import FUNCTION_NAMES, SHAPES, Case, case_product
+from numpy_attn.spec import SPECS
+from parity_tests.cases import SHAPES, case_product
 from parity_tests.compare import compare_steps
-from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
-from torch_ref import to_params
+from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS, run_torch
 
-__all__ = ["RUNNERS", "ReportRow", "format_table", "parity_report", "to_json"]
-
-Runner = Callable[[Case, Mapping[str, Any], Any], Mapping[str, Any]]
-
-
-def _in_jax(run: Callable[..., tuple[Any, Mapping]]) -> Runner:
-    def runner(case: Case, params: Mapping[str, Any], x: Any) -> Mapping[str, Any]:
-        with jax_context(case.dtype):
-            return run(case, params, x)[1]
-
-    return runner
-
-
-# framework column -> how it runs a case, (case, params, x) -> steps
-RUNNERS: dict[str, Runner] = {
-    "numpy": lambda case, params, x: run_case("numpy", case, params, x)[1],
-    "jax": _in_jax(run_jax),
-    "jax-jit": _in_jax(lambda case, params, x: run_jax(case, params, x, jit=True)),
-    "flax": _in_jax(run_flax),
-}
-# the dtypes each framework computes in (NumPy has no bfloat16 arithmetic)
-DTYPES: dict[str, tuple[str, ...]] = {
-    "numpy": ("float32", "float64", "float16"),
-    "jax": ("float32", "float64", "bfloat16"),
-    "jax-jit": ("float32", "float64", "bfloat16"),
-    "flax": ("float32", "float64", "bfloat16"),
-}
-ALL_DTYPES = ("float32", "float64", "float16", "bfloat16")
+__all__ = ["ReportRow", "format_table", "parity_report", "to_json"]
 
 
 @dataclass(frozen=True)
@@ -67,9 +39,11 @@ def parity_report(
     """Compare every step of every case of the shape table (both bias settings) with torch_ref,
     for each class x framework x dtype that the framework computes in; ``progress`` is called
     with each case id."""
+    from torch_ref import to_params
+
     all_frameworks = list(RUNNERS if frameworks is None else frameworks)
     rows = []
-    for layer in layers or FUNCTION_NAMES:
+    for layer in layers or SPECS:
         for dtype in dtypes or ALL_DTYPES:
             frameworks = [f for f in all_frameworks if dtype in DTYPES[f]]
             if not frameworks:

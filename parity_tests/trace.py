@@ -6,14 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from numpy_attn.spec import check_sizes
 from parity_tests.cases import SHAPES, Case
 from parity_tests.compare import StepReport, compare_steps
-from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
-from torch_ref import to_params
+from parity_tests.frameworks import DTYPES, RUNNERS, run_torch
 
-__all__ = ["TRACE_FRAMEWORKS", "Trace", "parse_shape", "trace_case"]
-
-TRACE_FRAMEWORKS = ("numpy", "jax", "flax")
+__all__ = ["Trace", "parse_shape", "trace_case"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +26,8 @@ class Trace:
 
 
 def parse_shape(layer: str, shape: str, dtype: str) -> Case:
-    """A named shape of the parity table (``full_context``, ...) or ``B,T,D_IN,D_OUT,N``."""
+    """A named shape of the parity table (``full_context``, ...) or ``B,T,D_IN,D_OUT,N``;
+    ValueError for sizes the class refuses (heads that do not divide the width)."""
     if shape in SHAPES:
         batch, tokens, ctx, d_in, d_out, heads = SHAPES[shape]
     else:
@@ -39,22 +38,20 @@ def parse_shape(layer: str, shape: str, dtype: str) -> Case:
                 f"--shape must be one of {list(SHAPES)} or B,T,D_IN,D_OUT,N (five integers), got {shape!r}"
             ) from None
         ctx = tokens
-    return Case(layer, batch, tokens, d_in, d_out, heads, True, True, ctx, dtype)
+    case = Case(layer, batch, tokens, d_in, d_out, heads, True, True, ctx, dtype)
+    check_sizes(layer, case.constructor_arguments())
+    return case
 
 
-def trace_case(case: Case, frameworks: tuple[str, ...] = TRACE_FRAMEWORKS) -> Trace:
-    """Run the case in torch_ref and in each framework; compare every step."""
+def trace_case(case: Case, frameworks: tuple[str, ...] | None = None) -> Trace:
+    """Run the case in torch_ref and in each framework (default: every one of ``RUNNERS`` that
+    computes in the case's dtype); compare every step."""
+    from torch_ref import to_params
+
     module = case.build_torch()
     params, x = to_params(module), case.make_input()
     expected = run_torch(module, x)[1]
-    runners = {
-        "numpy": lambda: run_case("numpy", case, params, x)[1],
-        "jax": lambda: run_jax(case, params, x)[1],
-        "jax-jit": lambda: run_jax(case, params, x, jit=True)[1],
-        "flax": lambda: run_flax(case, params, x)[1],
-    }
-    reports = {}
-    for framework in frameworks:
-        with jax_context(case.dtype):
-            reports[framework] = compare_steps(expected, runners[framework]())
+    if frameworks is None:
+        frameworks = tuple(f for f in RUNNERS if case.dtype in DTYPES[f])
+    reports = {f: compare_steps(expected, RUNNERS[f](case, params, x)) for f in frameworks}
     return Trace(case, expected, reports)

@@ -5,12 +5,10 @@ import pytest
 import torch
 
 import numpy_attn
-from parity_tests.cases import Case
+from parity_tests.cases import CAUSAL_LAYERS, DROPOUT_LAYERS, Case
 from parity_tests.compare import compare_steps
 from parity_tests.frameworks import run_case, run_torch
 from torch_ref import to_params
-
-CAUSAL_LAYERS = ["CausalAttention", "MultiHeadAttentionWrapper", "MultiHeadAttention", "FusedCausalAttention"]
 
 
 def causal_case(layer, dtype="float64"):
@@ -36,12 +34,6 @@ def test_later_tokens_do_not_change_earlier_outputs(layer, t):
             assert not np.allclose(before[:, t + 1 :], after[:, t + 1 :])
 
 
-DROPOUT_LAYERS = [
-    "CausalAttention",
-    "MultiHeadAttentionWrapper",
-    "MultiHeadAttention",
-    "FusedCausalAttention",
-]
 
 
 @pytest.mark.parametrize("layer", DROPOUT_LAYERS)

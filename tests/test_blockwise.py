@@ -10,9 +10,9 @@ import pytest
 
 import jax_attn
 import numpy_attn
+from numpy_attn.implementation import AUTO_BLOCKWISE_TOKENS, uses_blockwise
 from numpy_attn.spec import param_shapes
-from numpy_attn.validation import AUTO_BLOCKWISE_TOKENS, uses_blockwise
-from parity_tests.cases import FUNCTION_NAMES, Case
+from parity_tests.cases import DROPOUT_LAYERS, FUNCTION_NAMES, Case
 from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
 from parity_tests.gradients import torch_gradients
@@ -81,12 +81,6 @@ def test_blockwise_padding_and_fully_masked_rows(dtype):
                 np.testing.assert_array_equal(output[0, :3], np.broadcast_to(params["Wo.bias"], (3, 8)))
 
 
-DROPOUT_LAYERS = [
-    "CausalAttention",
-    "MultiHeadAttentionWrapper",
-    "MultiHeadAttention",
-    "FusedCausalAttention",
-]
 
 
 @pytest.mark.parametrize("layer", DROPOUT_LAYERS)

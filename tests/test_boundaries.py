@@ -4,6 +4,8 @@ import ast
 import pathlib
 import subprocess
 import sys
+import tomllib
+from fnmatch import fnmatch
 
 import pytest
 
@@ -26,7 +28,7 @@ STDLIB = {
 ALLOWED = {
     "numpy_attn": {"numpy", "numpy_attn", *STDLIB},
     "jax_attn": {"jax", "flax", "numpy", "numpy_attn", "jax_attn", *STDLIB},
-    "torch_ref": {"torch", "numpy", "ml_dtypes", "numpy_attn", "torch_ref", *STDLIB},
+    "torch_ref": {"torch", "numpy", "ml_dtypes", "torch_ref", *STDLIB},
 }
 
 
@@ -48,9 +50,39 @@ def test_package_imports_only_what_it_may(package):
 
 @pytest.mark.parametrize(
     "package, absent",
-    [("numpy_attn", ["jax", "flax", "torch"]), ("jax_attn", ["torch"]), ("parity_tests", ["jax", "torch"])],
+    [
+        ("numpy_attn", ["jax", "flax", "torch"]),
+        ("jax_attn", ["torch"]),
+        ("torch_ref", ["numpy_attn", "jax_attn", "parity_tests", "jax"]),  # the oracle stands alone
+        ("parity_tests", ["jax", "torch"]),
+        ("parity_tests.cli", ["jax", "torch"]),  # commands import their framework when they run
+    ],
 )
 def test_importing_a_package_loads_no_other_framework(package, absent):
     code = f"import sys, {package}; print([m for m in {absent!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "package, framework, extra", [("jax_attn", "jax", "jax"), ("torch_ref", "torch", "torch")]
+)
+def test_a_missing_framework_names_the_extra_to_install(package, framework, extra):
+    code = f"import sys; sys.modules[{framework!r}] = None; import {package}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 1
+    last_line = out.stderr.strip().splitlines()[-1]
+    assert last_line == (
+        f"ModuleNotFoundError: {package} needs {framework}, which is not installed: "
+        f"pip install 'attn-parity[{extra}]'"
+    )
+
+
+def test_the_wheel_ships_the_four_packages_and_not_the_tests():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {path.parent.name for path in ROOT.glob("*/__init__.py")}  # tests/ has one too
+    shipped = {name for name in packages if any(fnmatch(name, pattern) for pattern in include)}
+    assert shipped == {"numpy_attn", "jax_attn", "torch_ref", "parity_tests"}
+    assert all((ROOT / package / "py.typed").exists() for package in shipped)
+    assert config["tool"]["setuptools"]["package-data"]["*"] == ["py.typed"]

@@ -1,16 +1,19 @@
 """The attn-parity command line: output content, exit codes, JSON schema, PNG files."""
 
 import json
+import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from parity_tests import frameworks
 from parity_tests import report as report_module
-from parity_tests import trace as trace_module
 from parity_tests.cli import main
 from parity_tests.walkthrough import STAGES
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def run(capsys, *argv):
@@ -64,15 +67,14 @@ def test_report_table_and_failure_exit_code(capsys, monkeypatch):
     assert code == 0 and "SelfAttentionV2" in out and "1 of 1 rows pass" in out
 
     def broken(case, params, x):
-        steps = dict(report_module.RUNNERS["numpy"](case, params, x))
+        steps = dict(frameworks.RUNNERS["numpy"](case, params, x))
         steps["attn_weights"] = steps["attn_weights"] + 1e-3
         return steps
 
-    monkeypatch.setitem(report_module.RUNNERS, "broken", broken)
-    monkeypatch.setitem(report_module.DTYPES, "broken", ("float32",))
+    monkeypatch.setitem(frameworks.RUNNERS, "broken", broken)  # the CLI's choices read the same dict
+    monkeypatch.setitem(frameworks.DTYPES, "broken", ("float32",))
     rows = report_module.parity_report(["broken"], ["float32"], ["SelfAttentionV2"])
     assert not rows[0].ok and rows[0].first_failure.endswith(": attn_weights")
-    monkeypatch.setattr("parity_tests.cli.RUNNERS", {**report_module.RUNNERS})
     code, out = run(
         capsys,
         "report",
@@ -98,13 +100,13 @@ def test_trace_prints_every_step_side_by_side(capsys):
 
 
 def test_trace_highlights_the_first_divergence(capsys, monkeypatch):
-    real = trace_module.run_case
+    real = frameworks.RUNNERS["numpy"]
 
-    def inverted_mask(framework, case, params, x, *args, **kwargs):
-        output, steps = real(framework, case, params, x, *args, **kwargs)
-        return output, {**steps, "masked_scores": np.where(np.isinf(steps["masked_scores"]), 0, -np.inf)}
+    def inverted_mask(case, params, x):
+        steps = real(case, params, x)
+        return {**steps, "masked_scores": np.where(np.isinf(steps["masked_scores"]), 0, -np.inf)}
 
-    monkeypatch.setattr(trace_module, "run_case", inverted_mask)
+    monkeypatch.setitem(frameworks.RUNNERS, "numpy", inverted_mask)
     code, out = run(capsys, "trace", "MultiHeadAttention", "--framework", "numpy", "--shape", "2,4,3,4,2")
     assert code == 1
     assert "numpy: first divergence: masked_scores" in out
@@ -155,3 +157,85 @@ def test_module_entry_point():
         check=True,
     )
     assert out.stdout.splitlines()[0].startswith("one-query")
+
+
+def test_trace_compares_every_framework_of_the_one_list(capsys):
+    code, out = run(capsys, "trace", "SelfAttentionV2", "--shape", "one_token")
+    assert code == 0
+    for framework in frameworks.RUNNERS:
+        assert f"{framework}: every step matches" in out
+
+
+def usage_error(capsys, *argv):
+    """Exit code and stderr of a bad command line (argparse's exit included)."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exit:
+        code = exit.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["trace", "MultiHeadAttention", "--shape", "2,4,3,5,2"], "d_out=5 is not divisible by num_heads=2"),
+        (["trace", "FusedCausalAttention", "--shape", "2,4,3,6,4"], "hidden_size=6 is not divisible by"),
+        (["trace", "MultiHeadAttention", "--dtype", "float16"], "argument --dtype: invalid choice"),
+        (["trace", "MultiHeadAttention", "--shape", "x"], "--shape must be one of"),
+        (["report", "--framework", "numpy", "--dtype", "bfloat16"], "numpy compute(s) in none of the dtypes"),
+        (["report", "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
+        (["report", "--layer", "Attention"], "argument --layer: invalid choice: 'Attention'"),
+        (["heatmap", "CausalAttention", "--out", "no/such/folder/map.png"], "folder"),
+        (["bench", "--shape", "B2_T6_d3to4", "--out", "no/such/folder"], "no/such/folder does not exist"),
+        (["walkthrough", "--stage", "nope"], "unknown stage 'nope'"),
+    ],
+)  # fmt: skip
+def test_bad_usage_is_one_line_and_exit_code_2(capsys, argv, message):
+    code, err = usage_error(capsys, *argv)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and message in err
+    assert err.startswith(f"attn-parity {argv[0]}") and "Traceback" not in err
+
+
+def without_torch(*argv):
+    """The CLI in a fresh process where ``import torch`` fails, as on an install without [torch]."""
+    code = (
+        "import sys; sys.modules['torch'] = None; from parity_tests.cli import main; "
+        f"sys.exit(main({list(argv)!r}))"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+
+
+NEEDS_TORCH = "error: this command needs torch; install it with pip install 'attn-parity[torch]'"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "--layer", "CausalAttention", "--framework", "numpy"],
+        ["bench", "--shape", "B2_T6_d3to4", "--implementation", "numpy_reference", "--no-memory"],
+    ],
+)
+def test_without_torch_the_commands_that_need_it_exit_2_with_one_line(argv):
+    out = without_torch(*argv)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == f"attn-parity {argv[0]}: {NEEDS_TORCH}"
+
+
+def test_without_torch_the_parser_runs():
+    out = without_torch("--help")
+    assert out.returncode == 0 and "report" in out.stdout and out.stderr == ""
+
+
+def test_bench_writes_the_committed_results_only_when_out_names_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # a checkout whose benchmarks/ folder holds committed results
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "results.json").write_text("committed")
+    argv = ["bench", "--shape", "B2_T6_d3to4", "--implementation", "torch_sdpa", "numpy_reference",
+            "--rounds", "1", "--no-memory", "--no-decode"]  # fmt: skip
+    assert main(argv) == 0
+    assert (tmp_path / "benchmarks" / "results.json").read_text() == "committed"
+    written = capsys.readouterr().out.splitlines()[-1].split()[1]
+    assert json.loads(pathlib.Path(written).read_text())
+    assert main([*argv, "--out", "benchmarks"]) == 0
+    assert (tmp_path / "benchmarks" / "results.json").read_text() != "committed"

@@ -116,7 +116,7 @@ BAD_INPUTS = [
         "MultiHeadAttentionWrapper",
         put(num_heads=3),
         ValueError,
-        r"num_heads=3 disagrees with the weights, which hold 2 heads",
+        r"num_heads=3 contradicts the weights: they hold 2 heads \(heads.0 to heads.1\), so num_heads=2",
     ),
     BadInput(
         "longer_than_context_length",

@@ -7,18 +7,12 @@ import pytest
 from flax import nnx
 
 import jax_attn
-from parity_tests.cases import Case
+from parity_tests.cases import DROPOUT_LAYERS, Case
 from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_jax, run_torch
 from parity_tests.gradients import jax_gradients, torch_gradients
 from torch_ref import to_params
 
-DROPOUT_LAYERS = [
-    "CausalAttention",
-    "MultiHeadAttentionWrapper",
-    "MultiHeadAttention",
-    "FusedCausalAttention",
-]
 P = 0.3
 
 

@@ -5,6 +5,8 @@ import re
 
 import pytest
 
+from numpy_attn.spec import SPECS
+
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
@@ -14,6 +16,13 @@ def test_readme_python_block_runs(block):
     exec(compile(block, str(README), "exec"), {})
 
 
-def test_readme_shows_the_two_commands_first():
+def test_readme_shows_install_and_the_two_commands_before_the_tour():
     text = README.read_text()
-    assert text.index("make report") < text.index("make test") < text.index("## The classes")
+    assert text.index('pip install "attn-parity[all]"') < text.index("make report") < text.index("make test")
+    assert text.index("make test") < text.index("## Five-minute tour") < text.index("## Architecture")
+
+
+def test_readme_names_every_layer():
+    text = README.read_text()
+    for spec in SPECS.values():
+        assert f"`{spec.name}(" in text and f"`{spec.function}`" in text

@@ -8,6 +8,14 @@ training-mode runs can be reproduced in other frameworks. ``to_params``/``load_p
 to and from the project's weights format.
 """
 
+try:  # the framework comes with an extra: name it rather than fail deep inside an import
+    import torch  # noqa: F401
+except ModuleNotFoundError as error:
+    raise ModuleNotFoundError(
+        f"torch_ref needs {error.name}, which is not installed: pip install 'attn-parity[torch]'",
+        name=error.name,
+    ) from error
+
 from torch_ref.causal import CausalAttention, MultiHeadAttentionWrapper
 from torch_ref.fused import FusedCausalAttention, FusedMultiHeadAttention, FusedSingleHeadAttention
 from torch_ref.multi_head import MultiHeadAttention

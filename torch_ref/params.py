@@ -1,4 +1,8 @@
-"""The project's one weights format on the torch side: state_dict names, torch layout, NumPy."""
+"""The project's one weights format on the torch side: state_dict names, torch layout, NumPy.
+
+The oracle checks weights with its own code (torch's parameter list is the expected layout):
+it imports nothing of the packages it checks.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,6 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 from torch import nn
-
-from numpy_attn.validation import check_finite, check_params
 
 __all__ = ["from_numpy", "load_params", "to_numpy", "to_params"]
 
@@ -36,17 +38,40 @@ def to_params(module: nn.Module) -> dict[str, np.ndarray]:
     return {name: to_numpy(param) for name, param in module.named_parameters()}
 
 
+def _problems(module: nn.Module, params: Mapping[str, np.ndarray]) -> list[str]:
+    """What keeps ``params`` from fitting ``module``'s parameters, each problem named."""
+    expected = {name: tuple(param.shape) for name, param in module.named_parameters()}
+    given = {name: tuple(np.shape(value)) for name, value in params.items()}
+    missing = [name for name in expected if name not in given]
+    unexpected = sorted(set(given) - set(expected))
+    misshaped = [
+        f"{name!r} has shape {given[name]}, expected {shape}"
+        for name, shape in expected.items()
+        if name in given and given[name] != shape
+    ]
+    return [
+        *([f"missing keys {missing}"] if missing else []),
+        *([f"unexpected keys {unexpected}"] if unexpected else []),
+        *(["mis-shaped keys: " + "; ".join(misshaped)] if misshaped else []),
+    ]
+
+
 def load_params(module: nn.Module, params: Mapping[str, np.ndarray]) -> nn.Module:
     """Copy ``params`` into ``module`` in place and return it.
 
-    Every key and shape is checked first (one error names every missing, unexpected and
+    Every key and shape is checked first (one ValueError names every missing, unexpected and
     mis-shaped key), then every value must be finite; values are cast to the module's dtype.
     """
-    targets = dict(module.named_parameters())
-    expected = {name: tuple(param.shape) for name, param in targets.items()}
-    check_params(params, expected, layer=type(module).__name__)
-    check_finite(params)
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of str to arrays, got {type(params).__name__}")
+    problems = _problems(module, params)
+    if problems:
+        raise ValueError(f"params do not fit {type(module).__name__}: " + "; ".join(problems))
+    tensors = {name: from_numpy(value) for name, value in params.items()}
+    for name, tensor in tensors.items():
+        if not bool(torch.isfinite(tensor.float()).all()):
+            raise ValueError(f"params[{name!r}] has non-finite values (NaN or inf)")
     with torch.no_grad():
-        for name, param in targets.items():
-            param.copy_(from_numpy(params[name]).to(param.dtype))
+        for name, param in module.named_parameters():
+            param.copy_(tensors[name].to(param.dtype))
     return module
