@@ -21,24 +21,32 @@ _FROM_WEIGHTS: dict[str, dict[str, str]] = {
     "SelfAttentionV2": {"d_in": "d_in", "d_out": "d_out", "qkv_bias": "qkv_bias"},
     "CausalAttention": {"d_in": "d_in", "d_out": "d_out", "qkv_bias": "qkv_bias"},
     "MultiHeadAttentionWrapper": {
-        "d_in": "d_in", "d_out": "d_out", "num_heads": "num_heads", "qkv_bias": "qkv_bias",
+        "d_in": "d_in",
+        "d_out": "d_out",
+        "num_heads": "num_heads",
+        "qkv_bias": "qkv_bias",
     },
     "MultiHeadAttention": {"d_in": "d_in", "d_out": "d_out", "qkv_bias": "qkv_bias", "out_bias": "out_bias"},
     "FusedSingleHeadAttention": {"hidden_size": "d_in", "bias": "qkv_bias"},
     "FusedMultiHeadAttention": {"hidden_size": "d_in", "bias": "qkv_bias"},
     "FusedCausalAttention": {"hidden_size": "d_in", "bias": "qkv_bias"},
 }
-# layers whose torch class registers the causal ``mask`` buffer (the wrapper: one per head)
-_WITH_MASK_BUFFER = ("CausalAttention", "MultiHeadAttention", "MultiHeadAttentionWrapper")
+# layer -> name of the causal-mask buffer its torch class registers (the wrapper: one per head)
+_BUFFERS = {
+    "CausalAttention": "mask",
+    "MultiHeadAttention": "mask",
+    "MultiHeadAttentionWrapper": "mask",
+    "FusedCausalAttention": "causal_mask",
+}
 
 
 def _without_buffers(layer: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The weights of a torch ``state_dict()``: its ``mask`` buffers (``heads.{i}.mask`` in the
-    wrapper) left out; every other key is kept, for the weights check to name."""
+    """The weights of a torch ``state_dict()``: its causal-mask buffers (``mask``,
+    ``heads.{i}.mask`` in the wrapper, ``causal_mask``) left out; every other key is kept, for
+    the weights check to name."""
     check_mapping(params)
-    if layer not in _WITH_MASK_BUFFER:
-        return dict(params)
-    return {name: value for name, value in params.items() if name.split(".")[-1] != "mask"}
+    buffer = _BUFFERS.get(layer)
+    return {name: value for name, value in params.items() if name.split(".")[-1] != buffer}
 
 
 def _primary_key(layer: str) -> str:
