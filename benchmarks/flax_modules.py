@@ -8,7 +8,8 @@ calls are timed round-robin in every round: the function under ``jax.jit`` (the 
 constructor arguments static), the module under ``nnx.jit``, and the module under ``jax.jit``
 of ``nnx.merge`` (Flax's split/merge pattern, without ``nnx.jit``'s per-call graph walk). A
 round times ``--calls`` calls of each; the table gives the median time per call and the median
-of the per-round ratios module / function (below 1: the module is faster). The two-dimensional
+of the per-round ratios module / function (below 1: the module is faster), and the ratio of the
+FLOPs that XLA's cost analysis counts in the two compiled programs. The two-dimensional
 classes (V1, V2) take one ``(T, D)`` sequence, the others ``(B, T, D)``.
 """
 
@@ -53,7 +54,9 @@ def constructors(width: int, heads: int, tokens: int) -> dict[str, tuple[tuple[A
 
 def calls_of(
     layer: str, args: tuple[Any, ...], kwargs: dict[str, Any], x: jax.Array, implementation: str
-) -> dict[str, Callable[[], jax.Array]]:
+) -> tuple[dict[str, Callable[[], jax.Array]], float]:
+    """The three calls, and the ratio of XLA's estimated FLOPs, module / function, of the two
+    compiled programs (1.0: the module compiles to the same arithmetic)."""
     module = getattr(jax_attn, layer)(*args, implementation=implementation, rngs=nnx.Rngs(0))
     module.eval()
     params = {name: jnp.asarray(value) for name, value in module.to_params().items()}
@@ -63,11 +66,21 @@ def calls_of(
     nnx_jitted = nnx.jit(lambda m, x: m(x))
     graphdef, state = nnx.split(module)
     split_jitted = jax.jit(lambda state, x: nnx.merge(graphdef, state)(x))
-    return {
+    calls = {
         "function (jax.jit)": lambda: function(params, x),
         "module (nnx.jit)": lambda: nnx_jitted(module, x),
         "module (jax.jit of nnx.merge)": lambda: split_jitted(state, x),
     }
+    flops = [
+        flops_of(jitted.lower(*arguments))
+        for jitted, arguments in ((split_jitted, (state, x)), (function, (params, x)))
+    ]
+    return calls, flops[0] / flops[1]
+
+
+def flops_of(lowered: Any) -> float:
+    cost = lowered.compile().cost_analysis()
+    return (cost[0] if isinstance(cost, list) else cost)["flops"]
 
 
 FUNCTION = {
@@ -106,10 +119,10 @@ def benchmark(args: argparse.Namespace) -> str:
         two_dimensional = layer in ("SelfAttentionV1", "SelfAttentionV2")
         shape = (args.tokens, args.width) if two_dimensional else (args.batch, args.tokens, args.width)
         x = jnp.asarray(rng.standard_normal(shape), jnp.float32)
-        calls = calls_of(layer, constructor_args, kwargs, x, args.implementation)
+        calls, flops_ratio = calls_of(layer, constructor_args, kwargs, x, args.implementation)
         times = time_calls(calls, args.rounds, args.calls)
         function = times["function (jax.jit)"]
-        cells = [layer, str(shape), f"{statistics.median(function) * 1e3:.2f}"]
+        cells = [layer, str(shape), f"{flops_ratio:.3f}", f"{statistics.median(function) * 1e3:.2f}"]
         for name in ("module (nnx.jit)", "module (jax.jit of nnx.merge)"):
             ratios = [m / f for m, f in zip(times[name], function, strict=True)]
             cells += [f"{statistics.median(times[name]) * 1e3:.2f}", f"{statistics.median(ratios):.3f}"]
@@ -122,9 +135,9 @@ def benchmark(args: argparse.Namespace) -> str:
         f"{args.calls} calls, medians. Device: {device.platform} ({device.device_kind}); "
         f"jax {jax.__version__}; {platform.machine()}.",
         "",
-        "| layer | input | function ms | nnx.jit ms | nnx.jit / function | split+jax.jit ms "
-        "| split / function |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| layer | input | FLOPs module / function | function ms | nnx.jit ms | nnx.jit / function "
+        "| split+jax.jit ms | split / function |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     return "\n".join([*header, *rows]) + "\n"
 

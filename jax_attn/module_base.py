@@ -58,6 +58,16 @@ def torch_linear(d_in: int, d_out: int, bias: bool, dtype: Any, rngs: nnx.Rngs) 
     )
 
 
+class _Signature:
+    """What ``inspect.signature`` (and so ``help``) shows: for a class, its constructor's
+    signature, which nnx's metaclass would hide behind ``(*args, **kwargs)``; for a module,
+    its ``__call__``'s."""
+
+    def __get__(self, module: Any, cls: type) -> inspect.Signature:
+        method = inspect.signature(cls.__init__ if module is None else cls.__call__)
+        return method.replace(parameters=list(method.parameters.values())[1:])  # without self
+
+
 class AttentionModule(nnx.Module):
     """Base of the modules: ``layer`` names the torch class whose weights format is used.
 
@@ -76,11 +86,7 @@ class AttentionModule(nnx.Module):
     layer: ClassVar[str]
     num_heads: int = 1
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # nnx's metaclass hides the constructor behind (*args, **kwargs): show the real one
-        init = inspect.signature(cls.__init__)
-        cls.__signature__ = init.replace(parameters=list(init.parameters.values())[1:])
+    __signature__ = _Signature()
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], /, **arguments: Any) -> Self:
