@@ -1,9 +1,10 @@
-"""The one boundary between torch's layout and Flax's.
+"""The one boundary between torch's layout and Flax's, and between other frameworks' arrays and JAX's.
 
 torch stores ``nn.Linear.weight`` as ``(out_features, in_features)``; Flax stores
 ``nnx.Linear.kernel`` as ``(in_features, out_features)``. The project's weights format keeps
-torch's names and layout; the Flax modules keep Flax's. These two functions are the only
-place where one becomes the other:
+torch's names and layout; the Flax modules keep Flax's. These functions are the only place where
+one becomes the other, and they run only when weights enter (``from_params``, ``load_params``)
+or leave (``to_params``) a module, never in a call:
 
     torch name                  Flax path                           value
     ``W_query.weight``          ``("W_query", "kernel")``           transposed
@@ -17,21 +18,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["flax_path", "flax_value", "torch_name", "torch_value"]
+import jax
+import jax.numpy as jnp
+
+__all__ = ["as_jax", "as_jax_params", "flax_value", "torch_name", "torch_value"]
 
 Path = tuple[str | int, ...]
 
 
-def flax_path(name: str) -> Path:
-    """The Flax module path of a torch state_dict name."""
-    parts: list[str | int] = [int(p) if p.isdigit() else p for p in name.split(".")]
-    if parts[-1] == "weight":
-        parts[-1] = "kernel"
-    return tuple(parts)
-
-
 def torch_name(path: Path) -> str:
-    """The torch state_dict name of a Flax module path (the inverse of ``flax_path``)."""
+    """The torch state_dict name of a Flax module path (``("W_query", "kernel")`` -> ``W_query.weight``)."""
     parts = ["weight" if p == "kernel" else str(p) for p in path]
     return ".".join(parts)
 
@@ -46,6 +42,17 @@ def torch_value(path: Path, value: Any) -> Any:
     return value.T if path[-1] == "kernel" else value
 
 
-def flax_state(params: Mapping[str, Any]) -> dict[Path, Any]:
-    """Torch-format weights keyed by Flax path, in Flax layout."""
-    return {flax_path(name): flax_value(name, value) for name, value in params.items()}
+def as_jax(value: Any) -> Any:
+    """A NumPy array, JAX array or torch tensor as a JAX array, dtype kept (bfloat16 included);
+    anything else is returned as it is, for the weights check to name. Torch is not imported: a
+    tensor is recognised by ``detach`` and crosses by DLPack (no copy on the CPU)."""
+    if hasattr(value, "detach") and hasattr(value, "__dlpack__"):
+        return jax.dlpack.from_dlpack(value.detach().cpu().contiguous())
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return jnp.asarray(value)
+    return value
+
+
+def as_jax_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``as_jax`` of every value of a weights mapping (a torch ``state_dict()`` included)."""
+    return {name: as_jax(value) for name, value in params.items()}

@@ -1,4 +1,5 @@
-"""What every Flax NNX attention module shares: weights in and out, dropout state, init."""
+"""What every Flax NNX attention module shares: weights in and out, input checks, dropout
+state, the call of the attention core, and the steps it sows."""
 
 from __future__ import annotations
 
@@ -12,23 +13,23 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
-from jax_attn.convert import flax_path, flax_value, torch_name, torch_value
-from numpy_attn.spec import infer_dims, param_shapes
-from numpy_attn.validation import check_finite, check_params
+from jax_attn.attend import attend
+from jax_attn.constructor_arguments import _constructor_arguments, _without_buffers
+from jax_attn.convert import as_jax_params, flax_value, torch_name, torch_value
+from jax_attn.heads import merge_heads, split_heads
+from numpy_attn.spec import LAYERS, infer_dims, param_shapes
+from numpy_attn.steps import Steps
+from numpy_attn.validation import (
+    JAX_FLOATS,
+    check_dropout,
+    check_finite,
+    check_implementation,
+    check_input,
+    check_params,
+    check_size,
+)
 
-__all__ = ["FROM_WEIGHTS", "AttentionModule", "torch_linear", "torch_uniform"]
-
-# constructor argument of a module -> the ``LayerDims`` field that ``from_params`` reads from the
-# weights (the notes' classes name the same sizes differently: note 003's ``hidden_size``, ``bias``)
-FROM_WEIGHTS = {
-    "d_in": "d_in",
-    "d_out": "d_out",
-    "qkv_bias": "qkv_bias",
-    "out_bias": "out_bias",
-    "hidden_size": "d_in",
-    "bias": "qkv_bias",
-}
+__all__ = ["AttentionModule", "torch_linear", "torch_uniform"]
 
 
 def torch_uniform(low: float, high: float) -> Callable[..., jax.Array]:
@@ -57,72 +58,160 @@ def torch_linear(d_in: int, d_out: int, bias: bool, dtype: Any, rngs: nnx.Rngs) 
     )
 
 
+class _Signature:
+    """What ``inspect.signature`` (and so ``help``) shows: for a class, its constructor's
+    signature, which nnx's metaclass would hide behind ``(*args, **kwargs)``; for a module,
+    its ``__call__``'s."""
+
+    def __get__(self, module: Any, cls: type) -> inspect.Signature:
+        method = inspect.signature(cls.__init__ if module is None else cls.__call__)
+        return method.replace(parameters=list(method.parameters.values())[1:])  # without self
+
+
 class AttentionModule(nnx.Module):
     """Base of the modules: ``layer`` names the torch class whose weights format is used.
 
-    Dropout follows NNX conventions: ``deterministic`` is switched by ``.train()`` and
-    ``.eval()``, and random masks come from the module's fork of the ``dropout`` stream of the
-    ``nnx.Rngs`` it was built with. A module built by ``from_params`` without ``rngs`` starts in
-    eval mode and has no stream.
+    Dropout follows ``nnx.Dropout``: ``deterministic`` is switched by ``.train()`` and
+    ``.eval()`` (or passed to a call), and random masks come from the module's fork of the
+    ``dropout`` stream of the ``nnx.Rngs`` it was built with (or the ``rngs`` passed to a call).
+    A module built by ``from_params`` without ``rngs`` starts in eval mode and has no stream.
+
+    Steps: with ``return_steps=True`` a call returns ``(output, steps)`` and sows every step
+    (``self.sow(nnx.Intermediate, name, value)``; the wrapper's heads sow theirs under
+    ``heads.{i}``): ``nnx.capture(module, nnx.Intermediate)(x, return_steps=True)`` collects
+    them, and outside ``nnx.capture`` they stay on the module until
+    ``nnx.pop(module, nnx.Intermediate)``.
     """
 
     layer: ClassVar[str]
     num_heads: int = 1
 
-    @classmethod
-    def from_params(
-        cls,
-        params: Mapping[str, Any],
-        *,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        rngs: nnx.Rngs | None = None,
-        **arguments: Any,
-    ) -> Self:
-        """A module holding ``params`` (the project's weights format, checked as ``load_params``
-        does): sizes and bias flags are read from the weights' shapes, ``arguments`` are the
-        constructor's other arguments by name (``context_length``, ``num_heads``, dropout rates:
-        what the weights cannot tell; ``dropout`` defaults to 0). The dtype is the weights'.
-        With ``rngs`` the module draws dropout masks from its ``dropout`` stream in train mode;
-        without, it starts in eval mode and has no stream.
-        """
-        dims = infer_dims(cls.layer, params, arguments.get("num_heads", 1))  # a non-empty mapping of arrays
-        constructor = inspect.signature(cls.__init__).parameters
-        sizes = {name: getattr(dims, field) for name, field in FROM_WEIGHTS.items() if name in constructor}
-        defaults = {"dropout": 0.0} if "dropout" in constructor else {}
-        dtype = next(iter(params.values())).dtype
-        module = cls(
-            **sizes, **(defaults | arguments), dtype=dtype,
-            implementation=implementation, block_size=block_size,
-            rngs=nnx.Rngs(0) if rngs is None else rngs,  # weights are overwritten: any stream builds it
-        )  # fmt: skip
-        if hasattr(module, "deterministic"):  # a class with dropout: the caller's stream, or eval
-            module._init_dropout(rngs)
-        return module.load_params(params)
+    __signature__ = _Signature()
 
-    def _init_dropout(self, rngs: nnx.Rngs | None) -> None:
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], /, **arguments: Any) -> Self:
+        """A module holding ``params``: the project's weights format (NumPy, JAX or torch arrays;
+        a torch ``state_dict()`` as it is, its ``mask`` buffers ignored), checked as
+        ``load_params`` does.
+
+        ``arguments`` are the constructor's, by name: the sizes and bias flags are read from the
+        weights (one given that contradicts them raises ValueError naming both values); the
+        others (``context_length``, ``num_heads``, dropout rates, ``implementation``...) are
+        passed on; ``dropout`` defaults to 0. ``dtype`` defaults to the weights'. With ``rngs``
+        the module draws dropout masks from its ``dropout`` stream in train mode; without, it
+        starts in eval mode and has no stream.
+        """
+        weights = as_jax_params(_without_buffers(cls.layer, params))
+        arguments = _constructor_arguments(cls.layer, weights, **arguments)
+        rngs = arguments.pop("rngs", None)
+        if "dropout" in inspect.signature(cls).parameters:
+            arguments.setdefault("dropout", 0.0)
+        arguments.setdefault("dtype", next(v.dtype for v in weights.values() if hasattr(v, "dtype")))
+        module = cls(**arguments, rngs=nnx.Rngs(0) if rngs is None else rngs)  # weights overwritten
+        if rngs is None and hasattr(module, "deterministic"):
+            module._init_dropout(None)
+        return module.load_params(weights)
+
+    def _init_common(self, implementation: str, block_size: int, **sizes: int) -> None:
+        """Check and keep what every module has; ``sizes`` are positive integers, checked only."""
+        for name, size in sizes.items():
+            check_size(name, size)
+        check_implementation(implementation, block_size)
+        self.implementation, self.block_size = implementation, block_size
+
+    def _init_dropout(self, rngs: nnx.Rngs | None, **rates: float) -> None:
+        for name, rate in rates.items():
+            check_dropout(name, rate)
         self.deterministic = rngs is None
         self.rngs = None if rngs is None else rngs["dropout"].fork()
 
-    def dropout_key(self) -> jax.Array | None:
-        """A fresh key in train mode, None in eval mode."""
-        if self.deterministic:
+    def _dropout_rngs(
+        self, deterministic: bool | None, rngs: nnx.Rngs | nnx.RngStream | None
+    ) -> nnx.Rngs | nnx.RngStream | None:
+        """Where this call's dropout masks come from: None in eval mode. ``deterministic`` and
+        ``rngs`` given to the call override the module's, as in ``nnx.Dropout``."""
+        if self.deterministic if deterministic is None else deterministic:
             return None
-        if self.rngs is None:
+        stream = self.rngs if rngs is None else rngs
+        if stream is None:
             raise ValueError(
                 f"{type(self).__name__} is in train mode but has no dropout stream: "
                 "build it with rngs=nnx.Rngs(...) or call .eval()"
             )
-        return self.rngs()
+        return stream
 
-    def _param_variables(self) -> dict[str, nnx.Param]:
-        return {torch_name(path): node for path, node in nnx.iter_graph(self) if isinstance(node, nnx.Param)}
+    def _dropout_key(
+        self, deterministic: bool | None, rngs: nnx.Rngs | nnx.RngStream | None
+    ) -> jax.Array | None:
+        """A fresh key in train mode, None in eval mode."""
+        stream = self._dropout_rngs(deterministic, rngs)
+        if stream is None:
+            return None
+        return stream.dropout() if isinstance(stream, nnx.Rngs) else stream()
 
-    def torch_params(self) -> dict[str, jax.Array]:
-        """The weights as JAX arrays in the project's format (torch names, layout and order)."""
+    def _check_input(self, x: Any, weight_name: str, weight: nnx.Variable) -> tuple[int, ...]:
+        """The functions' checks of ``x``: a floating array of the layer's layout, as wide as
+        ``weight``'s input features (``weight`` is ``(in, out)``) and of its dtype (the same
+        TypeError, naming the weight by its torch name). Returns x's shape."""
+        value = weight[...]
+        shape = check_input(x, layout=LAYERS[self.layer], d_in=value.shape[0], floating=JAX_FLOATS)
+        check_params({weight_name: value}, {weight_name: value.shape}, layer=self.layer, dtype=x.dtype)
+        return shape
+
+    def _attention(
+        self,
+        queries: jax.Array,
+        keys: jax.Array,
+        values: jax.Array,
+        *,
+        num_heads: int | None = None,
+        causal: bool = False,
+        padding_mask: jax.Array | None = None,
+        dropout: float | None = None,
+        key: jax.Array | None = None,
+        attn_keep_mask: jax.Array | None = None,
+        return_steps: bool = False,
+    ) -> tuple[jax.Array, Steps]:
+        """``(context_vec, steps)``: ``jax_attn.attend`` of the projections (``(..., T, E)``;
+        split into ``num_heads`` heads and merged back if given) with the module's
+        implementation; steps are ``queries``, ``keys``, ``values``, attend's and
+        ``context_vec``, when ``return_steps``."""
+        heads = (lambda a: a) if num_heads is None else (lambda a: split_heads(a, num_heads))
+        context_vec, attention_steps = attend(
+            heads(queries), heads(keys), heads(values),  # (..., N, T, H) with num_heads
+            causal=causal, padding_mask=padding_mask, dropout=dropout, key=key,
+            attn_keep_mask=attn_keep_mask, implementation=self.implementation,
+            block_size=self.block_size, return_steps=return_steps,
+        )  # fmt: skip
+        if num_heads is not None:
+            context_vec = merge_heads(context_vec)  # (B, T, E)
+        if not return_steps:
+            return context_vec, Steps()
+        steps = Steps(queries=queries, keys=keys, values=values, **attention_steps, context_vec=context_vec)
+        return context_vec, steps
+
+    def _finish(
+        self, output: jax.Array, steps: Steps, return_steps: bool, sown: Steps | None = None
+    ) -> jax.Array | tuple[jax.Array, Steps]:
+        """``output``, or with ``return_steps`` ``(output, steps)`` once ``steps`` and
+        ``output`` are sown; ``sown`` are steps that submodules already sowed (listed first)."""
+        if not return_steps:
+            return output
+        steps = Steps(**steps, output=output)
+        for name, value in steps.items():
+            self.sow(nnx.Intermediate, name, value)
+        return output, Steps(**(sown or {}), **steps)
+
+    def _param_variables(self) -> dict[str, tuple[tuple[Any, ...], nnx.Param]]:
+        """torch name -> (Flax path, parameter), for every parameter of the module."""
+        graph = nnx.iter_graph(self)
+        return {torch_name(path): (path, node) for path, node in graph if isinstance(node, nnx.Param)}
+
+    def to_params(self) -> dict[str, np.ndarray]:
+        """The weights in the project's format, as NumPy arrays in torch's names, layout and order."""
         params = {
-            name: torch_value(flax_path(name), variable[...])
-            for name, variable in self._param_variables().items()
+            name: np.asarray(torch_value(path, variable[...]))
+            for name, (path, variable) in self._param_variables().items()
         }
         dims = infer_dims(self.layer, params, self.num_heads)
         order = param_shapes(
@@ -131,22 +220,20 @@ class AttentionModule(nnx.Module):
         )  # fmt: skip
         return {name: params[name] for name in order}
 
-    def to_params(self) -> dict[str, np.ndarray]:
-        """The weights in the project's format, as NumPy arrays in torch's order."""
-        return {name: np.asarray(value) for name, value in self.torch_params().items()}
-
-    def load_params(self, params: Mapping[str, Any]) -> AttentionModule:
-        """Copy torch-format weights in, in place, and return the module.
+    def load_params(self, params: Mapping[str, Any]) -> Self:
+        """Copy torch-format weights in (NumPy, JAX or torch arrays; a torch ``state_dict()``'s
+        ``mask`` buffers ignored), in place, and return the module.
 
         Every key and shape is checked first (one error names every missing, unexpected and
         mis-shaped key), then every value must be finite; values are cast to the module's dtype
-        (as torch's ``load_state_dict`` does).
+        (as torch's ``load_state_dict`` does). With ``to_params``, the only place where torch's
+        layout becomes Flax's.
         """
+        params = as_jax_params(_without_buffers(self.layer, params))
         variables = self._param_variables()
-        expected = {name: torch_value(flax_path(name), v[...]).shape for name, v in variables.items()}
+        expected = {name: torch_value(path, var[...]).shape for name, (path, var) in variables.items()}
         check_params(params, expected, layer=self.layer)
         check_finite(params)
-        for name, variable in variables.items():
-            value = jnp.asarray(flax_value(name, params[name]))
-            variable[...] = value.astype(variable[...].dtype)
+        for name, (_, variable) in variables.items():
+            variable[...] = flax_value(name, params[name]).astype(variable[...].dtype)
         return self

@@ -1,9 +1,16 @@
-"""Flax NNX modules named like the torch classes; each holds ``nnx.Param``s and calls the
-jax_attn function of the same math. Constructors take the torch constructors' arguments (plus
-``dtype``, ``implementation``, ``block_size`` and ``rngs``); ``from_params`` (one, in
-``AttentionModule``) builds a module from the project's weights format and ``to_params`` gives
-it back. The weights live in Flax layout (``nnx.Linear`` kernels are
-``(in, out)``); ``jax_attn.convert`` is the one place where torch's layout becomes Flax's.
+"""Flax NNX modules named like the torch classes.
+
+Each holds its weights as ``nnx.Param``s in Flax's layout inside the submodules the torch class
+has (``nnx.Linear`` kernels are ``(in, out)``; ``heads`` is an ``nnx.List`` of
+``CausalAttention``), and its ``__call__`` calls them: ``queries = self.W_query(x)``..., then
+``jax_attn.attend`` (through ``AttentionModule._attention``), then the output projection. Nothing
+is converted, copied to the host or rebuilt per call; the modules work under ``nnx.jit``,
+``nnx.grad`` and ``nnx.vmap``. Constructors take the torch constructors' arguments (plus
+keyword-only ``dtype``, ``implementation``, ``block_size`` and ``rngs``); ``from_params`` builds
+a module from the project's weights format (or a torch ``state_dict()``) and ``to_params`` gives
+it back (``jax_attn.convert`` is the one place where torch's layout becomes Flax's). Calls take
+``return_steps`` (see ``AttentionModule`` for the steps they sow) and, with dropout, the
+keep-masks of the notes (True = keep) and ``nnx.Dropout``'s ``deterministic`` and ``rngs``.
 """
 
 from __future__ import annotations
@@ -15,11 +22,16 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
-from jax_attn.causal import causal_attention, multi_head_attention_wrapper
-from jax_attn.fused import fused_causal_attention, fused_multi_head_attention, fused_single_head_attention
+from jax_attn.dropout import dropout as apply_dropout
 from jax_attn.module_base import AttentionModule, torch_linear, torch_uniform
-from jax_attn.multi_head import multi_head_attention
-from jax_attn.self_attention import self_attention_v1, self_attention_v2
+from numpy_attn.steps import Steps
+from numpy_attn.validation import (
+    check_context_length,
+    check_divisible,
+    check_keep_mask,
+    check_padding_mask,
+    check_size,
+)
 
 __all__ = [
     "CausalAttention",
@@ -32,9 +44,13 @@ __all__ = [
     "SelfAttentionV2",
 ]
 
+Rngs = nnx.Rngs | nnx.RngStream | None
+Output = jax.Array | tuple[jax.Array, Steps]
+
 
 class SelfAttentionV1(AttentionModule):
-    """Raw ``(d_in, d_out)`` matrices, initialised uniform in [0, 1) like ``torch.rand``."""
+    """Raw ``(d_in, d_out)`` matrices used as ``x @ W``, initialised uniform in [0, 1) like
+    ``torch.rand``. x is ``(T, D)``; returns ``(T, E)``."""
 
     layer = "SelfAttentionV1"
 
@@ -48,23 +64,25 @@ class SelfAttentionV1(AttentionModule):
         block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
-        self.implementation, self.block_size = implementation, block_size
+        self._init_common(implementation, block_size, d_in=d_in, d_out=d_out)
         init = torch_uniform(0.0, 1.0)
         self.W_query = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
         self.W_key = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
         self.W_value = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
 
-    def __call__(self, x: jax.Array, *, return_steps: bool = False):
-        return self_attention_v1(
-            self.torch_params(),
-            x,
-            implementation=self.implementation,
-            block_size=self.block_size,
-            return_steps=return_steps,
-        )
+    def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
+        self._check_input(x, "W_query", self.W_query)
+        x = jnp.asarray(x)
+        queries = x @ self.W_query[...]  # (T, E)
+        keys = x @ self.W_key[...]  # (T, E)
+        values = x @ self.W_value[...]  # (T, E)
+        context_vec, steps = self._attention(queries, keys, values, return_steps=return_steps)  # (T, E)
+        return self._finish(context_vec, steps, return_steps)
 
 
 class SelfAttentionV2(AttentionModule):
+    """``nn.Linear`` projections. x is ``(T, D)``; returns ``(T, E)``."""
+
     layer = "SelfAttentionV2"
 
     def __init__(
@@ -78,22 +96,26 @@ class SelfAttentionV2(AttentionModule):
         block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
-        self.implementation, self.block_size = implementation, block_size
+        self._init_common(implementation, block_size, d_in=d_in, d_out=d_out)
         self.W_query = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
         self.W_key = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
         self.W_value = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
 
-    def __call__(self, x: jax.Array, *, return_steps: bool = False):
-        return self_attention_v2(
-            self.torch_params(),
-            x,
-            implementation=self.implementation,
-            block_size=self.block_size,
-            return_steps=return_steps,
-        )
+    def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
+        self._check_input(x, "W_query.weight", self.W_query.kernel)
+        x = jnp.asarray(x)
+        queries = self.W_query(x)  # (T, E)
+        keys = self.W_key(x)  # (T, E)
+        values = self.W_value(x)  # (T, E)
+        context_vec, steps = self._attention(queries, keys, values, return_steps=return_steps)  # (T, E)
+        return self._finish(context_vec, steps, return_steps)
 
 
 class CausalAttention(AttentionModule):
+    """One causal head with dropout on the attention weights. x is ``(B, T, D)`` with
+    T <= context_length; returns ``(B, T, E)``. ``attn_keep_mask`` (bool ``(B, T, S)``,
+    True = keep) replaces the random draw."""
+
     layer = "CausalAttention"
 
     def __init__(
@@ -109,31 +131,44 @@ class CausalAttention(AttentionModule):
         block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
-        self.implementation, self.block_size = implementation, block_size
+        self._init_common(implementation, block_size, d_in=d_in, d_out=d_out, context_length=context_length)
         self.context_length = context_length
         self.dropout = dropout
         self.W_query = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
         self.W_key = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
         self.W_value = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
-        self._init_dropout(rngs)
+        self._init_dropout(rngs, dropout=dropout)
 
-    def __call__(self, x: jax.Array, *, attn_keep_mask: jax.Array | None = None, return_steps: bool = False):
-        return causal_attention(
-            self.torch_params(),
-            x,
-            context_length=self.context_length,
-            dropout=self.dropout,
-            key=self.dropout_key(),
-            attn_keep_mask=attn_keep_mask,
-            implementation=self.implementation,
-            block_size=self.block_size,
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        attn_keep_mask: jax.Array | None = None,
+        deterministic: bool | None = None,
+        rngs: Rngs = None,
+        return_steps: bool = False,
+    ) -> Output:
+        shape = self._check_input(x, "W_query.weight", self.W_query.kernel)
+        check_context_length(shape, self.context_length)
+        if attn_keep_mask is not None:
+            check_keep_mask("attn_keep_mask", attn_keep_mask, (shape[0], shape[1], shape[1]))
+        x = jnp.asarray(x)
+        queries = self.W_query(x)  # (B, T, E)
+        keys = self.W_key(x)  # (B, T, E)
+        values = self.W_value(x)  # (B, T, E)
+        context_vec, steps = self._attention(
+            queries, keys, values, causal=True, dropout=self.dropout,
+            key=self._dropout_key(deterministic, rngs), attn_keep_mask=attn_keep_mask,
             return_steps=return_steps,
-        )
+        )  # fmt: skip  # (B, T, E)
+        return self._finish(context_vec, steps, return_steps)
 
 
 class MultiHeadAttentionWrapper(AttentionModule):
-    """``heads`` is an ``nnx.List`` of ``CausalAttention`` modules (weights ``heads.{i}.*``);
-    the wrapper's own train/eval state and dropout stream drive all heads."""
+    """``heads`` is an ``nnx.List`` of ``CausalAttention`` modules (weights ``heads.{i}.*``),
+    each called in turn, outputs concatenated: x ``(B, T, D)`` gives ``(B, T, N * E)``.
+    ``attn_keep_mask`` is bool ``(B, N, T, S)``, True = keep (head i gets ``[:, i]``). The
+    wrapper's train/eval state and dropout stream drive every head."""
 
     layer = "MultiHeadAttentionWrapper"
 
@@ -151,13 +186,24 @@ class MultiHeadAttentionWrapper(AttentionModule):
         block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
-        self.implementation, self.block_size = implementation, block_size
+        check_size("num_heads", num_heads)
+        self._init_common(implementation, block_size)
         self.context_length = context_length
         self.dropout = dropout
         self.num_heads = num_heads
         self.heads = nnx.List(
             [
-                CausalAttention(d_in, d_out, context_length, dropout, qkv_bias, dtype=dtype, rngs=rngs)
+                CausalAttention(
+                    d_in,
+                    d_out,
+                    context_length,
+                    dropout,
+                    qkv_bias,
+                    dtype=dtype,
+                    implementation=implementation,
+                    block_size=block_size,
+                    rngs=rngs,
+                )
                 for _ in range(num_heads)
             ]
         )
@@ -165,23 +211,38 @@ class MultiHeadAttentionWrapper(AttentionModule):
             head._init_dropout(None)  # the wrapper's own dropout stream drives every head
         self._init_dropout(rngs)
 
-    def __call__(self, x: jax.Array, *, attn_keep_mask: jax.Array | None = None, return_steps: bool = False):
-        return multi_head_attention_wrapper(
-            self.torch_params(),
-            x,
-            num_heads=self.num_heads,
-            context_length=self.context_length,
-            dropout=self.dropout,
-            key=self.dropout_key(),
-            attn_keep_mask=attn_keep_mask,
-            implementation=self.implementation,
-            block_size=self.block_size,
-            return_steps=return_steps,
-        )
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        attn_keep_mask: jax.Array | None = None,
+        deterministic: bool | None = None,
+        rngs: Rngs = None,
+        return_steps: bool = False,
+    ) -> Output:
+        shape = self._check_input(x, "heads.0.W_query.weight", self.heads[0].W_query.kernel)
+        check_context_length(shape, self.context_length)
+        if attn_keep_mask is not None:
+            keep_shape = (shape[0], self.num_heads, shape[1], shape[1])
+            check_keep_mask("attn_keep_mask", attn_keep_mask, keep_shape)
+        stream = self._dropout_rngs(deterministic, rngs)
+        head_outputs, head_steps = [], Steps()
+        for i, head in enumerate(self.heads):
+            result = head(
+                x, attn_keep_mask=None if attn_keep_mask is None else attn_keep_mask[:, i],
+                deterministic=stream is None, rngs=stream, return_steps=return_steps,
+            )  # fmt: skip
+            head_output, steps = result if return_steps else (result, Steps())  # (B, T, E)
+            head_outputs.append(head_output)
+            head_steps.update((f"heads.{i}.{name}", value) for name, value in steps.items())
+        context_vec = jnp.concatenate(head_outputs, axis=-1)  # (B, T, N * E)
+        return self._finish(context_vec, Steps(context_vec=context_vec), return_steps, sown=head_steps)
 
 
 class MultiHeadAttention(AttentionModule):
-    """The book's class (``out_bias=True``) or note 004's (``out_bias=qkv_bias``)."""
+    """The book's class (``out_bias=True``) or note 004's (``out_bias=qkv_bias``): causal
+    multi-head attention, x ``(B, T, D)`` with T <= context_length gives ``(B, T, E)``.
+    ``attn_keep_mask`` is bool ``(B, N, T, S)``, True = keep."""
 
     layer = "MultiHeadAttention"
 
@@ -200,7 +261,8 @@ class MultiHeadAttention(AttentionModule):
         block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
-        self.implementation, self.block_size = implementation, block_size
+        self._init_common(implementation, block_size, d_in=d_in, d_out=d_out, context_length=context_length)
+        check_divisible("d_out", d_out, num_heads)
         self.context_length = context_length
         self.dropout = dropout
         self.num_heads = num_heads
@@ -208,24 +270,39 @@ class MultiHeadAttention(AttentionModule):
         self.W_key = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
         self.W_value = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
         self.out_proj = torch_linear(d_out, d_out, out_bias, dtype, rngs)
-        self._init_dropout(rngs)
+        self._init_dropout(rngs, dropout=dropout)
 
-    def __call__(self, x: jax.Array, *, attn_keep_mask: jax.Array | None = None, return_steps: bool = False):
-        return multi_head_attention(
-            self.torch_params(),
-            x,
-            num_heads=self.num_heads,
-            context_length=self.context_length,
-            dropout=self.dropout,
-            key=self.dropout_key(),
-            attn_keep_mask=attn_keep_mask,
-            implementation=self.implementation,
-            block_size=self.block_size,
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        attn_keep_mask: jax.Array | None = None,
+        deterministic: bool | None = None,
+        rngs: Rngs = None,
+        return_steps: bool = False,
+    ) -> Output:
+        shape = self._check_input(x, "W_query.weight", self.W_query.kernel)
+        check_context_length(shape, self.context_length)
+        if attn_keep_mask is not None:
+            keep_shape = (shape[0], self.num_heads, shape[1], shape[1])
+            check_keep_mask("attn_keep_mask", attn_keep_mask, keep_shape)
+        x = jnp.asarray(x)
+        queries = self.W_query(x)  # (B, T, E)
+        keys = self.W_key(x)  # (B, T, E)
+        values = self.W_value(x)  # (B, T, E)
+        context_vec, steps = self._attention(
+            queries, keys, values, num_heads=self.num_heads, causal=True, dropout=self.dropout,
+            key=self._dropout_key(deterministic, rngs), attn_keep_mask=attn_keep_mask,
             return_steps=return_steps,
-        )
+        )  # fmt: skip  # (B, T, E)
+        output = self.out_proj(context_vec)  # (B, T, E)
+        return self._finish(output, steps, return_steps)
 
 
 class FusedSingleHeadAttention(AttentionModule):
+    """Note 003's ``SingleHeadAttention``: one fused ``Wqkv`` projection, head size
+    ``hidden_size // 4``, bidirectional. x ``(B, T, D)`` gives ``(B, T, D)``."""
+
     layer = "FusedSingleHeadAttention"
 
     def __init__(
@@ -238,21 +315,24 @@ class FusedSingleHeadAttention(AttentionModule):
         block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
-        self.implementation, self.block_size = implementation, block_size
+        self._init_common(implementation, block_size, hidden_size=hidden_size)
+        check_size("hidden_size // 4", hidden_size // 4)
         self.Wqkv = torch_linear(hidden_size, (hidden_size // 4) * 3, bias, dtype, rngs)
         self.Wo = torch_linear(hidden_size // 4, hidden_size, bias, dtype, rngs)
 
-    def __call__(self, x: jax.Array, *, return_steps: bool = False):
-        return fused_single_head_attention(
-            self.torch_params(),
-            x,
-            implementation=self.implementation,
-            block_size=self.block_size,
-            return_steps=return_steps,
-        )
+    def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
+        self._check_input(x, "Wqkv.weight", self.Wqkv.kernel)
+        queries, keys, values = jnp.split(self.Wqkv(jnp.asarray(x)), 3, axis=-1)  # 3 x (B, T, E)
+        context_vec, steps = self._attention(queries, keys, values, return_steps=return_steps)  # (B, T, E)
+        output = self.Wo(context_vec)  # (B, T, D)
+        return self._finish(output, steps, return_steps)
 
 
 class FusedMultiHeadAttention(AttentionModule):
+    """Note 003's bidirectional ``MultiHeadAttention``: ``Wqkv(x)`` split into thirds and heads
+    (the notes' ``reshape(B, T, 3, N, H).transpose(3, 1).unbind(2)``). x ``(B, T, D)`` gives
+    ``(B, T, D)``."""
+
     layer = "FusedMultiHeadAttention"
 
     def __init__(
@@ -266,24 +346,28 @@ class FusedMultiHeadAttention(AttentionModule):
         block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
-        self.implementation, self.block_size = implementation, block_size
+        self._init_common(implementation, block_size, hidden_size=hidden_size)
+        check_divisible("hidden_size", hidden_size, num_heads)
         self.num_heads = num_heads
         self.Wqkv = torch_linear(hidden_size, hidden_size * 3, bias, dtype, rngs)
         self.Wo = torch_linear(hidden_size, hidden_size, bias, dtype, rngs)
 
-    def __call__(self, x: jax.Array, *, return_steps: bool = False):
-        return fused_multi_head_attention(
-            self.torch_params(),
-            x,
-            num_heads=self.num_heads,
-            implementation=self.implementation,
-            block_size=self.block_size,
-            return_steps=return_steps,
-        )
+    def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
+        self._check_input(x, "Wqkv.weight", self.Wqkv.kernel)
+        queries, keys, values = jnp.split(self.Wqkv(jnp.asarray(x)), 3, axis=-1)  # 3 x (B, T, D)
+        context_vec, steps = self._attention(
+            queries, keys, values, num_heads=self.num_heads, return_steps=return_steps
+        )  # (B, T, D)
+        output = self.Wo(context_vec)  # (B, T, D)
+        return self._finish(output, steps, return_steps)
 
 
 class FusedCausalAttention(AttentionModule):
-    """Call as ``module(x, padding_mask)``; ``padding_mask`` bool ``(B, S)``, True = padding."""
+    """Note 003's ``CausalAttention``: call as ``module(x, padding_mask)``, ``padding_mask``
+    bool ``(B, S)``, True = padding (None: no padding). Dropout on the attention weights
+    (``attn_drop``) and on the output (``out_drop``); keep-masks ``attn_keep_mask`` bool
+    ``(B, N, T, S)`` and ``out_keep_mask`` bool ``(B, T, D)``, True = keep. x ``(B, T, D)``
+    with T <= context_size gives ``(B, T, D)``; steps end with ``projected`` and ``output``."""
 
     layer = "FusedCausalAttention"
 
@@ -301,14 +385,15 @@ class FusedCausalAttention(AttentionModule):
         block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):
-        self.implementation, self.block_size = implementation, block_size
+        self._init_common(implementation, block_size, hidden_size=hidden_size, context_size=context_size)
+        check_divisible("hidden_size", hidden_size, num_heads)
         self.num_heads = num_heads
         self.context_size = context_size
         self.attn_drop = attn_drop
         self.out_drop = out_drop
         self.Wqkv = torch_linear(hidden_size, hidden_size * 3, bias, dtype, rngs)
         self.Wo = torch_linear(hidden_size, hidden_size, bias, dtype, rngs)
-        self._init_dropout(rngs)
+        self._init_dropout(rngs, attn_drop=attn_drop, out_drop=out_drop)
 
     def __call__(
         self,
@@ -317,20 +402,27 @@ class FusedCausalAttention(AttentionModule):
         *,
         attn_keep_mask: jax.Array | None = None,
         out_keep_mask: jax.Array | None = None,
+        deterministic: bool | None = None,
+        rngs: Rngs = None,
         return_steps: bool = False,
-    ):
-        return fused_causal_attention(
-            self.torch_params(),
-            x,
-            padding_mask,
-            num_heads=self.num_heads,
-            context_size=self.context_size,
-            attn_drop=self.attn_drop,
-            out_drop=self.out_drop,
-            key=self.dropout_key(),
-            attn_keep_mask=attn_keep_mask,
-            out_keep_mask=out_keep_mask,
-            implementation=self.implementation,
-            block_size=self.block_size,
-            return_steps=return_steps,
-        )
+    ) -> Output:
+        shape = self._check_input(x, "Wqkv.weight", self.Wqkv.kernel)
+        check_context_length(shape, self.context_size, "context_size")
+        if attn_keep_mask is not None:
+            keep_shape = (shape[0], self.num_heads, shape[1], shape[1])
+            check_keep_mask("attn_keep_mask", attn_keep_mask, keep_shape)
+        if out_keep_mask is not None:
+            check_keep_mask("out_keep_mask", out_keep_mask, shape)
+        if padding_mask is not None:
+            check_padding_mask(padding_mask, shape[0], shape[1])
+        key = self._dropout_key(deterministic, rngs)
+        attn_key, out_key = (None, None) if key is None else jax.random.split(key)
+        queries, keys, values = jnp.split(self.Wqkv(jnp.asarray(x)), 3, axis=-1)  # 3 x (B, T, D)
+        context_vec, steps = self._attention(
+            queries, keys, values, num_heads=self.num_heads, causal=True, padding_mask=padding_mask,
+            dropout=self.attn_drop, key=attn_key, attn_keep_mask=attn_keep_mask, return_steps=return_steps,
+        )  # fmt: skip  # (B, T, D)
+        projected = self.Wo(context_vec)  # (B, T, D)
+        output = apply_dropout(projected, self.out_drop, key=out_key, keep_mask=out_keep_mask)
+        steps["projected"] = projected  # the last step before output dropout
+        return self._finish(output, steps, return_steps)

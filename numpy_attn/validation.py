@@ -32,6 +32,7 @@ __all__ = [
     "check_padding_mask",
     "check_params",
     "check_self_attention_args",
+    "check_size",
 ]
 
 # The dtypes NumPy computes in. JAX adds bfloat16 (NumPy has no bfloat16 arithmetic: ml_dtypes'
@@ -160,6 +161,12 @@ def check_divisible(width_name: str, width: int, num_heads: int) -> None:
         raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
     if width % num_heads != 0:
         raise ValueError(f"{width_name}={width} is not divisible by num_heads={num_heads}")
+
+
+def check_size(name: str, value: Any) -> None:
+    """A layer size (``d_in``, ``hidden_size``, ``context_length``...) is a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def check_dropout(name: str, p: Any) -> None:

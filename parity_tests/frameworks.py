@@ -110,15 +110,17 @@ def run_flax(
     block_size: int | None = None,
     **kwargs: Any,
 ) -> tuple[Any, Mapping]:
-    """The case's Flax NNX module, built with ``from_params`` (eval mode), called under
-    ``nnx.jit``."""
+    """The case's Flax NNX module, built with ``from_params`` (eval mode), called with
+    ``return_steps=True`` under ``nnx.jit`` inside ``nnx.capture`` (which takes the steps the
+    module sows, leaving the module as it was)."""
     from flax import nnx
 
     import jax_attn
 
     fast = {"implementation": implementation} | ({} if block_size is None else {"block_size": block_size})
     module = getattr(jax_attn, case.layer).from_params(params, **case.kwargs(dropout), **fast)
-    return nnx.jit(lambda m, *a, **k: m(*a, return_steps=True, **k))(module, x, *args, **kwargs)
+    forward = nnx.capture(lambda m, *a, **k: m(*a, return_steps=True, **k), nnx.Intermediate)
+    return nnx.jit(forward)(module, x, *args, **kwargs)[0]
 
 
 Runner = Callable[[Case, Mapping[str, Any], Any], Mapping[str, Any]]

@@ -1,0 +1,307 @@
+"""Flax NNX-native modules: from_params with constructor arguments and any array source, real
+submodules called, steps sown, nnx transforms, dropout streams, no host transfer per call."""
+
+import inspect
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+
+import jax_attn
+import torch_ref
+from parity_tests.cases import FUNCTION_NAMES, Case
+from parity_tests.compare import compare_steps
+from parity_tests.frameworks import run_torch
+from parity_tests.tolerances import tolerance_for
+from torch_ref import to_params
+
+LAYERS = list(FUNCTION_NAMES)
+SOURCES = ["numpy", "jax", "torch_tensors", "torch_state_dict"]
+
+
+def module_case(layer, dtype="float32"):
+    return Case(layer, batch=2, tokens=6, d_in=5, d_out=8, num_heads=2, bias=True, dtype=dtype, seed=4)
+
+
+def constructor_arguments(case):
+    """Every argument of the torch constructor that built ``case.build_torch()``, by name."""
+    sizes = {
+        "SelfAttentionV1": {"d_in": case.d_in, "d_out": case.d_out},
+        "SelfAttentionV2": {"d_in": case.d_in, "d_out": case.d_out, "qkv_bias": case.bias},
+        "CausalAttention": {"d_in": case.d_in, "d_out": case.d_out, "qkv_bias": case.bias},
+        "MultiHeadAttentionWrapper": {"d_in": case.d_in, "d_out": case.d_out, "qkv_bias": case.bias},
+        "MultiHeadAttention": {
+            "d_in": case.d_in, "d_out": case.d_out, "qkv_bias": case.bias, "out_bias": case.out_bias,
+        },
+        "FusedSingleHeadAttention": {"hidden_size": case.d_out, "bias": case.bias},
+        "FusedMultiHeadAttention": {"hidden_size": case.d_out, "bias": case.bias},
+        "FusedCausalAttention": {"hidden_size": case.d_out, "bias": case.bias},
+    }[case.layer]  # fmt: skip
+    return sizes | case.kwargs()
+
+
+def weights_from(source, torch_module):
+    if source == "torch_state_dict":
+        return torch_module.state_dict()  # as it is: the mask buffers included
+    if source == "torch_tensors":
+        return dict(torch_module.named_parameters())  # tensors that require grad
+    params = to_params(torch_module)
+    return params if source == "numpy" else {k: jnp.asarray(v) for k, v in params.items()}
+
+
+def assert_close(actual, expected):
+    rtol, atol = tolerance_for(np.asarray(expected).dtype)
+    np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("layer", LAYERS)
+def test_from_params_takes_every_constructor_argument_and_any_array_source(layer, source):
+    case = module_case(layer)
+    torch_module = case.build_torch()
+    x = case.make_input()
+    module = getattr(jax_attn, layer).from_params(
+        weights_from(source, torch_module), **constructor_arguments(case)
+    )
+    expected = run_torch(torch_module, x)[0].detach().numpy()
+    assert_close(module(x), expected)
+    for name, value in to_params(torch_module).items():
+        np.testing.assert_array_equal(module.to_params()[name], value)
+
+
+def test_the_issue_call_works():
+    torch_module = torch_ref.MultiHeadAttention(8, 8, 6, 0.0, num_heads=2)
+    module = jax_attn.MultiHeadAttention.from_params(
+        to_params(torch_module), d_in=8, d_out=8, context_length=6, num_heads=2
+    )
+    assert (module.W_query.kernel.shape, module.context_length, module.num_heads) == ((8, 8), 6, 2)
+
+
+def test_bfloat16_torch_tensors_load_as_they_are():
+    case = module_case("FusedCausalAttention")
+    torch_module = case.build_torch().to(torch.bfloat16)
+    module = jax_attn.FusedCausalAttention.from_params(torch_module.state_dict(), **case.kwargs())
+    assert module.Wqkv.kernel[...].dtype == jnp.bfloat16
+    expected = torch_module.Wqkv.weight.detach().float().numpy().T
+    np.testing.assert_array_equal(np.asarray(module.Wqkv.kernel[...], np.float32), expected)
+
+
+# layer -> (argument, wrong value, regex of the evidence, value the weights say)
+CONTRADICTIONS = {
+    "SelfAttentionV1": ("d_in", 7, r"W_query has shape \(5, 8\)", 5),
+    "SelfAttentionV2": ("d_out", 4, r"W_query.weight has shape \(8, 5\)", 8),
+    "CausalAttention": ("qkv_bias", False, r"W_query.bias is present", True),
+    "MultiHeadAttentionWrapper": ("num_heads", 3, r"they hold 2 heads", 2),
+    "MultiHeadAttention": ("d_in", 8, r"W_query.weight has shape \(8, 5\)", 5),
+    "FusedSingleHeadAttention": ("hidden_size", 12, r"Wqkv.weight has shape \(6, 8\)", 8),
+    "FusedMultiHeadAttention": ("bias", False, r"Wqkv.bias is present", True),
+    "FusedCausalAttention": ("hidden_size", 4, r"Wqkv.weight has shape \(24, 8\)", 8),
+}
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_an_argument_that_contradicts_the_weights_names_both_values(layer):
+    case = module_case(layer)
+    argument, wrong, evidence, right = CONTRADICTIONS[layer]
+    arguments = constructor_arguments(case) | {argument: wrong}
+    message = f"{argument}={wrong!r} contradicts the weights: {evidence}, so {argument}={right!r}"
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        getattr(jax_attn, layer).from_params(case.build_torch().state_dict(), **arguments)
+
+
+@pytest.mark.parametrize("layer", ["MultiHeadAttentionWrapper", "FusedCausalAttention"])
+def test_an_unknown_key_is_named(layer):
+    case = module_case(layer)
+    params = case.build_torch().state_dict()
+    params["heads.0.extra"] = torch.zeros(2)
+    params["mask"] = torch.zeros(6, 6)  # the buffer of the book's classes, not of note 003's
+    unexpected = ["heads.0.extra"] if layer.startswith("Multi") else ["heads.0.extra", "mask"]
+    expected = f"unexpected keys {unexpected}"
+    with pytest.raises(ValueError, match=re.escape(f"params do not fit {layer}: {expected}")):
+        getattr(jax_attn, layer).from_params(params, **case.kwargs())
+
+
+LINEAR_CALLS = {
+    "SelfAttentionV2": 3,
+    "CausalAttention": 3,
+    "MultiHeadAttentionWrapper": 6,  # 3 per head, 2 heads
+    "MultiHeadAttention": 4,
+    "FusedSingleHeadAttention": 2,
+    "FusedMultiHeadAttention": 2,
+    "FusedCausalAttention": 2,
+}
+
+
+@pytest.mark.parametrize("layer", list(LINEAR_CALLS))
+def test_the_call_runs_the_linear_submodules(layer, monkeypatch):
+    case = module_case(layer)
+    module = getattr(jax_attn, layer).from_params(to_params(case.build_torch()), **case.kwargs())
+    called = []
+    linear_call = nnx.Linear.__call__
+    counting = lambda self, x: called.append(self) or linear_call(self, x)  # noqa: E731
+    monkeypatch.setattr(nnx.Linear, "__call__", counting)
+    module(case.make_input())
+    assert len(called) == LINEAR_CALLS[layer]
+    assert len({id(linear) for linear in called}) == LINEAR_CALLS[layer]  # each one once
+
+
+def test_the_wrapper_calls_each_head_module():
+    case = module_case("MultiHeadAttentionWrapper")
+    module = jax_attn.MultiHeadAttentionWrapper.from_params(to_params(case.build_torch()), **case.kwargs())
+    x = case.make_input()
+    before = np.asarray(module(x))
+    module.heads[1].W_value.kernel[...] = jnp.zeros_like(module.heads[1].W_value.kernel[...])
+    after = np.asarray(module(x))
+    assert_close(after[..., :8], before[..., :8])  # head 0 unchanged
+    assert_close(after[..., 8:], module.heads[1].W_value.bias[...] * np.ones((2, 6, 1)))  # weights @ bias
+
+
+def test_v1_uses_its_own_matrices():
+    case = module_case("SelfAttentionV1")
+    module = jax_attn.SelfAttentionV1.from_params(to_params(case.build_torch()))
+    x = case.make_input()
+    module.W_value[...] = jnp.eye(5, 8)
+    (context_vec, steps), _ = nnx.capture(module, nnx.Intermediate)(x, return_steps=True)
+    np.testing.assert_allclose(steps["values"], np.asarray(x) @ np.eye(5, 8), rtol=1e-6)
+    np.testing.assert_allclose(context_vec, steps["attn_weights"] @ steps["values"], rtol=1e-5, atol=1e-6)
+
+
+def flat_steps(state):
+    """Sown intermediates (each a one-call tuple) by dotted path: ``heads.0.queries``..."""
+    flat = {".".join(map(str, path)): variable.get_value() for path, variable in nnx.to_flat_state(state)}
+    assert all(len(value) == 1 for value in flat.values())
+    return {name: value[0] for name, value in flat.items()}
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_sown_steps_equal_torch_steps(layer):
+    case = module_case(layer)
+    torch_module = case.build_torch()
+    x = case.make_input()
+    expected = run_torch(torch_module, x)[1]
+    module = getattr(jax_attn, layer).from_params(to_params(torch_module), **case.kwargs())
+    forward = nnx.jit(nnx.capture(lambda m, x: m(x, return_steps=True), nnx.Intermediate))
+    (_, returned), sown = forward(module, x)
+    actual = flat_steps(sown)
+    report = compare_steps(expected, actual)
+    assert report.ok, f"\n{report}"
+    assert set(actual) == set(expected) == set(returned)
+    assert not nnx.state(module, nnx.Intermediate)  # capture took them: the module is as it was
+
+
+@pytest.mark.filterwarnings("ignore:Using 'Module.sow\\(\\)' outside of 'nnx.capture\\(\\)' is deprecated")
+def test_outside_capture_the_steps_stay_on_the_module_until_popped():
+    case = module_case("MultiHeadAttentionWrapper")
+    module = jax_attn.MultiHeadAttentionWrapper.from_params(to_params(case.build_torch()), **case.kwargs())
+    _, returned = module(case.make_input(), return_steps=True)
+    sown = flat_steps(nnx.pop(module, nnx.Intermediate))
+    assert set(sown) == set(returned)
+    for name, value in returned.items():
+        np.testing.assert_array_equal(sown[name], value)
+    assert not nnx.state(module, nnx.Intermediate)
+    module(case.make_input())  # without return_steps nothing is sown
+    assert not nnx.state(module, nnx.Intermediate)
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_nnx_vmap_over_a_batch_of_inputs(layer):
+    case = module_case(layer)
+    module = getattr(jax_attn, layer).from_params(to_params(case.build_torch()), **case.kwargs())
+    xs = np.stack([case.with_(seed=seed).make_input() for seed in range(3)])
+    actual = nnx.vmap(lambda m, x: m(x), in_axes=(None, 0))(module, xs)
+    expected = np.stack([np.asarray(module(x)) for x in xs])
+    assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("layer", ["MultiHeadAttentionWrapper", "FusedCausalAttention"])
+def test_no_host_transfer_in_a_jitted_call(layer):
+    case = module_case(layer)
+    params = to_params(case.build_torch())
+    x = jnp.asarray(case.make_input())
+    for rngs in (None, nnx.Rngs(0)):  # eval mode, then train mode drawing from a stream
+        module = getattr(jax_attn, layer).from_params(params, **case.kwargs(0.5), rngs=rngs)
+        forward = nnx.jit(lambda m, x: m(x))
+        forward(module, x)  # compiles
+        with jax.transfer_guard("disallow"):
+            forward(module, x)
+
+
+def test_call_time_deterministic_and_rngs_override_the_module_as_in_nnx_dropout():
+    case = module_case("MultiHeadAttention")
+    params, x = to_params(case.build_torch()), case.make_input()
+    module = jax_attn.MultiHeadAttention.from_params(params, **case.kwargs(0.5))  # eval, no stream
+    eval_output = np.asarray(module(x))
+    first = np.asarray(module(x, deterministic=False, rngs=nnx.Rngs(dropout=3)))
+    again = np.asarray(module(x, deterministic=False, rngs=nnx.Rngs(dropout=3)))
+    other = np.asarray(module(x, deterministic=False, rngs=nnx.Rngs(dropout=4)))
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other) and not np.allclose(first, eval_output)
+    module.train()
+    with pytest.raises(ValueError, match="MultiHeadAttention is in train mode but has no dropout stream"):
+        module(x)
+    np.testing.assert_array_equal(module(x, deterministic=True), eval_output)
+
+
+def test_the_wrapper_heads_draw_different_masks_from_its_stream():
+    case = module_case("MultiHeadAttentionWrapper")
+    torch_module = case.build_torch()
+    torch_module.heads[1].load_state_dict(torch_module.heads[0].state_dict())  # two equal heads
+    module = jax_attn.MultiHeadAttentionWrapper.from_params(
+        to_params(torch_module), **case.kwargs(0.5), rngs=nnx.Rngs(0)
+    )
+    output = np.asarray(module(case.make_input()))
+    assert not np.allclose(output[..., :8], output[..., 8:])
+    module.eval()
+    output = np.asarray(module(case.make_input()))
+    assert_close(output[..., :8], output[..., 8:])
+
+
+@pytest.mark.parametrize(
+    "layer, args, kwargs, message",
+    [
+        ("SelfAttentionV2", (0, 4), {}, "d_in must be a positive integer, got 0"),
+        ("CausalAttention", (3, 4, -1, 0.0), {}, "context_length must be a positive integer, got -1"),
+        ("CausalAttention", (3, 4, 6, 1.0), {}, r"dropout must be in \[0, 1\), got 1.0"),
+        ("MultiHeadAttention", (3, 4, 6, 0.0, 3), {}, "d_out=4 is not divisible by num_heads=3"),
+        ("MultiHeadAttentionWrapper", (3, 4, 6, 0.0, 0), {}, "num_heads must be a positive integer, got 0"),
+        ("FusedSingleHeadAttention", (3,), {}, "hidden_size // 4 must be a positive integer, got 0"),
+        ("FusedCausalAttention", (8, 2, 6, 0.1, -0.5), {}, r"out_drop must be in \[0, 1\), got -0.5"),
+        ("FusedMultiHeadAttention", (8, 2), {"implementation": "fast"}, "implementation must be one of"),
+        ("SelfAttentionV1", (3, 4), {"block_size": 0}, "block_size must be a positive integer, got 0"),
+    ],
+)
+def test_bad_constructor_arguments_raise_value_errors_naming_them(layer, args, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        getattr(jax_attn, layer)(*args, **kwargs, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("layer", ["SelfAttentionV2", "MultiHeadAttention", "FusedCausalAttention"])
+def test_bad_inputs_raise_the_functions_errors_word_for_word(layer):
+    case = module_case(layer)
+    params = to_params(case.build_torch())
+    module = getattr(jax_attn, layer).from_params(params, **case.kwargs())
+    function = getattr(jax_attn, case.function_name)
+    x = case.make_input()
+    for bad in (x.astype("float64"), x[..., :-1], x[..., None]):
+        with pytest.raises((TypeError, ValueError)) as expected:
+            function(params, bad, **case.kwargs())
+        with pytest.raises(expected.type, match=f"^{re.escape(str(expected.value))}$"):
+            module(bad)
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_signatures_are_the_torch_constructors_plus_flax_keywords(layer):
+    expected = [*inspect.signature(getattr(torch_ref, layer)).parameters, "dtype", "implementation"]
+    expected += ["block_size", "rngs"]
+    actual = inspect.signature(getattr(jax_attn, layer)).parameters
+    assert list(actual) == expected
+    assert all(actual[name].kind is inspect.Parameter.KEYWORD_ONLY for name in expected[-4:])
+    case = module_case(layer)
+    module = getattr(jax_attn, layer).from_params(to_params(case.build_torch()), **case.kwargs())
+    call = inspect.signature(module).parameters  # a module's signature is its call's
+    assert next(iter(call)) == "x" and "return_steps" in call
+
