@@ -31,6 +31,7 @@ __all__ = [
     "check_input",
     "check_keep_mask",
     "check_mapping",
+    "check_numpy_dtype",
     "check_padding_mask",
     "check_params",
     "check_self_attention_args",
@@ -128,7 +129,22 @@ def check_array(name: str, value: Any) -> tuple[int, ...]:
     shape = _shape(value)
     if shape is None or not hasattr(value, "dtype"):
         raise TypeError(f"{name} must be an array, got {type(value).__name__}")
+    check_numpy_dtype(name, value)
     return shape
+
+
+def check_numpy_dtype(name: str, value: Any) -> None:
+    """TypeError unless NumPy understands ``value.dtype``: a torch tensor (or another framework's
+    array) is refused with how to convert it, instead of NumPy's "Cannot interpret" error."""
+    try:
+        np.dtype(value.dtype)
+    except TypeError:
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        raise TypeError(
+            f"{name} is a {kind} with dtype {value.dtype}, which NumPy cannot read: pass a NumPy or "
+            f"JAX array (a torch tensor t: t.detach().cpu().numpy(), bfloat16 after .float(); "
+            "a torch module's weights: torch_ref.to_params(module))"
+        ) from None
 
 
 def check_floating(x: Any, floating: tuple[str, ...] = NUMPY_FLOATS, name: str = "x") -> tuple[int, ...]:
