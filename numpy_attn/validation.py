@@ -22,6 +22,7 @@ __all__ = [
     "check_array",
     "check_block_size",
     "check_blockwise_args",
+    "check_context",
     "check_context_length",
     "check_divisible",
     "check_dropout",
@@ -34,6 +35,7 @@ __all__ = [
     "check_numpy_dtype",
     "check_padding_mask",
     "check_params",
+    "check_rng",
     "check_self_attention_args",
     "uses_blockwise",
 ]
@@ -195,6 +197,24 @@ def check_context_length(shape: Sequence[int], context_length: int, name: str = 
     num_tokens = shape[-2]
     if num_tokens > context_length:
         raise ValueError(f"x has {num_tokens} tokens (shape {tuple(shape)}) but {name} is {context_length}")
+
+
+def check_context(name: str, value: Any) -> None:
+    """A layer's ``context_length``/``context_size``: a positive int (not a bool, a float, NaN,
+    inf or None), TypeError or ValueError naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def check_rng(rng: Any) -> None:
+    """``rng`` is None (no random dropout) or a ``numpy.random.Generator``."""
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            f"rng must be a numpy.random.Generator (numpy.random.default_rng(seed)) or None, "
+            f"got {rng!r} ({type(rng).__name__})"
+        )
 
 
 def check_divisible(width_name: str, width: int, num_heads: int) -> None:
