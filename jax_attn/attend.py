@@ -7,6 +7,7 @@ import jax
 
 from jax_attn.attention import scaled_dot_product_attention
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE, blockwise_attention, blockwise_self_attention
+from jax_attn.checks import check_key
 from jax_attn.heads import merge_heads, split_heads
 from jax_attn.linear import split_projection
 from jax_attn.masks import causal_mask
@@ -39,6 +40,7 @@ def attend(
     with ``return_steps`` (then by the reference math; the context still comes from the chosen
     path, and random dropout draws one keep-mask from ``key`` that both use).
     """
+    check_key(key)
     blockwise = uses_blockwise(implementation, queries.shape[-2])
     if blockwise and return_steps and key is not None and dropout:
         shape = queries.shape[:-1] + keys.shape[-2:-1]
@@ -90,6 +92,7 @@ def attend_heads(
     ``blockwise_self_attention`` projects each head inside its loop instead, so that no
     ``(B, T, 3E)`` projection is stored.
     """
+    check_key(key)
     if uses_blockwise(implementation, x.shape[-2]) and not return_steps:
         context_vec = blockwise_self_attention(
             x, weight, bias, num_heads=num_heads, causal=causal, padding_mask=padding_mask,

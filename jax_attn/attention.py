@@ -30,14 +30,25 @@ def scaled_dot_product_attention(
     notes' meaning; ``jax.nn.dot_product_attention`` and Flax use the opposite). A query whose
     every key is hidden gets zero weights and a zero output (torch gives NaN).
 
+    Half-precision inputs (float16, bfloat16) have their scores and softmax computed in
+    float32 and the weights cast back to the input dtype, as the blockwise path and
+    ``jax.nn`` do: so scores beyond float16's range (|q . k| above ~65504) stay finite and the
+    answer does not depend on the path. The notes' torch classes compute the scores in float16
+    and give NaN there. The recorded ``attn_scores``/``masked_scores`` steps are these float32
+    scores (torch's are float16, inf beyond its range).
+
     ``dropout`` is the probability of dropping attention weights, or None for a layer that has no
     attention dropout (its trace then has no ``attn_weights_dropped`` step); see ``dropout`` for
     ``key`` and ``attn_keep_mask``. Steps: ``attn_scores``, ``masked_scores`` (only with a
     mask), ``attn_weights``, ``attn_weights_dropped`` (only with ``dropout``).
     """
-    attn_scores = queries @ jnp.swapaxes(keys, -1, -2)  # (..., T, S)
+    dtype = queries.dtype
+    compute = jnp.float32 if dtype.itemsize < 4 else dtype  # half precision: scores in float32
+    queries_acc, keys_acc = queries.astype(compute, copy=False), keys.astype(compute, copy=False)
+    attn_scores = queries_acc @ jnp.swapaxes(keys_acc, -1, -2)  # (..., T, S)
     masked_scores = attn_scores if mask is None else jnp.where(mask, -jnp.inf, attn_scores)
     attn_weights = softmax(masked_scores / keys.shape[-1] ** 0.5, axis=-1)  # (..., T, S)
+    attn_weights = attn_weights.astype(dtype, copy=False)
     attn_weights_dropped = (
         attn_weights
         if dropout is None

@@ -1,4 +1,5 @@
-"""The shared up-front checks of numpy_attn, applied to JAX arrays and tracers."""
+"""The shared up-front checks of numpy_attn, applied to JAX arrays and tracers, and the checks
+that only JAX needs: random keys and 64-bit mode."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import numpy as np
 
 from numpy_attn.spec import check_layer as _check_layer
-from numpy_attn.validation import JAX_FLOATS
+from numpy_attn.validation import JAX_FLOATS, check_context
 
-__all__ = ["check_layer", "is_concrete"]
+__all__ = ["check_key", "check_layer", "check_x64", "is_concrete"]
 
 
 def is_concrete(params: Mapping[str, Any]) -> bool:
@@ -22,5 +24,36 @@ def is_concrete(params: Mapping[str, Any]) -> bool:
 
 def check_layer(layer: str, params: Mapping[str, Any], x: Any, **kwargs: Any) -> dict[str, Any]:
     """``numpy_attn.spec.check_layer``: the same errors, word for word (bfloat16 is accepted as
-    well). Shapes and dtypes are checked at trace time; weight values only where concrete."""
+    well), after numpy_attn's ``check_context`` of a ``context_length`` passed (the layer's
+    ``context_name``). Shapes and dtypes are checked at trace time; weight values only where
+    concrete."""
+    if "context_length" in kwargs:
+        check_context(kwargs.get("context_name", "context_length"), kwargs["context_length"])
     return _check_layer(layer, params, x, check_values=is_concrete(params), floating=JAX_FLOATS, **kwargs)
+
+
+def check_key(key: Any) -> None:
+    """``key`` is None (no random dropout) or a ``jax.random`` key: a typed key
+    (``jax.random.key(seed)``) or a raw ``uint32`` one (``jax.random.PRNGKey(seed)``)."""
+    if key is None:
+        return
+    dtype = getattr(key, "dtype", None)
+    typed = isinstance(key, jax.Array) and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    raw = isinstance(key, jax.Array) and dtype == np.uint32 and key.shape[-1:] == (2,)
+    if not (typed or raw):
+        got = f"{key!r} ({type(key).__name__})"
+        if dtype is not None:  # under jit an int arrives as an int32 array
+            got = f"an array of dtype {dtype}, shape {key.shape}"
+        raise TypeError(f"key must be a jax.random key (jax.random.key(seed)) or None, got {got}")
+
+
+def check_x64(name: str, value: Any) -> None:
+    """TypeError for a float64 array while JAX's 64-bit mode is off: JAX would compute it in
+    float32 without a word. (Under an outer ``jax.jit`` the cast happens before any function
+    runs, so there float64 inputs arrive as float32: JAX's own rule.)"""
+    if np.dtype(value.dtype) == np.float64 and not jax.config.jax_enable_x64:
+        raise TypeError(
+            f"{name} has dtype float64, which JAX computes in float32 unless 64-bit mode is on: "
+            "call jax.config.update('jax_enable_x64', True) at start-up (or compute inside "
+            "`with jax.enable_x64(True):`), or pass float32 arrays"
+        )

@@ -6,9 +6,12 @@ the last bits. ``compiled`` makes an eager call go through ``jax.jit`` of the ve
 outer ``jax.jit`` would trace, so eager and jitted results are bit-identical (and repeated
 eager calls reuse the compiled program). Inside ``jit``/``grad``/``vmap`` the function is traced
 as it is. What tracing cannot see is checked first, eagerly, with numpy_attn's messages: that
-the input is a floating array of the weights' dtype (jit would cast float64 to float32 and
-int64 to int32 before any check) and that every weight is finite; a call passing another
-64-bit array (an invalid mask) runs op by op, so that its error names the dtype passed.
+the input is a floating array, that float64 comes with JAX's 64-bit mode on (TypeError
+otherwise: JAX would compute it in float32 without a word) and that every weight is finite.
+A call that jit would cast before its checks see it (an input of another dtype than the
+weights, float64 to float32 and int64 to int32 without 64-bit mode; a 64-bit mask) runs op by
+op instead, so that the layer's ``check_layer`` raises numpy_attn's error, naming the same
+weight and the dtypes the caller passed.
 
 Like any ``jax.jit`` function, an eager call compiles once per distinct input shape and keeps
 the program; a process that sees thousands of shapes can free them with ``jax.clear_caches()``
@@ -22,15 +25,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import jax
+import numpy as np
 
-from jax_attn.checks import is_concrete
+from jax_attn.checks import check_x64, is_concrete
 from numpy_attn.validation import (
     JAX_FLOATS,
     check_array,
     check_finite,
     check_floating,
     check_mapping,
-    check_params,
 )
 
 __all__ = ["STATIC_ARGNAMES", "compiled"]
@@ -70,11 +73,15 @@ def compiled(fn: F) -> F:
             return fn(params, x, *args, **kwargs)  # inside jit, grad or vmap: trace as is
         check_mapping(params)
         check_floating(x, JAX_FLOATS)
-        current = {name: check_array(f"params[{name!r}]", value) for name, value in params.items()}
-        check_params(params, current, layer=fn.__name__, dtype=x.dtype)  # dtypes only
-        check_finite(params)
-        if _jit_would_cast((*args, *kwargs.values())):  # keep the checks' view of the dtypes
+        for name, value in params.items():
+            check_array(f"params[{name!r}]", value)
+        mismatched = any(np.dtype(value.dtype) != np.dtype(x.dtype) for value in params.values())
+        if mismatched or _jit_would_cast((*args, *kwargs.values())):
+            # jit would cast what the checks must see: op by op, the layer's own check_layer
+            # raises numpy_attn's error (for a dtype mismatch, naming the same weight)
             return fn(params, x, *args, **kwargs)
+        check_x64("x", x)  # x and the weights share its dtype
+        check_finite(params)
         return jitted(params, x, *args, **kwargs)
 
     return call  # type: ignore[return-value]

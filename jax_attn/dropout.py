@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jax_attn.checks import check_key
 from numpy_attn.validation import check_dropout, check_keep_mask
 
 __all__ = ["dropout"]
@@ -25,6 +26,7 @@ def dropout(
     is static under ``jax.jit``.
     """
     check_dropout("p", p)
+    check_key(key)
     if keep_mask is None:
         if key is None:
             return x

@@ -17,13 +17,13 @@ from jax_attn.attend import attend
 from jax_attn.constructor_arguments import _constructor_arguments, _without_buffers
 from jax_attn.convert import as_jax_params, flax_value, torch_name, torch_value
 from jax_attn.heads import merge_heads, split_heads
+from numpy_attn.implementation import check_implementation
 from numpy_attn.spec import LAYERS, infer_dims, param_shapes
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     JAX_FLOATS,
     check_dropout,
     check_finite,
-    check_implementation,
     check_input,
     check_params,
     check_size,

@@ -12,6 +12,7 @@ from numpy_attn.implementation import uses_blockwise
 from numpy_attn.linear import split_projection
 from numpy_attn.masks import causal_mask
 from numpy_attn.steps import Steps
+from numpy_attn.validation import check_rng
 
 __all__ = ["attend", "attend_heads"]
 
@@ -39,6 +40,7 @@ def attend(
     with ``return_steps`` (then by the reference math; the context still comes from the chosen
     path, and random dropout draws one keep-mask that both use).
     """
+    check_rng(rng)
     blockwise = uses_blockwise(implementation, queries.shape[-2])
     if blockwise and return_steps and rng is not None and dropout:
         attn_keep_mask = rng.random(queries.shape[:-1] + keys.shape[-2:-1]) >= dropout
@@ -89,6 +91,7 @@ def attend_heads(
     ``blockwise_self_attention`` projects each head inside its loop instead, so that no
     ``(B, T, 3E)`` projection is stored.
     """
+    check_rng(rng)
     if uses_blockwise(implementation, x.shape[-2]) and not return_steps:
         context_vec = blockwise_self_attention(
             x, weight, bias, num_heads=num_heads, causal=causal, padding_mask=padding_mask,

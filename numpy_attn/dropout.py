@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from numpy_attn.validation import check_dropout, check_keep_mask
+from numpy_attn.validation import check_dropout, check_keep_mask, check_rng
 
 __all__ = ["dropout"]
 
@@ -23,6 +23,7 @@ def dropout(
     this is the identity (evaluation mode). ``p`` lies in [0, 1).
     """
     check_dropout("p", p)
+    check_rng(rng)
     if keep_mask is None:
         if rng is None:
             return x

@@ -21,6 +21,7 @@ __all__ = [
     "NUMPY_FLOATS",
     "check_array",
     "check_blockwise_args",
+    "check_context",
     "check_context_length",
     "check_divisible",
     "check_dropout",
@@ -29,8 +30,10 @@ __all__ = [
     "check_input",
     "check_keep_mask",
     "check_mapping",
+    "check_numpy_dtype",
     "check_padding_mask",
     "check_params",
+    "check_rng",
     "check_self_attention_args",
     "check_size",
 ]
@@ -103,7 +106,22 @@ def check_array(name: str, value: Any) -> tuple[int, ...]:
     shape = _shape(value)
     if shape is None or not hasattr(value, "dtype"):
         raise TypeError(f"{name} must be an array, got {type(value).__name__}")
+    check_numpy_dtype(name, value)
     return shape
+
+
+def check_numpy_dtype(name: str, value: Any) -> None:
+    """TypeError unless NumPy understands ``value.dtype``: a torch tensor (or another framework's
+    array) is refused with how to convert it, instead of NumPy's "Cannot interpret" error."""
+    try:
+        np.dtype(value.dtype)
+    except TypeError:
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        raise TypeError(
+            f"{name} is a {kind} with dtype {value.dtype}, which NumPy cannot read: pass a NumPy or "
+            f"JAX array (a torch tensor t: t.detach().cpu().numpy(), bfloat16 after .float(); "
+            "a torch module's weights: torch_ref.to_params(module))"
+        ) from None
 
 
 def check_floating(x: Any, floating: tuple[str, ...] = NUMPY_FLOATS, name: str = "x") -> tuple[int, ...]:
@@ -154,6 +172,24 @@ def check_context_length(shape: Sequence[int], context_length: int, name: str = 
     num_tokens = shape[-2]
     if num_tokens > context_length:
         raise ValueError(f"x has {num_tokens} tokens (shape {tuple(shape)}) but {name} is {context_length}")
+
+
+def check_context(name: str, value: Any) -> None:
+    """A layer's ``context_length``/``context_size``: a positive int (not a bool, a float, NaN,
+    inf or None), TypeError or ValueError naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def check_rng(rng: Any) -> None:
+    """``rng`` is None (no random dropout) or a ``numpy.random.Generator``."""
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            f"rng must be a numpy.random.Generator (numpy.random.default_rng(seed)) or None, "
+            f"got {rng!r} ({type(rng).__name__})"
+        )
 
 
 def check_divisible(width_name: str, width: int, num_heads: int) -> None:

@@ -24,6 +24,11 @@ STDLIB = {
     "struct",
     "sys",
     "zipfile",
+    "re",
+    "io",
+    "reprlib",
+    "stat",
+    "zlib",
 }
 ALLOWED = {
     "numpy_attn": {"numpy", "numpy_attn", *STDLIB},

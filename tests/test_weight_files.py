@@ -59,7 +59,7 @@ def test_files_are_interchangeable_with_the_safetensors_library(tmp_path):
 
 def test_npz_is_loaded_without_pickle(tmp_path):
     np.savez(tmp_path / "w.npz", W_query=np.array([object()], dtype=object))
-    with pytest.raises(ValueError, match=r"is not a readable \.npz weight file: .*allow_pickle=False"):
+    with pytest.raises(TypeError, match=r"has dtype object \(loading it would need pickle\)"):
         load_weights(tmp_path / "w.npz")
 
 
@@ -82,7 +82,7 @@ def test_altered_safetensors_data_is_detected(tmp_path):
     blob = bytearray(path.read_bytes())
     blob[-3] ^= 0x01  # one bit of the last weight
     path.write_bytes(bytes(blob))
-    with pytest.raises(ValueError, match="was altered: its data does not match the SHA-256"):
+    with pytest.raises(ValueError, match=r"was altered: .* do not match the SHA-256 recorded"):
         load_weights(path)
 
 
@@ -114,14 +114,13 @@ def rewrite_header(path, change):
             lambda h: h["W_query.weight"].update(shape=[8, 6]),
             r"'W_query.weight' \(F32, shape \(8, 6\)\) has data offsets",
         ),
-        (lambda h: h["W_key.weight"].update(dtype="I64"), r"unsupported dtype 'I64'"),
         (
             lambda h: h["W_key.weight"].update(data_offsets=[0]),
             r"'W_key.weight' has invalid data_offsets \[0\]",
         ),
         (lambda h: h.pop("out_proj.bias"), r"the header describes \d+ data bytes, the file holds \d+"),
     ],
-    ids=["shape", "dtype", "offsets", "missing_entry"],
+    ids=["shape", "offsets", "missing_entry"],
 )
 def test_tampered_headers_give_clear_errors(tmp_path, change, message):
     _, params = weights()
@@ -152,7 +151,9 @@ def test_weights_are_checked_against_the_target_class(tmp_path):
     with pytest.raises(TypeError, match=r"holds dtypes \['float32'\], expected float64"):
         load_weights(tmp_path / "w.npz", dtype=np.float64)
     params["W_key.weight"] = params["W_key.weight"].astype(np.float64)
-    save_weights(tmp_path / "mixed.npz", params)
+    with pytest.raises(TypeError, match=r"params mix dtypes \['float32', 'float64'\]"):
+        save_weights(tmp_path / "mixed.npz", params)
+    np.savez(tmp_path / "mixed.npz", **params)
     with pytest.raises(TypeError, match="mixes dtypes"):
         load_weights(tmp_path / "mixed.npz")
 
@@ -160,7 +161,9 @@ def test_weights_are_checked_against_the_target_class(tmp_path):
 def test_non_finite_weights_and_wrong_suffix_are_refused(tmp_path):
     _, params = weights()
     params["Wo.weight"] = np.full((2, 2), np.nan, np.float32)
-    save_weights(tmp_path / "w.safetensors", params)
+    with pytest.raises(ValueError, match=r"params\['Wo.weight'\] has non-finite values"):
+        save_weights(tmp_path / "w.safetensors", params)
+    safetensors.numpy.save_file(params, tmp_path / "w.safetensors")
     with pytest.raises(ValueError, match=r"params\['Wo.weight'\] has non-finite values"):
         load_weights(tmp_path / "w.safetensors")
     with pytest.raises(ValueError, match=r"weight files are \.safetensors or \.npz"):
