@@ -34,6 +34,7 @@ from numpy_attn.validation import (
     check_finite,
     check_floating,
     check_mapping,
+    check_numpy_dtype,
 )
 
 __all__ = ["STATIC_ARGNAMES", "compiled"]
@@ -75,6 +76,7 @@ def compiled(fn: F) -> F:
         check_floating(x, JAX_FLOATS)
         for name, value in params.items():
             check_array(f"params[{name!r}]", value)
+            check_numpy_dtype(f"params[{name!r}]", value)
         mismatched = any(np.dtype(value.dtype) != np.dtype(x.dtype) for value in params.values())
         if mismatched or _jit_would_cast((*args, *kwargs.values())):
             # jit would cast what the checks must see: op by op, the layer's own check_layer

@@ -102,11 +102,12 @@ def _shape(value: Any) -> tuple[int, ...] | None:
 
 
 def check_array(name: str, value: Any) -> tuple[int, ...]:
-    """Return ``value.shape``; raise TypeError if ``value`` is not an array."""
+    """Return ``value.shape``; raise TypeError if ``value`` is not an array. Only the shape is
+    read: weights of any framework (a torch ``state_dict()``) pass; ``check_numpy_dtype`` is for
+    values that NumPy or JAX compute with."""
     shape = _shape(value)
     if shape is None or not hasattr(value, "dtype"):
         raise TypeError(f"{name} must be an array, got {type(value).__name__}")
-    check_numpy_dtype(name, value)
     return shape
 
 
@@ -127,6 +128,7 @@ def check_numpy_dtype(name: str, value: Any) -> None:
 def check_floating(x: Any, floating: tuple[str, ...] = NUMPY_FLOATS, name: str = "x") -> tuple[int, ...]:
     """Return ``x.shape``; TypeError unless ``x`` is an array with a dtype in ``floating``."""
     shape = check_array(name, x)
+    check_numpy_dtype(name, x)
     if np.dtype(x.dtype).name not in floating:
         raise TypeError(
             f"{name} must have a floating dtype ({', '.join(floating)}), "
@@ -265,6 +267,7 @@ def check_params(
         raise ValueError(f"params do not fit {layer}: " + "; ".join(problems))
     if dtype is not None:
         for key in expected:
+            check_numpy_dtype(f"params[{key!r}]", params[key])
             got = np.dtype(params[key].dtype)
             if got != np.dtype(dtype):
                 raise TypeError(

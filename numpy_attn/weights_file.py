@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from numpy_attn.spec import LAYERS, infer_dims, param_shapes
-from numpy_attn.validation import check_array, check_finite, check_mapping, check_params
+from numpy_attn.validation import check_array, check_finite, check_mapping, check_numpy_dtype, check_params
 
 __all__ = ["load_weights", "save_weights"]
 
@@ -146,6 +146,7 @@ def _checked_arrays(params: Mapping[str, Any], suffix: str) -> dict[str, np.ndar
                 "and names may not hold a NUL character"
             )
         check_array(f"params[{name!r}]", value)
+        check_numpy_dtype(f"params[{name!r}]", value)
         array = np.asarray(value)
         if array.ndim == 0:
             raise ValueError(f"params[{name!r}] is 0-d (a scalar); weights have at least one axis")
