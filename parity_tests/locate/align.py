@@ -1,0 +1,305 @@
+"""Align two traces by their values and find where the candidate first goes wrong.
+
+Every candidate value is compared with every reference value of the same size (a cheap
+fingerprint first) in the candidate's layout (``layout.in_layout``), in float64 with the dtype
+table's tolerance. A match is exact, or soft where a legitimate difference remains: a scale the
+reference itself applies elsewhere (queries pre-scaled instead of scores), or a finite fill
+(``-1e9``, ``finfo.min``) where the reference has ``-inf``. A value is *good* when it matches or
+when something computed from it on the way to the output matches (a legitimate intermediate the
+reference never holds); the first value on the way to the output that is not good is where the
+candidate goes wrong, and likewise for the reference. When that value is computed from a value
+that holds another reference value than the one expected there (values projected with the key
+weights, operands swapped), the line that produced the misrouted value is blamed instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from parity_tests.locate.layout import in_layout, split_rules
+from parity_tests.locate.trace import Record, Trace
+from parity_tests.tolerances import tolerance_for
+
+__all__ = ["Alignment", "Match", "align", "blame_location", "close", "tolerance_of"]
+
+_VERY_NEGATIVE = -1e4  # a fill at or below this (-1e9, finfo.min) stands for -inf
+
+
+@dataclass(frozen=True)
+class Match:
+    """A candidate value holds reference record ``reference``'s numbers: ``kind`` is ``"exact"``
+    (same layout or a legitimate layout change), ``"scale"`` (times ``scale``), ``"fill"`` (a
+    finite fill for ``-inf``) or ``"negated"`` (a boolean mask of the other convention)."""
+
+    reference: int
+    kind: str
+    scale: float = 1.0
+
+
+@dataclass
+class Alignment:
+    """``matches[c]``: what candidate record ``c`` matches; ``blamed``: the candidate record where
+    the candidate first goes wrong; ``diverging``: the first reference record no candidate value
+    reproduces; ``counterpart``: the reference record the blamed value should have equalled."""
+
+    reference: Trace
+    candidate: Trace
+    rules: dict[int, tuple[int, ...]]
+    matches: dict[int, list[Match]] = field(default_factory=dict)
+    output_ok: bool = False
+    blamed: int | None = None
+    diverging: int | None = None
+    counterpart: int | None = None
+    verified: list[int] = field(default_factory=list)
+    good: set[int] = field(default_factory=set)
+    rerouted_from: int | None = None
+
+
+def _comparable(record: Record) -> bool:
+    return record.value.dtype.kind in "fcb" and record.value.size > 0
+
+
+def tolerance_of(a: Record, b: Record) -> tuple[float, float]:
+    return tolerance_for(*(d if d in ("float16", "bfloat16", "float32", "float64") else "float64"
+                           for d in (a.dtype, b.dtype)))
+
+
+def close(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float, fill: bool = False) -> bool:
+    """``|actual - expected| <= atol + rtol * max|expected|`` over finite entries, NaN and inf at the
+    same places; with ``fill``, entries at or below -1e4 on both sides count as equal."""
+    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    if fill:
+        low_e, low_a = e <= _VERY_NEGATIVE, a <= _VERY_NEGATIVE
+        if not np.array_equal(low_e, low_a):
+            return False
+        e, a = np.where(low_e, 0.0, e), np.where(low_a, 0.0, a)
+    if not np.array_equal(np.isnan(e), np.isnan(a)) or not np.array_equal(np.isinf(e), np.isinf(a)):
+        return False
+    infinite = np.isinf(e)
+    if not np.array_equal(e[infinite], a[infinite]):
+        return False
+    finite = np.isfinite(e)
+    if not finite.any():
+        return True
+    scale = float(np.abs(e[finite]).max())
+    return float(np.abs(a[finite] - e[finite]).max()) <= atol + rtol * scale
+
+
+def _fingerprint(value: np.ndarray) -> tuple[int, int, int, float, float]:
+    v = value.astype(np.float64)
+    finite = np.isfinite(v)
+    f = v[finite]
+    return (int(np.isnan(v).sum()), int((v == np.inf).sum()), int((v == -np.inf).sum()),
+            float(f.sum()) if f.size else 0.0, float(np.abs(f).max()) if f.size else 0.0)
+
+
+def _fit_scale(reference: np.ndarray, value: np.ndarray) -> float | None:
+    """``s`` with ``value ~ s * reference`` over the entries finite and above -1e4 on both sides."""
+    keep = np.isfinite(reference) & np.isfinite(value) & (reference > _VERY_NEGATIVE) & (value > _VERY_NEGATIVE)
+    r, v = reference[keep].astype(np.float64), value[keep].astype(np.float64)
+    denominator = float(r @ r)
+    return None if denominator == 0 else float(r @ v) / denominator
+
+
+def _reference_scales(trace: Trace, rules: dict[int, tuple[int, ...]]) -> list[float]:
+    """Scales the reference applies (a value ``s`` times its input), or ``H**-0.5`` for the head
+    sizes ``H`` its reshapes show when it applies none (an opaque reference)."""
+    scales = []
+    for record in trace.records:
+        for source in record.inputs:
+            r = trace.records[source].value
+            if r.shape == record.value.shape and _comparable(record) and r.dtype.kind == "f":
+                s = _fit_scale(r, record.value)
+                if s is not None and abs(s - 1) > 1e-3 and s > 0 and close(s * r, record.value, 1e-5, 1e-6, True):
+                    scales.append(s)
+    if not scales:
+        scales = [h**-0.5 for parts in rules.values() if len(parts) == 2 for h in parts[-1:]]
+    return scales
+
+
+def _match(c: Record, r: Record, rules, scales, fingerprints) -> Match | None:
+    if c.value.size != r.value.size or not _comparable(r):
+        return None
+    view = in_layout(r.value, c.shape, rules)
+    if view is None:
+        return None
+    rtol, atol = tolerance_of(c, r)
+    fc, fr = fingerprints[("c", c.index)], fingerprints[("r", r.index)]
+    bound = atol + rtol * fr[4]
+    if fc[:3] == fr[:3] and abs(fc[4] - fr[4]) <= bound and abs(fc[3] - fr[3]) <= c.value.size * bound + 1e-9:
+        if close(view, c.value, rtol, atol):
+            return Match(r.index, "exact")
+    if c.value.dtype == bool and np.isin(view, (0, 1)).all() and np.array_equal(c.value, view == 0):
+        return Match(r.index, "negated")  # a keep-mask for a hide-mask: the two conventions
+    if c.value.dtype.kind != "f" or view.dtype.kind != "f":
+        return None
+    if close(view, c.value, rtol, atol, fill=True):
+        return Match(r.index, "fill")
+    s = _fit_scale(view, c.value)
+    if s is None or not any(abs(s / legit - 1) < 1e-4 for legit in scales):
+        return None
+    return Match(r.index, "scale", s) if close(s * view, c.value, rtol, atol, fill=True) else None
+
+
+def _ancestors(trace: Trace, start: int) -> set[int]:
+    seen, stack = set(), [start]
+    while stack:
+        index = stack.pop()
+        if index not in seen:
+            seen.add(index)
+            stack.extend(trace.records[index].inputs)
+    return seen
+
+
+def _good(trace: Trace, matched: set[int]) -> tuple[set[int], set[int]]:
+    """(records on the way to the output, those of them that are good)."""
+    if trace.output is None:
+        return set(), set()
+    on_path = _ancestors(trace, trace.output)
+    consumers: dict[int, list[int]] = {}
+    for record in trace.records:
+        for source in record.inputs:
+            consumers.setdefault(source, []).append(record.index)
+    good: set[int] = set()
+    for index in sorted(on_path, reverse=True):
+        record = trace.records[index]
+        if (record.leaf is not None or index in matched or not _comparable(record)
+                or any(c in good for c in consumers.get(index, []))):
+            good.add(index)
+    return on_path, good
+
+
+def _layout_classes(trace: Trace, rules) -> list[int]:
+    """Each reference record's class: records that are layout changes of their input share one."""
+    classes = list(range(len(trace.records)))
+    for record in trace.records:
+        for source in record.inputs:
+            s = trace.records[source]
+            if s.value.size == record.value.size and s.value.dtype == record.value.dtype:
+                view = in_layout(s.value, record.shape, rules)
+                if view is not None and np.array_equal(view, record.value, equal_nan=True):
+                    classes[record.index] = classes[source]
+                    break
+    return classes
+
+
+def align(reference: Trace, candidate: Trace) -> Alignment:
+    """Match the candidate's values to the reference's and place the first divergence on each side."""
+    pairs = [(t.records[s].shape, r.shape) for t in (reference, candidate) for r in t.records
+             for s in r.inputs if t.records[s].value.size == r.value.size]
+    rules = split_rules(pairs)
+    scales = _reference_scales(reference, rules)
+    fingerprints = {("r", r.index): _fingerprint(r.value) for r in reference.records if _comparable(r)}
+    fingerprints.update({("c", c.index): _fingerprint(c.value) for c in candidate.records if _comparable(c)})
+    by_size: dict[int, list[Record]] = {}
+    for r in reference.records:
+        by_size.setdefault(r.value.size, []).append(r)
+    result = Alignment(reference, candidate, rules)
+    for c in candidate.records:
+        if not _comparable(c):
+            continue
+        found = [m for r in by_size.get(c.value.size, []) if (m := _match(c, r, rules, scales, fingerprints))]
+        if found:
+            result.matches[c.index] = found
+    out_c, out_r = candidate.records[candidate.output], reference.records[reference.output]
+    result.output_ok = out_c.shape == out_r.shape and close(out_r.value, out_c.value, *tolerance_of(out_c, out_r))
+    matched_c = {c for c, found in result.matches.items() if candidate.records[c].leaf is None}
+    matched_r = {m.reference for c in matched_c for m in result.matches[c]}
+    path_c, good_c = _good(candidate, matched_c)
+    path_r, good_r = _good(reference, matched_r)
+    result.verified = sorted(i for i in matched_c if i in path_c)
+    result.good = good_c
+    if result.output_ok:
+        return result
+    bad_c = sorted(path_c - good_c)
+    bad_r = sorted(path_r - good_r)
+    result.diverging = bad_r[0] if bad_r else reference.output
+    if not bad_c:
+        result.blamed = candidate.output
+    else:
+        result.blamed = bad_c[0]
+    classes = _layout_classes(reference, rules)
+    result.counterpart = _counterpart(result, result.blamed, bad_r, classes)
+    _reroute(result, bad_r, classes)
+    result.verified = [i for i in result.verified if i < result.blamed]
+    return result
+
+
+def blame_location(result: Alignment) -> str:
+    """The ``path:line`` to blame for the blamed candidate record. A misrouted value: the line in
+    the consuming function that produced it (the call ``linear(params, "W_query", x)`` rather than
+    the helper's body). The first value a helper call computes, when that helper is called once or
+    computes right elsewhere: the call site (its arguments are wrong, not its body)."""
+    records = result.candidate.records
+    record = records[result.blamed]
+    stack = record.stack
+    if not stack:
+        return record.location
+    if result.rerouted_from is not None and records[result.rerouted_from].stack:
+        consumer = records[result.rerouted_from].stack[0]
+        same = [loc for loc, fn in stack if fn == consumer[1] and loc.rsplit(":", 1)[0] == consumer[0].rsplit(":", 1)[0]]
+        return same[0] if same else stack[0][0]
+    if len(stack) > 1:
+        function = stack[0][1]
+        calls: dict[tuple, list[Record]] = {}
+        for other in records:
+            if len(other.stack) > 1 and other.stack[0][1] == function and other.leaf is None:
+                calls.setdefault(other.stack[1:], []).append(other)
+        first_in_call = calls.get(stack[1:], [None])[0] is record
+        elsewhere = [first[0].index in result.good for call, first in calls.items() if call != stack[1:]]
+        if first_in_call and (not elsewhere or any(elsewhere)):
+            return stack[1][0]
+    return stack[0][0]
+
+
+def _input_classes(result: Alignment, record: Record, classes: list[int]) -> set[int]:
+    return {classes[m.reference] for s in record.inputs for m in result.matches.get(s, [])}
+
+
+def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list[int]) -> int:
+    """The reference value the blamed candidate value should have equalled: among the diverging
+    reference values it can be laid out as, the one computed from most of the same values, the
+    earliest on ties; else the first diverging reference value."""
+    record = result.candidate.records[blamed]
+    compatible = [r for r in bad_r if in_layout(result.reference.records[r].value, record.shape, result.rules)
+                  is not None]
+    if not compatible:
+        return (bad_r or [result.reference.output])[0]
+    ours = _input_classes(result, record, classes)
+    shared = [len(ours & {classes[s] for s in result.reference.records[r].inputs}) for r in compatible]
+    return compatible[shared.index(max(shared))]
+
+
+def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
+    """Blame the producer of a misrouted input: one holding a reference value of another class than
+    every input of the reference value the blamed one should have equalled, or, when one of those
+    inputs is missing and two inputs hold the same reference value, the later computed of the two."""
+    candidate, reference = result.candidate, result.reference
+    blamed = candidate.records[result.blamed]
+    expected_classes = {classes[s] for s in reference.records[result.counterpart].inputs}
+    found_of = lambda index: {classes[m.reference] for m in result.matches.get(index, [])}  # noqa: E731
+    if not any(found_of(s) & expected_classes for s in blamed.inputs):
+        return  # the counterpart is not the blamed value's: nothing to reroute against
+
+    def origin(index: int, found: set[int]) -> int:
+        while True:  # back to the first line that produced these numbers
+            earlier = [s for s in candidate.records[index].inputs
+                       if found_of(s) & found and candidate.records[s].leaf is None]
+            if not earlier:
+                return index
+            index = earlier[0]
+
+    origins = {s: origin(s, found_of(s)) for s in blamed.inputs
+               if found_of(s) and candidate.records[s].leaf is None}
+    misrouted = [origins[s] for s in origins if not found_of(s) & expected_classes]
+    covered = set().union(*(found_of(s) for s in blamed.inputs))
+    if not misrouted and expected_classes - covered:
+        by_value: dict[frozenset[int], list[int]] = {}
+        for source, first in origins.items():
+            by_value.setdefault(frozenset(found_of(source)), []).append(first)
+        misrouted = [max(firsts) for firsts in by_value.values() if len(set(firsts)) > 1]
+    if misrouted:
+        result.rerouted_from, result.blamed = result.blamed, misrouted[0]
+        result.counterpart = _counterpart(result, misrouted[0], bad_r, classes)
