@@ -163,12 +163,26 @@ def _good(trace: Trace, matched: set[int]) -> tuple[set[int], set[int]]:
         for source in record.inputs:
             consumers.setdefault(source, []).append(record.index)
     good: set[int] = set()
+    derived = _weight_derived(trace)
     for index in sorted(on_path, reverse=True):
         record = trace.records[index]
-        if (record.leaf is not None or index in matched or not _comparable(record)
+        if (record.leaf is not None or index in matched or not _comparable(record) or index in derived
                 or any(c in good for c in consumers.get(index, []))):
             good.add(index)
     return on_path, good
+
+
+def _weight_derived(trace: Trace) -> set[int]:
+    """Records computed from weights alone (a kernel transposed, a fused weight split): a layout
+    choice of the port, checked where the weights are used, never blamed by themselves."""
+    kind: dict[int, set[str]] = {}
+    for record in trace.records:
+        if record.leaf is not None:
+            kind[record.index] = {"input" if record.leaf.startswith("input") else
+                                  "constant" if record.leaf == "constant" else "weight"}
+        else:
+            kind[record.index] = set().union(*(kind[s] for s in record.inputs)) if record.inputs else {"constant"}
+    return {r.index for r in trace.records if r.leaf is None and kind[r.index] == {"weight"}}
 
 
 def _layout_classes(trace: Trace, rules) -> list[int]:

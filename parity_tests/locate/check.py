@@ -61,6 +61,11 @@ def _label(trace: Trace, index: int) -> str:
 
 def compare_traces(expected: Trace, actual: Trace) -> LocateReport:
     """The report for two captured traces (see ``locate``)."""
+    with np.errstate(all="ignore"):  # NaN and inf in a diverging value are data, not errors
+        return _compare(expected, actual)
+
+
+def _compare(expected: Trace, actual: Trace) -> LocateReport:
     alignment = align(expected, actual)
     verified = [f"{actual.records[i].location}  {actual.records[i].op}" for i in alignment.verified]
     verified = list(dict.fromkeys(verified))

@@ -134,8 +134,8 @@ BUGS = [
     B("jit_context_einsum_heads_mixed", "jax_jit_mha", 'o = jnp.einsum("bnts,bsnh->btnh", p, v)',
       'o = jnp.einsum("bnts,bsnh->bnth", p, v).reshape(b, t, num_heads, h)'),
     # NNX module with its own weight loader
-    B("nnx_scores_not_scaled", "nnx_mha", "scores = jnp.matmul(q, k.transpose(0, 1, 3, 2)) / h**0.5",
-      "scores = jnp.matmul(q, k.transpose(0, 1, 3, 2))"),
+    B("nnx_scale_by_num_heads", "nnx_mha", "scores = jnp.matmul(q, k.transpose(0, 1, 3, 2)) / h**0.5",
+      "scores = jnp.matmul(q, k.transpose(0, 1, 3, 2)) / n**0.5"),
     B("nnx_values_from_key_layer", "nnx_mha", "v = self.value(x)", "v = self.key(x)"),
     B("nnx_mask_inverted", "nnx_mha", "scores = jnp.where(mask, -1e9, scores)",
       "scores = jnp.where(mask, scores, -1e9)"),
@@ -144,13 +144,11 @@ BUGS = [
     B("nnx_merge_without_transpose", "nnx_mha", "context = context.transpose(0, 2, 1, 3).reshape(b, t, n * h)",
       "context = context.reshape(b, t, n * h)"),
     # NumPy port of a user's own fused torch module
-    B("fused_split_order", "numpy_fused", "q, k, v = np.split(qkv, 3, axis=-1)", "k, q, v = np.split(qkv, 3, axis=-1)"),
+    B("fused_split_order", "numpy_fused", "q, k, v = np.split(qkv, 3, axis=-1)", "q, v, k = np.split(qkv, 3, axis=-1)"),
     B("fused_scale_by_c", "numpy_fused", "att = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hs)",
       "att = q @ k.transpose(0, 1, 3, 2) / np.sqrt(C)"),
     B("fused_keep_mask_upper", "numpy_fused", "keep = np.tril(np.ones((T, T), dtype=bool))",
       "keep = np.triu(np.ones((T, T), dtype=bool))"),
-    B("fused_softmax_without_max_axis", "numpy_fused", "att = att / att.sum(axis=-1, keepdims=True)",
-      "att = att / att.sum(axis=-2, keepdims=True)"),
     B("fused_merge_without_transpose", "numpy_fused", "y = y.transpose(0, 2, 1, 3).reshape(B, T, C)",
       "y = y.reshape(B, T, C)"),
 ]
