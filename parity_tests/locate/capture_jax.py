@@ -47,8 +47,16 @@ def _is_array(value: Any) -> bool:
 
 def capture_jax(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Trace:
     """Trace ``fn(*args, **kwargs)`` and evaluate it recording every equation's outputs."""
+    import functools
+    import sys
+
     import jax
 
+    while isinstance(fn, functools.partial):  # bound arguments (a model, say) are traced like the rest
+        fn, args, kwargs = fn.func, (*fn.args, *args), {**fn.keywords, **kwargs}
+    nnx = sys.modules.get("flax.nnx")
+    if nnx is not None and isinstance(fn, nnx.Module):  # its parameters become the jaxpr's inputs
+        fn, args = _call_module, (fn, *args)
     leaves, treedef = jax.tree_util.tree_flatten((tuple(args), kwargs))
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path((tuple(args), kwargs))[0]]
     traced = [i for i, leaf in enumerate(leaves) if _is_array(leaf)]
@@ -81,11 +89,17 @@ def capture_jax(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, A
     return trace
 
 
+def _call_module(module: Any, *args: Any, **kwargs: Any) -> Any:
+    return module(*args, **kwargs)
+
+
 def _leaf_name(path: str, position: int) -> str:
-    """``"[0][0]"`` (the first positional array) -> ``input0``; ``"[0][0]['W_query.weight']"`` ->
-    ``W_query.weight``."""
-    keys = [k.strip("'\"") for k in path.strip("[]").split("][")]
-    return keys[-1] if len(keys) > 2 and not keys[-1].isdigit() else f"input{position}"
+    """A traced leaf's name from its path in ``(args, kwargs)``: ``"[0][1]"`` (a positional array)
+    -> ``input1``; ``"[0][0]['W_query.weight']"`` -> ``W_query.weight``; ``"[0][0].query.kernel.value"``
+    (an NNX module's parameter) -> ``query.kernel``."""
+    rest = path.split("]", 2)[-1] if path.startswith("[0]") else path
+    name = rest.strip("[]'\".").removesuffix(".value")
+    return name if name else f"input{position}"
 
 
 def _evaluate(

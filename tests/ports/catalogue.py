@@ -6,6 +6,7 @@ Each ``Bug`` replaces one line of a port file (``line``, which occurs there exac
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import pathlib
 from dataclasses import dataclass
@@ -36,12 +37,17 @@ def reference(kind: str):
     return load("torch_user_block", (HERE / "torch_user_block.py").read_text()).Attention(D_MODEL, NUM_HEADS)
 
 
+WITHOUT_PARAMS = {"nnx_mha", "nnx_jit_mha"}  # these hold their weights: locate passes them none
 PORTS = {  # port -> (reference kind, how to build the candidate from the loaded module and the weights)
     "numpy_mha": ("torch_ref", lambda module, params: module.mha),
     "jax_mha": ("torch_ref", lambda module, params: module.mha),
     "jax_jit_mha": ("torch_ref", lambda module, params: module.mha),
     "nnx_mha": ("torch_ref", lambda module, params: _nnx(module, params)),
     "numpy_fused": ("user_torch", lambda module, params: module.attention),
+    "numpy_loop_heads": ("torch_ref", lambda module, params: module.mha),
+    "jax_dpa": ("torch_ref", lambda module, params: module.mha),
+    "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
+    "nnx_jit_mha": ("torch_ref", lambda module, params: _nnx_jit(module, params)),
 }
 
 
@@ -49,6 +55,12 @@ def _nnx(module, params):
     from flax import nnx
 
     return module.MHA(D_MODEL, D_MODEL, NUM_HEADS, rngs=nnx.Rngs(0)).load_torch(params)
+
+
+def _nnx_jit(module, params):
+    """An ``nnx.jit`` function closing over the model: it holds its weights (``WITHOUT_PARAMS``)."""
+    model = module.FusedMHA(params, NUM_HEADS)
+    return functools.partial(module.run, model)
 
 
 def load(name: str, source: str, directory: pathlib.Path | None = None):
