@@ -2,10 +2,10 @@
 and the ports without bugs pass."""
 
 import pytest
-from torch_ref import to_params
 
 from parity_tests.locate import locate
 from tests.ports.catalogue import BUGS, HERE, PORTS, WITHOUT_PARAMS, inputs, load, plant, reference
+from torch_ref import to_params
 
 
 def run_port(port, source, directory):

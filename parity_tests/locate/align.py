@@ -42,7 +42,8 @@ class Match:
 class Alignment:
     """``matches[c]``: what candidate record ``c`` matches; ``blamed``: the candidate record where
     the candidate first goes wrong; ``diverging``: the first reference record no candidate value
-    reproduces; ``counterpart``: the reference record the blamed value should have equalled."""
+    reproduces; ``shown``: the value of the blamed line shown in the report (its last operation's);
+    ``counterpart``: the reference record the shown value should have equalled."""
 
     reference: Trace
     candidate: Trace
@@ -55,6 +56,7 @@ class Alignment:
     verified: list[int] = field(default_factory=list)
     good: set[int] = field(default_factory=set)
     rerouted_from: int | None = None
+    shown: int | None = None
 
 
 def _comparable(record: Record) -> bool:
@@ -62,8 +64,9 @@ def _comparable(record: Record) -> bool:
 
 
 def tolerance_of(a: Record, b: Record) -> tuple[float, float]:
-    return tolerance_for(*(d if d in ("float16", "bfloat16", "float32", "float64") else "float64"
-                           for d in (a.dtype, b.dtype)))
+    return tolerance_for(
+        *(d if d in ("float16", "bfloat16", "float32", "float64") else "float64" for d in (a.dtype, b.dtype))
+    )
 
 
 def close(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float, fill: bool = False) -> bool:
@@ -91,13 +94,20 @@ def _fingerprint(value: np.ndarray) -> tuple[int, int, int, float, float]:
     v = value.astype(np.float64)
     finite = np.isfinite(v)
     f = v[finite]
-    return (int(np.isnan(v).sum()), int((v == np.inf).sum()), int((v == -np.inf).sum()),
-            float(f.sum()) if f.size else 0.0, float(np.abs(f).max()) if f.size else 0.0)
+    return (
+        int(np.isnan(v).sum()),
+        int((v == np.inf).sum()),
+        int((v == -np.inf).sum()),
+        float(f.sum()) if f.size else 0.0,
+        float(np.abs(f).max()) if f.size else 0.0,
+    )
 
 
 def _fit_scale(reference: np.ndarray, value: np.ndarray) -> float | None:
     """``s`` with ``value ~ s * reference`` over the entries finite and above -1e4 on both sides."""
-    keep = np.isfinite(reference) & np.isfinite(value) & (reference > _VERY_NEGATIVE) & (value > _VERY_NEGATIVE)
+    keep = (
+        np.isfinite(reference) & np.isfinite(value) & (reference > _VERY_NEGATIVE) & (value > _VERY_NEGATIVE)
+    )
     r, v = reference[keep].astype(np.float64), value[keep].astype(np.float64)
     denominator = float(r @ r)
     return None if denominator == 0 else float(r @ v) / denominator
@@ -112,7 +122,12 @@ def _reference_scales(trace: Trace, rules: dict[int, tuple[int, ...]]) -> list[f
             r = trace.records[source].value
             if r.shape == record.value.shape and _comparable(record) and r.dtype.kind == "f":
                 s = _fit_scale(r, record.value)
-                if s is not None and abs(s - 1) > 1e-3 and s > 0 and close(s * r, record.value, 1e-5, 1e-6, True):
+                if (
+                    s is not None
+                    and abs(s - 1) > 1e-3
+                    and s > 0
+                    and close(s * r, record.value, 1e-5, 1e-6, True)
+                ):
                     scales.append(s)
     if not scales:
         scales = [h**-0.5 for parts in rules.values() if len(parts) == 2 for h in parts[-1:]]
@@ -166,8 +181,13 @@ def _good(trace: Trace, matched: set[int]) -> tuple[set[int], set[int]]:
     derived = _weight_derived(trace)
     for index in sorted(on_path, reverse=True):
         record = trace.records[index]
-        if (record.leaf is not None or index in matched or not _comparable(record) or index in derived
-                or any(c in good for c in consumers.get(index, []))):
+        if (
+            record.leaf is not None
+            or index in matched
+            or not _comparable(record)
+            or index in derived
+            or any(c in good for c in consumers.get(index, []))
+        ):
             good.add(index)
     return on_path, good
 
@@ -178,10 +198,17 @@ def _weight_derived(trace: Trace) -> set[int]:
     kind: dict[int, set[str]] = {}
     for record in trace.records:
         if record.leaf is not None:
-            kind[record.index] = {"input" if record.leaf.startswith("input") else
-                                  "constant" if record.leaf == "constant" else "weight"}
+            kind[record.index] = {
+                "input"
+                if record.leaf.startswith("input")
+                else "constant"
+                if record.leaf == "constant"
+                else "weight"
+            }
         else:
-            kind[record.index] = set().union(*(kind[s] for s in record.inputs)) if record.inputs else {"constant"}
+            kind[record.index] = (
+                set().union(*(kind[s] for s in record.inputs)) if record.inputs else {"constant"}
+            )
     return {r.index for r in trace.records if r.leaf is None and kind[r.index] == {"weight"}}
 
 
@@ -201,8 +228,13 @@ def _layout_classes(trace: Trace, rules) -> list[int]:
 
 def align(reference: Trace, candidate: Trace) -> Alignment:
     """Match the candidate's values to the reference's and place the first divergence on each side."""
-    pairs = [(t.records[s].shape, r.shape) for t in (reference, candidate) for r in t.records
-             for s in r.inputs if t.records[s].value.size == r.value.size]
+    pairs = [
+        (t.records[s].shape, r.shape)
+        for t in (reference, candidate)
+        for r in t.records
+        for s in r.inputs
+        if t.records[s].value.size == r.value.size
+    ]
     rules = split_rules(pairs)
     scales = _reference_scales(reference, rules)
     fingerprints = {("r", r.index): _fingerprint(r.value) for r in reference.records if _comparable(r)}
@@ -218,7 +250,9 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         if found:
             result.matches[c.index] = found
     out_c, out_r = candidate.records[candidate.output], reference.records[reference.output]
-    result.output_ok = out_c.shape == out_r.shape and close(out_r.value, out_c.value, *tolerance_of(out_c, out_r))
+    result.output_ok = out_c.shape == out_r.shape and close(
+        out_r.value, out_c.value, *tolerance_of(out_c, out_r)
+    )
     matched_c = {c for c, found in result.matches.items() if candidate.records[c].leaf is None}
     matched_r = {m.reference for c in matched_c for m in result.matches[c]}
     path_c, good_c = _good(candidate, matched_c)
@@ -237,6 +271,14 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     classes = _layout_classes(reference, rules)
     result.counterpart = _counterpart(result, result.blamed, bad_r, classes)
     _reroute(result, bad_r, classes)
+    result.shown = result.blamed
+    if result.rerouted_from is None:  # show the blamed line's result, not its first operation
+        line = candidate.records[result.blamed].location
+        result.shown = max(i for i in [result.blamed, *bad_c] if candidate.records[i].location == line)
+        unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
+        result.counterpart = _counterpart(result, result.shown, unmatched, classes)
+    if result.counterpart in path_r and result.counterpart < result.diverging:
+        result.diverging = result.counterpart
     result.verified = [i for i in result.verified if i < result.blamed]
     return result
 
@@ -253,7 +295,11 @@ def blame_location(result: Alignment) -> str:
         return record.location
     if result.rerouted_from is not None and records[result.rerouted_from].stack:
         consumer = records[result.rerouted_from].stack[0]
-        same = [loc for loc, fn in stack if fn == consumer[1] and loc.rsplit(":", 1)[0] == consumer[0].rsplit(":", 1)[0]]
+        same = [
+            loc
+            for loc, fn in stack
+            if fn == consumer[1] and loc.rsplit(":", 1)[0] == consumer[0].rsplit(":", 1)[0]
+        ]
         return same[0] if same else stack[0][0]
     if len(stack) > 1:
         function = stack[0][1]
@@ -277,13 +323,28 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     reference values it can be laid out as, the one computed from most of the same values, the
     earliest on ties; else the first diverging reference value."""
     record = result.candidate.records[blamed]
-    compatible = [r for r in bad_r if in_layout(result.reference.records[r].value, record.shape, result.rules)
-                  is not None]
+    compatible = [
+        r
+        for r in bad_r
+        if in_layout(result.reference.records[r].value, record.shape, result.rules) is not None
+    ]
     if not compatible:
         return (bad_r or [result.reference.output])[0]
     ours = _input_classes(result, record, classes)
     shared = [len(ours & {classes[s] for s in result.reference.records[r].inputs}) for r in compatible]
-    return compatible[shared.index(max(shared))]
+    chosen = result.reference.records[compatible[shared.index(max(shared))]]
+    own_inputs = [s for s in record.inputs if result.candidate.records[s].value.size == record.value.size]
+    for source in chosen.inputs if len(own_inputs) == 1 else ():  # ours a reshuffle: the value it consumes
+        earlier = result.reference.records[source]
+        if (
+            earlier.leaf is None
+            and classes[source] in ours
+            and earlier.value.size == record.value.size
+            and in_layout(earlier.value, record.shape, result.rules) is not None
+            and all(m.reference != source for m in result.matches.get(blamed, []))
+        ):
+            return source
+    return chosen.index
 
 
 def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
@@ -299,14 +360,18 @@ def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
 
     def origin(index: int, found: set[int]) -> int:
         while True:  # back to the first line that produced these numbers
-            earlier = [s for s in candidate.records[index].inputs
-                       if found_of(s) & found and candidate.records[s].leaf is None]
+            earlier = [
+                s
+                for s in candidate.records[index].inputs
+                if found_of(s) & found and candidate.records[s].leaf is None
+            ]
             if not earlier:
                 return index
             index = earlier[0]
 
-    origins = {s: origin(s, found_of(s)) for s in blamed.inputs
-               if found_of(s) and candidate.records[s].leaf is None}
+    origins = {
+        s: origin(s, found_of(s)) for s in blamed.inputs if found_of(s) and candidate.records[s].leaf is None
+    }
     misrouted = [origins[s] for s in origins if not found_of(s) & expected_classes]
     covered = set().union(*(found_of(s) for s in blamed.inputs))
     if not misrouted and expected_classes - covered:

@@ -58,34 +58,39 @@ def capture_jax(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, A
     if nnx is not None and isinstance(fn, nnx.Module):  # its parameters become the jaxpr's inputs
         fn, args = _call_module, (fn, *args)
     leaves, treedef = jax.tree_util.tree_flatten((tuple(args), kwargs))
-    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path((tuple(args), kwargs))[0]]
+    paths = [
+        jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path((tuple(args), kwargs))[0]
+    ]
     traced = [i for i, leaf in enumerate(leaves) if _is_array(leaf)]
     steps_tree: list[Any] = []
 
     def flat_fn(*arrays):
         filled = list(leaves)
-        for i, array in zip(traced, arrays):
+        for i, array in zip(traced, arrays, strict=True):
             filled[i] = array
         call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, filled)
         output, steps = split_result(fn(*call_args, **call_kwargs))
-        steps_tree.append(list(steps))
+        steps_tree.append(sorted(steps))  # the order jax flattens a dict in
         return output, steps
 
     arrays = [jax.numpy.asarray(leaves[i]) for i in traced]
     closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*arrays)
     trace = Trace("jax")
     env: dict[Any, tuple[Any, int]] = {}
-    for position, (var, i, array) in enumerate(zip(closed.jaxpr.invars, traced, arrays)):
+    for position, (var, i, array) in enumerate(zip(closed.jaxpr.invars, traced, arrays, strict=True)):
         name = _leaf_name(paths[i], position)
         env[var] = (array, trace.add("input", np.asarray(array), str(array.dtype), "input", leaf=name))
-    for var, const in zip(closed.jaxpr.constvars, closed.consts):
-        env[var] = (const, trace.add("leaf", np.asarray(const), str(const.dtype), "constant", leaf="constant"))
+    for var, const in zip(closed.jaxpr.constvars, closed.consts, strict=True):
+        env[var] = (
+            const,
+            trace.add("leaf", np.asarray(const), str(const.dtype), "constant", leaf="constant"),
+        )
     outs = _evaluate(closed.jaxpr, env, trace, ())
     n_out = len(jax.tree_util.tree_leaves(out_shape[0]))
     trace.output = outs[0][1]
     step_names = steps_tree[-1] if steps_tree else []
     values = [np.asarray(v) for v, _ in outs[n_out:]]
-    trace.name_steps({k: v for k, v in zip(step_names, values) if k != "output"})
+    trace.name_steps({k: v for k, v in zip(step_names, values, strict=True) if k != "output"})
     return trace
 
 
@@ -133,7 +138,7 @@ def _evaluate(
                 (value, trace.add(name, np.asarray(value), str(value.dtype), "?", sources, stack=stack))
                 for value in values
             ]
-        for var, out in zip(eqn.outvars, outs):
+        for var, out in zip(eqn.outvars, outs, strict=True):
             env[var] = out
     return [read(v) for v in jaxpr.outvars]
 
@@ -143,9 +148,12 @@ def _call(
 ) -> list[tuple[Any, int]]:
     """Evaluate a called jaxpr (closed or open) on the caller's values."""
     jaxpr, consts = (called.jaxpr, called.consts) if hasattr(called, "consts") else (called, [])
-    env = dict(zip(jaxpr.invars, invals))
-    for var, const in zip(jaxpr.constvars, consts):
-        env[var] = (const, trace.add("leaf", np.asarray(const), str(const.dtype), "constant", leaf="constant"))
+    env = dict(zip(jaxpr.invars, invals, strict=True))
+    for var, const in zip(jaxpr.constvars, consts, strict=True):
+        env[var] = (
+            const,
+            trace.add("leaf", np.asarray(const), str(const.dtype), "constant", leaf="constant"),
+        )
     return _evaluate(jaxpr, env, trace, stack)
 
 
@@ -168,8 +176,10 @@ def _scan(
     if params["reverse"]:
         ys.reverse()
     stacked = []
-    for column in zip(*ys) if ys else []:
+    for column in zip(*ys, strict=True) if ys else []:
         value = jnp.stack([v for v, _ in column])
         sources = tuple(i for _, i in column if i is not None)
-        stacked.append((value, trace.add("scan", np.asarray(value), str(value.dtype), "?", sources, stack=stack)))
+        stacked.append(
+            (value, trace.add("scan", np.asarray(value), str(value.dtype), "?", sources, stack=stack))
+        )
     return [*carry, *stacked]

@@ -50,7 +50,9 @@ def _statements(filename: str) -> dict[int, tuple[frozenset[str], frozenset[str]
                 if isinstance(target, ast.Name) and (not direct or isinstance(node, ast.AugAssign)):
                     updated.add(target.id)
         for call in (n for part in parts for n in ast.walk(part) if isinstance(n, ast.Call)):
-            updated.update(kw.value.id for kw in call.keywords if kw.arg == "out" and isinstance(kw.value, ast.Name))
+            updated.update(
+                kw.value.id for kw in call.keywords if kw.arg == "out" and isinstance(kw.value, ast.Name)
+            )
         table[node.lineno] = (frozenset(reads), frozenset(updated))
     return table
 
@@ -74,7 +76,9 @@ class _LineRecorder:
 
     def known(self, array: np.ndarray, location: str) -> int:
         if id(array) not in self.produced:
-            self.produced[id(array)] = self.trace.add("leaf", array, array.dtype.name, location, leaf="constant")
+            self.produced[id(array)] = self.trace.add(
+                "leaf", array, array.dtype.name, location, leaf="constant"
+            )
             self.alive.append(array)
         return self.produced[id(array)]
 
@@ -117,7 +121,9 @@ class _LineRecorder:
         while outer is not None:
             frames.append((outer.f_code.co_filename, outer.f_lineno, outer.f_code.co_name))
             outer = outer.f_back
-        self.produced[id(array)] = self.trace.add(op, array, array.dtype.name, "?", sources, stack=user_stack(frames))
+        self.produced[id(array)] = self.trace.add(
+            op, array, array.dtype.name, "?", sources, stack=user_stack(frames)
+        )
         self.alive.append(array)
 
     def after_line(self, frame: Any, line: int, before: dict[str, list[int]]) -> None:
@@ -142,9 +148,13 @@ def capture_numpy(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         if isinstance(arg, dict):
             for key, value in arg.items():
                 if isinstance(value, np.ndarray):
-                    recorder.produced[id(value)] = trace.add("input", value, value.dtype.name, "input", leaf=key)
+                    recorder.produced[id(value)] = trace.add(
+                        "input", value, value.dtype.name, "input", leaf=key
+                    )
         elif isinstance(arg, np.ndarray):
-            recorder.produced[id(arg)] = trace.add("input", arg, arg.dtype.name, "input", leaf=f"input{position}")
+            recorder.produced[id(arg)] = trace.add(
+                "input", arg, arg.dtype.name, "input", leaf=f"input{position}"
+            )
     previous = sys.gettrace()
     sys.settrace(recorder.global_trace)
     try:

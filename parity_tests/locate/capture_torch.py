@@ -72,7 +72,9 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         key = id(tensor)
         if key not in produced:
             leaf = names.get(key, "constant")
-            produced[key] = trace.add("leaf", _numpy(tensor), _dtype(tensor), "?", leaf=leaf, stack=_user_stack())
+            produced[key] = trace.add(
+                "leaf", _numpy(tensor), _dtype(tensor), "?", leaf=leaf, stack=_user_stack()
+            )
             alive.append(tensor)
         return produced[key]
 
@@ -90,7 +92,7 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             outputs = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
             if name == "__setitem__":
                 outputs = inputs[:1]
-            in_place = name.endswith("_") and not name.endswith("__") or name == "__setitem__"
+            in_place = (name.endswith("_") and not name.endswith("__")) or name == "__setitem__"
             input_ids = {id(t) for t in inputs}
             sources = tuple(index_of(t) for t in inputs)
             for tensor in outputs:

@@ -20,8 +20,12 @@ def axis_names(shape: tuple[int, ...], sizes: dict[str, int]) -> tuple[str, ...]
         elif axis in token_axes:
             names.append("token")
         else:
-            names.append(next((n for n in ("batch", "head", "head_dim", "feature") if sizes.get(n) == size),
-                              f"axis{axis}"))
+            names.append(
+                next(
+                    (n for n in ("batch", "head", "head_dim", "feature") if sizes.get(n) == size),
+                    f"axis{axis}",
+                )
+            )
     return tuple(names)
 
 
@@ -53,19 +57,32 @@ def _hidden(value: np.ndarray) -> np.ndarray:
     return ~np.isfinite(value) | (value <= -1e4)
 
 
-def read_causes(expected: np.ndarray, actual: np.ndarray, axes: tuple[str, ...], sizes: dict[str, int],
-                rtol: float, atol: float) -> list[str]:
+def read_causes(
+    expected: np.ndarray,
+    actual: np.ndarray,
+    axes: tuple[str, ...],
+    sizes: dict[str, int],
+    rtol: float,
+    atol: float,
+) -> list[str]:
     """Causes that the numbers show: ``actual`` is ``expected`` transposed, scaled, masked the other
     way, shifted by a bias, normalised over another axis, or the same numbers in another order."""
     causes = []
     if expected.dtype == bool or actual.dtype == bool or expected.shape != actual.shape:
-        if expected.shape == actual.shape and np.array_equal(expected.astype(bool), ~actual.astype(bool)):
-            causes.append("mask inverted: True here means the opposite of the reference's mask")
+        if expected.shape == actual.shape and expected.ndim >= 2:
+            e, a = expected.astype(bool), actual.astype(bool)
+            diagonal = np.broadcast_to(np.eye(*e.shape[-2:], dtype=bool), e.shape)
+            if np.array_equal(e, ~a):
+                causes.append("mask inverted: True here means the opposite of the reference's mask")
+            elif np.array_equal(e ^ a, diagonal) or np.array_equal(~e ^ a, diagonal):
+                causes.append("causal mask off by one: the diagonal (each token itself) differs")
         return causes
     if expected.ndim >= 2 and expected.shape[-1] == expected.shape[-2]:
         if _close(np.swapaxes(expected, -1, -2), actual, rtol, atol):
-            causes.append(f"your values equal the reference's transposed over ({axes[-2]}, {axes[-1]}): "
-                          "operands swapped or the wrong axis transposed")
+            causes.append(
+                f"your values equal the reference's transposed over ({axes[-2]}, {axes[-1]}): "
+                "operands swapped or the wrong axis transposed"
+            )
     hidden_e, hidden_a = _hidden(expected), _hidden(actual)
     zeros_e, zeros_a = expected == 0, actual == 0
     for label, e, a in (("-inf", hidden_e, hidden_a), ("zero", zeros_e, zeros_a)):
@@ -82,21 +99,34 @@ def read_causes(expected: np.ndarray, actual: np.ndarray, axes: tuple[str, ...],
     denominator = float(expected[keep] @ expected[keep])
     if denominator > 0:
         factor = float(expected[keep] @ actual[keep]) / denominator
-        if abs(factor - 1) > 1e-3 and _close(factor * np.where(keep, expected, 0), np.where(keep, actual, 0),
-                                             rtol, atol):
+        if abs(factor - 1) > 1e-3 and _close(
+            factor * np.where(keep, expected, 0), np.where(keep, actual, 0), rtol, atol
+        ):
             causes.append(f"scale differs: yours is {_describe_factor(factor, sizes)}")
     difference = np.where(keep, actual - expected, 0)
     if expected.ndim >= 2 and np.abs(difference).max() > atol:
         flat = difference.reshape(-1, difference.shape[-1])
         if np.allclose(flat, flat[:1], rtol=0, atol=atol + rtol * float(np.abs(expected[keep]).max())):
-            causes.append("differs by one constant vector along the last axis: a bias missing, added twice "
-                          "or taken from another layer")
+            causes.append(
+                "differs by one constant vector along the last axis: a bias missing, added twice "
+                "or taken from another layer"
+            )
     if expected.ndim >= 2 and np.isfinite(actual).all() and (actual >= 0).all():
-        if np.allclose(actual.sum(axis=-2), 1, atol=1e-4) and not np.allclose(actual.sum(axis=-1), 1, atol=1e-4):
-            causes.append(f"normalised over the {axes[-2]} axis instead of the {axes[-1]} axis: softmax over "
-                          "the wrong axis")
-    if not causes and np.allclose(np.sort(expected, axis=None), np.sort(actual, axis=None),
-                                  rtol=0, atol=atol + rtol * float(np.nanmax(np.abs(expected)))):
-        causes.append("the reference's numbers in another order: a reshape without the transpose (heads split "
-                      "or merged in the wrong order) or axes permuted")
+        if np.allclose(actual.sum(axis=-2), 1, atol=1e-4) and not np.allclose(
+            actual.sum(axis=-1), 1, atol=1e-4
+        ):
+            causes.append(
+                f"normalised over the {axes[-2]} axis instead of the {axes[-1]} axis: softmax over "
+                "the wrong axis"
+            )
+    if not causes and np.allclose(
+        np.sort(expected, axis=None),
+        np.sort(actual, axis=None),
+        rtol=0,
+        atol=atol + rtol * float(np.nanmax(np.abs(expected))),
+    ):
+        causes.append(
+            "the reference's numbers in another order: a reshape without the transpose (heads split "
+            "or merged in the wrong order) or axes permuted"
+        )
     return causes

@@ -71,22 +71,33 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     verified = list(dict.fromkeys(verified))
     if alignment.output_ok:
         return LocateReport(True, verified=verified)
-    blamed, diverging = actual.records[alignment.blamed], expected.records[alignment.diverging]
+    blamed, diverging = actual.records[alignment.shown], expected.records[alignment.diverging]
     counterpart = expected.records[alignment.counterpart]
-    named = [r for r in expected.records[diverging.index:] if r.step] if expected.steps else []
+    named = [r for r in expected.records[diverging.index :] if r.step] if expected.steps else []
     first = named[0].step if named else diverging.op
     rtol, atol = tolerance_of(blamed, counterpart)
     sizes = _sizes(expected, alignment.rules)
     report = LocateReport(
-        False, first, blame_location(alignment), diverging.location, blamed.op, diverging.op,
-        verified=verified, rtol=rtol, atol=atol, expected_dtype=counterpart.dtype, actual_dtype=blamed.dtype,
+        False,
+        first,
+        blame_location(alignment),
+        diverging.location,
+        blamed.op,
+        diverging.op,
+        verified=verified,
+        rtol=rtol,
+        atol=atol,
+        expected_dtype=counterpart.dtype,
+        actual_dtype=blamed.dtype,
     )
     laid_out = in_layout(blamed.value, counterpart.shape, alignment.rules)
     misrouted = [m for m in alignment.matches.get(blamed.index, []) if m.kind == "exact"]
     if misrouted:
         other = expected.records[misrouted[0].reference]
-        report.causes.append(f"this value equals the reference's {_label(expected, other.index)} "
-                             f"({other.location}): taken from the wrong variable or weights")
+        report.causes.append(
+            f"this value equals the reference's {_label(expected, other.index)} "
+            f"({other.location}): taken from the wrong variable or weights"
+        )
     if laid_out is not None and laid_out.dtype.kind in "fb" and counterpart.value.dtype.kind in "fb":
         e, a = counterpart.value.astype(np.float64), laid_out.astype(np.float64)
         report.axes = axis_names(counterpart.shape, sizes)

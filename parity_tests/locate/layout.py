@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["split_rules", "in_layout"]
+__all__ = ["in_layout", "split_rules"]
 
 
 def _groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
@@ -60,7 +60,9 @@ def _atoms(shape: tuple[int, ...], rules: dict[int, tuple[int, ...]], depth: int
     return atoms
 
 
-def in_layout(value: np.ndarray, shape: tuple[int, ...], rules: dict[int, tuple[int, ...]]) -> np.ndarray | None:
+def in_layout(
+    value: np.ndarray, shape: tuple[int, ...], rules: dict[int, tuple[int, ...]]
+) -> np.ndarray | None:
     """``value`` rearranged into ``shape`` by splitting into atomic axes, permuting them (equal
     sizes keep their order) and merging; None when no legitimate layout change gives ``shape``."""
     if value.shape == tuple(shape):

@@ -51,9 +51,11 @@ class LocateReport:
         lines.append(f"  candidate: {self.candidate_location}  ({self.candidate_op})")
         lines.append(f"  reference: {self.reference_location}  ({self.reference_op})")
         if self.worst_index is not None:
-            where = ", ".join(f"{a}={i}" for a, i in zip(self.axes, self.worst_index))
-            lines.append(f"  worst entry [{where}]: expected {self.expected:.6g} ({self.expected_dtype}), "
-                         f"got {self.actual:.6g} ({self.actual_dtype})")
+            where = ", ".join(f"{a}={i}" for a, i in zip(self.axes, self.worst_index, strict=False))
+            lines.append(
+                f"  worst entry [{where}]: expected {self.expected:.6g} ({self.expected_dtype}), "
+                f"got {self.actual:.6g} ({self.actual_dtype})"
+            )
         lines += [f"  likely cause: {cause}" for cause in self.causes]
         return "\n".join(lines)
 
@@ -72,9 +74,12 @@ class LocateReport:
         table.add_row("candidate", f"{self.candidate_location}  [dim]{self.candidate_op}[/dim]")
         table.add_row("reference", f"{self.reference_location}  [dim]{self.reference_op}[/dim]")
         if self.worst_index is not None:
-            where = ", ".join(f"{a}={i}" for a, i in zip(self.axes, self.worst_index))
-            table.add_row("worst entry", f"[{where}] expected {self.expected:.6g} ({self.expected_dtype}), "
-                          f"got {self.actual:.6g} ({self.actual_dtype})")
+            where = ", ".join(f"{a}={i}" for a, i in zip(self.axes, self.worst_index, strict=False))
+            table.add_row(
+                "worst entry",
+                f"[{where}] expected {self.expected:.6g} ({self.expected_dtype}), "
+                f"got {self.actual:.6g} ({self.actual_dtype})",
+            )
         for cause in self.causes:
             table.add_row("likely cause", cause)
         return Panel(table, title="locate", border_style="red")
@@ -95,7 +100,11 @@ class LocateReport:
         scale = self.atol + self.rtol * float(np.abs(expected[np.isfinite(expected)]).max(initial=0.0))
         units = np.log10(np.maximum(error / max(scale, np.finfo(float).tiny), 1e-2))
         if units.ndim > 2:
-            units = units[tuple(self.worst_index[:-2])] if self.worst_index else units.reshape(-1, units.shape[-1])
+            units = (
+                units[tuple(self.worst_index[:-2])]
+                if self.worst_index
+                else units.reshape(-1, units.shape[-1])
+            )
         units = np.atleast_2d(units)
         figure, axis = plt.subplots(figsize=(6, 5))
         image = axis.imshow(np.minimum(units, 2), cmap="inferno", vmin=-2, vmax=2)

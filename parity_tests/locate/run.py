@@ -36,9 +36,12 @@ def framework_of(fn: Any) -> str:
     if nnx is not None and isinstance(fn, nnx.Module):
         return "jax"
     target = _unwrapped(fn)
-    code_owner = target if inspect.isfunction(target) else getattr(type(target), "__call__", None)
-    names = {getattr(v, "__name__", "").split(".")[0] for v in getattr(code_owner, "__globals__", {}).values()
-             if inspect.ismodule(v) or callable(v)}
+    code_owner = target if inspect.isfunction(target) else type(target).__call__
+    names = {
+        getattr(v, "__name__", "").split(".")[0]
+        for v in getattr(code_owner, "__globals__", {}).values()
+        if inspect.ismodule(v) or callable(v)
+    }
     module = (getattr(target, "__module__", None) or "").split(".")[0]
     for framework in ("torch", "jax", "flax"):
         if framework in names or module == framework:
@@ -63,8 +66,11 @@ def _holds_weights(fn: Any, framework: str) -> bool:
     from parity_tests.locate.capture_torch import torch_module_of
 
     nnx = sys.modules.get("flax.nnx")
-    return (torch_module_of(fn) is not None or hasattr(fn, "to_params")
-            or (nnx is not None and isinstance(fn, nnx.Module)))
+    return (
+        torch_module_of(fn) is not None
+        or hasattr(fn, "to_params")
+        or (nnx is not None and isinstance(fn, nnx.Module))
+    )
 
 
 def _convert(value: Any, framework: str, dtype: Any) -> Any:
@@ -80,7 +86,11 @@ def _convert(value: Any, framework: str, dtype: Any) -> Any:
         import jax.numpy as jnp
 
         result = jnp.asarray(array)
-        return result.astype(dtype) if dtype is not None and jnp.issubdtype(result.dtype, jnp.floating) else result
+        return (
+            result.astype(dtype)
+            if dtype is not None and jnp.issubdtype(result.dtype, jnp.floating)
+            else result
+        )
     return array.astype(dtype) if dtype is not None and array.dtype.kind == "f" else array
 
 

@@ -13,7 +13,11 @@ __all__ = ["Record", "Trace", "is_user_file", "split_result", "user_stack"]
 
 _LIBRARY_DIRS = tuple(
     os.path.realpath(p) + os.sep
-    for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    for p in {
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    }
 )
 _PARITY_TESTS = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
 

@@ -14,7 +14,12 @@ class MHA(nnx.Module):
         self.out = nnx.Linear(d_out, d_out, rngs=rngs)
 
     def load_torch(self, state):
-        for mine, theirs in [("query", "W_query"), ("key", "W_key"), ("value", "W_value"), ("out", "out_proj")]:
+        for mine, theirs in [
+            ("query", "W_query"),
+            ("key", "W_key"),
+            ("value", "W_value"),
+            ("out", "out_proj"),
+        ]:
             layer = getattr(self, mine)
             layer.kernel[...] = jnp.asarray(state[f"{theirs}.weight"]).T
             layer.bias[...] = jnp.asarray(state[f"{theirs}.bias"])
