@@ -333,8 +333,13 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     ours = _input_classes(result, record, classes)
     shared = [len(ours & {classes[s] for s in result.reference.records[r].inputs}) for r in compatible]
     chosen = result.reference.records[compatible[shared.index(max(shared))]]
-    own_inputs = [s for s in record.inputs if result.candidate.records[s].value.size == record.value.size]
-    for source in chosen.inputs if len(own_inputs) == 1 else ():  # ours a reshuffle: the value it consumes
+    own = [result.candidate.records[s].value for s in record.inputs]
+    reshuffle = (
+        len(own) == 1
+        and own[0].size == record.value.size
+        and np.array_equal(np.sort(own[0], axis=None), np.sort(record.value, axis=None), equal_nan=True)
+    )
+    for source in chosen.inputs if reshuffle else ():  # ours reorders its input: the value it consumes
         earlier = result.reference.records[source]
         if (
             earlier.leaf is None

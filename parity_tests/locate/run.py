@@ -23,9 +23,20 @@ def _unwrapped(fn: Any) -> Any:
         fn = inner
 
 
+def _global_names(code: Any) -> set[str]:
+    """The global names a function's code (nested functions included) reads."""
+    if code is None:
+        return set()
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _global_names(const)
+    return names
+
+
 def framework_of(fn: Any) -> str:
     """``"torch"``, ``"jax"`` or ``"numpy"``: what ``fn`` computes with (torch modules, jitted
-    callables and NNX modules by type; plain functions by the modules their globals hold)."""
+    callables and NNX modules by type; plain functions by the modules their code reads)."""
     from parity_tests.locate.capture_torch import torch_module_of
 
     if torch_module_of(fn) is not None:
@@ -36,16 +47,20 @@ def framework_of(fn: Any) -> str:
     if nnx is not None and isinstance(fn, nnx.Module):
         return "jax"
     target = _unwrapped(fn)
-    code_owner = target if inspect.isfunction(target) else type(target).__call__
-    names = {
-        getattr(v, "__name__", "").split(".")[0]
-        for v in getattr(code_owner, "__globals__", {}).values()
-        if inspect.ismodule(v) or callable(v)
-    }
-    module = (getattr(target, "__module__", None) or "").split(".")[0]
-    for framework in ("torch", "jax", "flax"):
-        if framework in names or module == framework:
-            return "jax" if framework == "flax" else framework
+    function = target if inspect.isfunction(target) else getattr(type(target).__call__, "__func__", None)
+    function = function or type(target).__call__
+    used = set()
+    for name in _global_names(getattr(function, "__code__", None)):
+        value = getattr(function, "__globals__", {}).get(name)
+        used.add(
+            (getattr(value, "__name__", "") if inspect.ismodule(value) else getattr(value, "__module__", ""))
+            or ""
+        )
+    roots = {name.split(".")[0] for name in used}
+    if "torch" in roots:
+        return "torch"
+    if roots & {"jax", "flax", "jaxlib"}:
+        return "jax"
     return "numpy"
 
 
