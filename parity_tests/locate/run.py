@@ -15,11 +15,14 @@ from parity_tests.locate.trace import Trace
 __all__ = ["capture", "framework_of", "to_numpy"]
 
 
-def _unwrapped(fn: Any) -> Any:
+def _unwrap_chain(fn: Any) -> list[Any]:
+    """``fn`` and what it wraps: a partial's function, a decorator's ``__wrapped__``, a method's."""
+    chain = [fn]
     while True:
         inner = getattr(fn, "func", None) or getattr(fn, "__wrapped__", None) or getattr(fn, "__func__", None)
-        if inner is None or inner is fn:
-            return fn
+        if inner is None or any(inner is seen for seen in chain):
+            return chain
+        chain.append(inner)
         fn = inner
 
 
@@ -41,12 +44,13 @@ def framework_of(fn: Any) -> str:
 
     if torch_module_of(fn) is not None:
         return "torch"
-    if hasattr(fn, "lower") or type(fn).__module__.split(".")[0] in ("flax", "jax"):
-        return "jax"
     nnx = sys.modules.get("flax.nnx")
-    if nnx is not None and isinstance(fn, nnx.Module):
-        return "jax"
-    target = _unwrapped(fn)
+    for layer in _unwrap_chain(fn):
+        if hasattr(layer, "lower") or type(layer).__module__.split(".")[0] in ("flax", "jax"):
+            return "jax"
+        if nnx is not None and isinstance(layer, nnx.Module):
+            return "jax"
+    target = _unwrap_chain(fn)[-1]
     function = target if inspect.isfunction(target) else getattr(type(target).__call__, "__func__", None)
     function = function or type(target).__call__
     used = set()
