@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from parity_tests.cases import FUNCTION_NAMES, SHAPES
+from parity_tests.locate.cli import add_diff_parser
 from parity_tests.report import ALL_DTYPES, DTYPES, RUNNERS, format_table, parity_report, to_json
 
 __all__ = ["main"]
@@ -225,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="benchmarks", help="folder for results.json and results.png")
     bench.add_argument("--readme", help="update this README's table between the bench markers")
     bench.set_defaults(run=_bench)
+    add_diff_parser(commands)
     return parser
 
 

@@ -8,8 +8,8 @@ differences (layouts, where the scale is applied, finite or infinite fills, dtyp
 the worst entry and the causes the numbers show.
 """
 
-from parity_tests.locate.check import compare_traces, locate
+from parity_tests.locate.check import compare_traces, locate, locate_shapes
 from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture
 
-__all__ = ["LocateReport", "capture", "compare_traces", "locate"]
+__all__ = ["LocateReport", "capture", "compare_traces", "locate", "locate_shapes"]

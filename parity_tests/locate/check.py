@@ -3,7 +3,7 @@ and report the first line where the candidate diverges."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture
 from parity_tests.locate.trace import Trace
 
-__all__ = ["locate"]
+__all__ = ["compare_traces", "locate", "locate_shapes"]
 
 
 def locate(
@@ -39,6 +39,25 @@ def locate(
     expected = capture(reference, args, params, reference_framework, train)
     actual = capture(candidate, args, params, candidate_framework, train)
     return compare_traces(expected, actual)
+
+
+def locate_shapes(
+    reference: Callable[..., Any],
+    candidate: Callable[..., Any],
+    shapes: Sequence[tuple[int, ...]],
+    *,
+    seeds: Sequence[int] = (0,),
+    dtype: str = "float32",
+    params: Mapping[str, Any] | None = None,
+) -> dict[tuple[tuple[int, ...], int], LocateReport]:
+    """``locate`` on a standard normal input of each shape and seed: bugs that show only past a
+    block size or at odd head counts. Returns the reports keyed by ``(shape, seed)``."""
+    reports = {}
+    for shape in shapes:
+        for seed in seeds:
+            x = np.random.default_rng(seed).standard_normal(tuple(shape)).astype(dtype)
+            reports[(tuple(shape), seed)] = locate(reference, candidate, x, params=params)
+    return reports
 
 
 def _sizes(reference: Trace, rules: dict[int, tuple[int, ...]]) -> dict[str, int]:

@@ -66,7 +66,11 @@ class LocateReport:
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold")
         table.add_column()
-        table.add_row("verified", f"{len(self.verified)} lines equal before the divergence")
+        table.add_row(
+            "verified",
+            f"{len(self.verified)} lines equal to the reference"
+            + ("" if self.ok else " before the divergence"),
+        )
         if self.ok:
             table.add_row("result", "[green]ok: the outputs match[/green]")
             return Panel(table, title="locate", border_style="green")
