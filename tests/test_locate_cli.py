@@ -34,7 +34,8 @@ def test_diff_refuses_a_missing_name(capsys):
 
 def test_a_bug_past_a_block_size_shows_only_at_longer_inputs(tmp_path):
     source = (HERE / "numpy_mha.py").read_text()
-    planted = "    mask = np.triu(np.ones((t, t), dtype=bool), k=1) & (np.arange(t) < 8)  # keys past 8 stay visible"
+    # keys past the eighth stay visible: right at 5 tokens, wrong at 12
+    planted = "    mask = np.triu(np.ones((t, t), dtype=bool), k=1) & (np.arange(t) < 8)"
     source = source.replace("    mask = np.triu(np.ones((t, t), dtype=bool), k=1)", planted)
     port = load("blocked", source, tmp_path)
     ref = reference("torch_ref")
