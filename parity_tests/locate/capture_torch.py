@@ -43,9 +43,11 @@ def _dtype(tensor: Any) -> str:
 
 
 def _numpy(tensor: Any) -> Any:
+    import torch
+
     tensor = tensor.detach().cpu()
-    if tensor.is_floating_point():
-        tensor = tensor.double()
+    if tensor.dtype in (torch.bfloat16, torch.float16):  # NumPy has no bfloat16
+        tensor = tensor.float()
     return tensor.numpy()
 
 

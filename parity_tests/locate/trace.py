@@ -48,7 +48,7 @@ def is_user_file(path: str) -> bool:
 class Record:
     """One value a run produced (or read: a leaf).
 
-    ``value`` is a NumPy copy (float64 for floating dtypes, else as it was); ``dtype`` the name
+    ``value`` is a NumPy copy (half precision as float32, else as it was); ``dtype`` the name
     of the dtype it had; ``location`` ``"path:line"`` of the user's line that produced it;
     ``inputs`` the indexes of the records it was computed from; ``leaf`` names what a leaf is
     (``"input0"``, a parameter's name, ``"constant"``), None for computed values; ``step`` the
@@ -93,8 +93,8 @@ class Trace:
         stack: tuple[tuple[str, str], ...] = (),
     ) -> int:
         array = np.array(value)  # a copy: later in-place updates must not change it
-        if array.dtype.kind in "fc" or array.dtype.name == "bfloat16":
-            array = array.astype(np.float64)
+        if array.dtype.name in ("bfloat16", "float16"):  # compared in float64; stored as float32
+            array = array.astype(np.float32)
         index = len(self.records)
         location = stack[0][0] if stack else location
         self.records.append(Record(index, op, array, dtype, location, inputs, module, leaf, None, stack))
