@@ -72,22 +72,25 @@ def tolerance_of(a: Record, b: Record) -> tuple[float, float]:
 def close(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float, fill: bool = False) -> bool:
     """``|actual - expected| <= atol + rtol * max|expected|`` over finite entries, NaN and inf at the
     same places; with ``fill``, entries at or below -1e4 on both sides count as equal."""
-    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    e, a = np.asarray(expected), np.asarray(actual)
+    if e.dtype.kind != "f" or a.dtype.kind != "f":
+        e, a = e.astype(np.float64), a.astype(np.float64)
     if fill:
         low_e, low_a = e <= _VERY_NEGATIVE, a <= _VERY_NEGATIVE
         if not np.array_equal(low_e, low_a):
             return False
         e, a = np.where(low_e, 0.0, e), np.where(low_a, 0.0, a)
-    if not np.array_equal(np.isnan(e), np.isnan(a)) or not np.array_equal(np.isinf(e), np.isinf(a)):
-        return False
-    infinite = np.isinf(e)
-    if not np.array_equal(e[infinite], a[infinite]):
-        return False
     finite = np.isfinite(e)
-    if not finite.any():
+    if not np.array_equal(finite, np.isfinite(a)):
+        return False
+    if not finite.all():
+        if not np.array_equal(e[~finite], a[~finite], equal_nan=True):
+            return False
+        e, a = e[finite], a[finite]
+    if e.size == 0:
         return True
-    scale = float(np.abs(e[finite]).max())
-    return float(np.abs(a[finite] - e[finite]).max()) <= atol + rtol * scale
+    difference = np.abs(a.astype(np.float64) - e)  # in float64: the two may differ in precision
+    return float(difference.max()) <= atol + rtol * float(np.abs(e).max())
 
 
 @dataclass(frozen=True)
@@ -120,31 +123,24 @@ def _fingerprint(value: np.ndarray) -> _Fingerprint:
     )
 
 
-def _fit_scale(reference: np.ndarray, value: np.ndarray) -> float | None:
-    """``s`` with ``value ~ s * reference`` over the entries finite and above -1e4 on both sides."""
-    keep = (
-        np.isfinite(reference) & np.isfinite(value) & (reference > _VERY_NEGATIVE) & (value > _VERY_NEGATIVE)
-    )
-    r, v = reference[keep].astype(np.float64), value[keep].astype(np.float64)
-    denominator = float(r @ r)
-    return None if denominator == 0 else float(r @ v) / denominator
+def _scale_between(reference: _Fingerprint, value: _Fingerprint) -> float | None:
+    """The positive ``s`` with ``value = s * reference`` if any, from their largest unmasked entries
+    (the comparison that follows decides whether it holds)."""
+    if reference.largest_kept == 0 or value.largest_kept == 0:
+        return None
+    return value.largest_kept / reference.largest_kept
 
 
-def _reference_scales(trace: Trace, rules: dict[int, tuple[int, ...]]) -> list[float]:
+def _reference_scales(trace: Trace, rules: dict[int, tuple[int, ...]], prints: dict) -> list[float]:
     """Scales the reference applies (a value ``s`` times its input), or ``H**-0.5`` for the head
     sizes ``H`` its reshapes show when it applies none (an opaque reference)."""
     scales = []
     for record in trace.records:
         for source in record.inputs:
             r = trace.records[source].value
-            if r.shape == record.value.shape and _comparable(record) and r.dtype.kind == "f":
-                s = _fit_scale(r, record.value)
-                if (
-                    s is not None
-                    and abs(s - 1) > 1e-3
-                    and s > 0
-                    and close(s * r, record.value, 1e-5, 1e-6, True)
-                ):
+            if r.shape == record.value.shape and ("r", record.index) in prints and r.dtype.kind == "f":
+                s = _scale_between(prints[("r", source)], prints[("r", record.index)])
+                if s is not None and abs(s - 1) > 1e-3 and close(s * r, record.value, 1e-5, 1e-6, True):
                     scales.append(s)
     if not scales:
         scales = [h**-0.5 for parts in rules.values() if len(parts) == 2 for h in parts[-1:]]
@@ -183,8 +179,8 @@ def _match(c: Record, r: Record, rules, scales, fingerprints) -> Match | None:
         return Match(r.index, "fill")
     if not scaled:
         return None
-    s = _fit_scale(view, c.value)
-    if s is None or not any(abs(s / legit - 1) < 1e-4 for legit in scales):
+    s = _scale_between(fr, fc)
+    if s is None or not any(abs(s / legit - 1) < 1e-3 for legit in scales):
         return None
     return Match(r.index, "scale", s) if close(s * view, c.value, rtol, atol, fill=True) else None
 
@@ -267,9 +263,9 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         if t.records[s].value.size == r.value.size
     ]
     rules = split_rules(pairs)
-    scales = _reference_scales(reference, rules)
     fingerprints = {("r", r.index): _fingerprint(r.value) for r in reference.records if _comparable(r)}
     fingerprints.update({("c", c.index): _fingerprint(c.value) for c in candidate.records if _comparable(c)})
+    scales = _reference_scales(reference, rules, fingerprints)
     by_size: dict[int, list[Record]] = {}
     for r in reference.records:
         by_size.setdefault(r.value.size, []).append(r)
