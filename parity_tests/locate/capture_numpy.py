@@ -102,10 +102,11 @@ class _LineRecorder:
             self.after_line(frame, line, before)
         if event == "return":
             reads, _ = _statements(frame.f_code.co_filename).get(frame.f_lineno, (frozenset(), frozenset()))
-            sources = self.sources(reads, before, frame)
+            sources = self.sources(reads, self.snapshot(frame), frame)  # what the return line read
             for array in _arrays_in(arg):
                 if id(array) not in self.produced:
-                    self.record(array, frame, frame.f_lineno, sources, "return")
+                    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+                    self.record(array, frame, frame.f_lineno, sources, text)
             del self.frames[frame]
             return None
         self.frames[frame] = (frame.f_lineno, self.snapshot(frame))
