@@ -240,3 +240,23 @@ def test_a_parameter_free_torch_reference_and_a_partial_of_a_torch_module():
     assert report.ok
     module = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2)
     assert locate(functools.partial(module), module, x).ok
+
+
+def test_project_steps_and_captured_values_agree():
+    import numpy_attn
+
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    candidate = functools.partial(numpy_attn.multi_head_attention, num_heads=2, context_length=16)
+    trace = capture(candidate, (inputs(),), params)
+    named = {r.step for r in trace.records if r.step}
+    assert {"queries", "attn_scores", "attn_weights", "context_vec"} <= named  # return_steps, found by value
+    assert locate(ref, candidate, inputs(), params=params).ok
+
+
+def test_the_reference_runs_in_eval_mode_and_keeps_its_mode(tmp_path):
+    ref = MultiHeadAttention(8, 8, 16, 0.5, num_heads=2, qkv_bias=True)  # dropout 0.5, training mode
+    params = to_params(ref)
+    port = load("numpy_mha", (PORTS_DIR / "numpy_mha.py").read_text(), tmp_path).mha
+    assert locate(ref, port, inputs(), params=params).ok  # dropout off: no random draw to match
+    assert ref.training
