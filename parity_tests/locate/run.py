@@ -80,7 +80,7 @@ def to_numpy(value: Any) -> Any:
     return value
 
 
-def _holds_weights(fn: Any, framework: str) -> bool:
+def _holds_weights(fn: Any) -> bool:
     """Modules hold their own weights; plain functions take the weights first."""
     from parity_tests.locate.capture_torch import torch_module_of
 
@@ -160,7 +160,7 @@ def capture(
     framework = framework or framework_of(fn)
     dtype = _dtype_of(fn, framework, inputs)
     args = [_convert(v, framework, dtype) for v in inputs]
-    if params is not None and not _holds_weights(fn, framework):
+    if params is not None and not _holds_weights(fn):
         args.insert(0, {k: _convert(v, framework, dtype) for k, v in params.items()})
     kwargs = {"return_steps": True} if _takes_return_steps(fn) else {}
     capture_fn = {"torch": capture_torch, "jax": capture_jax, "numpy": capture_numpy}[framework]
