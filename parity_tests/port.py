@@ -77,7 +77,8 @@ def likely_causes(report: StepReport) -> tuple[str, ...]:
             f"{row.step} has shape {row.actual_shape}, expected {row.expected_shape}: "
             "check the axis order (B, N, T, S) and how heads are split and merged",
         )
-    matched = [r.step for r in report.rows if r.ok and r.note == "" and r is not row]
+    before = report.rows[: report.rows.index(row)]  # the README's "steps that still match before it"
+    matched = [r.step for r in before if r.ok and r.note == ""]
     if matched and role != "output":
         causes.append(f"steps that still match: {', '.join(matched)}")
     return tuple(causes)

@@ -80,3 +80,18 @@ def test_a_misspelt_step_name_warns_with_the_nearest_name():
         UserWarning, match="'atn_scores' is not one of the project's step names; did you mean 'attn_scores'"
     ):
         check_port(case.build_torch(), port, case.make_input(), params=params)
+
+
+def test_steps_that_still_match_are_those_before_the_divergence():
+    case = Case("MultiHeadAttention", d_in=4, d_out=4, bias=True)
+    params = to_params(case.build_torch())
+
+    def port(params, x):  # attn_scores wrong, the projections and the output right
+        output, steps = numpy_attn.multi_head_attention(
+            params, x, num_heads=2, context_length=6, return_steps=True
+        )
+        return output, {**steps, "attn_scores": steps["attn_scores"] + 1.0}
+
+    report = check_port(case.build_torch(), port, case.make_input(), params=params)
+    assert report.first_divergence == "attn_scores"
+    assert report.causes[-1] == "steps that still match: queries, keys, values"
