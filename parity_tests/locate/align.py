@@ -379,10 +379,28 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     return chosen.index
 
 
+def _used_well(result: Alignment, first: int, found: set[int], found_of) -> bool:
+    """Whether the numbers ``first`` produced (through its layout changes) also feed a good value:
+    then they were produced right, and the line consuming them in the wrong place is to blame."""
+    records = result.candidate.records
+    consumers: dict[int, list[int]] = {}
+    for record in records[first:]:
+        for source in record.inputs:
+            consumers.setdefault(source, []).append(record.index)
+    chain, frontier = {first}, [first]
+    while frontier:
+        for consumer in consumers.get(frontier.pop(), []):
+            if consumer not in chain and found_of(consumer) & found:
+                chain.add(consumer)
+                frontier.append(consumer)
+    return any(c in result.good and c not in chain for link in chain for c in consumers.get(link, []))
+
+
 def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
     """Blame the producer of a misrouted input: one holding a reference value of another class than
     every input of the reference value the blamed one should have equalled, or, when one of those
-    inputs is missing and two inputs hold the same reference value, the later computed of the two."""
+    inputs is missing and two inputs hold the same reference value, the later computed of the two;
+    unless those numbers also feed a good value (then the consumer picked the wrong variable)."""
     candidate, reference = result.candidate, result.reference
     blamed = candidate.records[result.blamed]
     expected_classes = {classes[s] for s in reference.records[result.counterpart].inputs}
@@ -411,6 +429,7 @@ def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
         for source, first in origins.items():
             by_value.setdefault(frozenset(found_of(source)), []).append(first)
         misrouted = [max(firsts) for firsts in by_value.values() if len(set(firsts)) > 1]
+    misrouted = [first for first in misrouted if not _used_well(result, first, found_of(first), found_of)]
     if misrouted:
         result.rerouted_from, result.blamed = result.blamed, misrouted[0]
         result.counterpart = _counterpart(result, misrouted[0], bad_r, classes)

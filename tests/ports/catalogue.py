@@ -44,6 +44,7 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "jax_jit_mha": ("torch_ref", lambda module, params: module.mha),
     "nnx_mha": ("torch_ref", lambda module, params: _nnx(module, params)),
     "numpy_fused": ("user_torch", lambda module, params: module.attention),
+    "jax_fused": ("user_torch", lambda module, params: module.attention),
     "numpy_loop_heads": ("torch_ref", lambda module, params: module.mha),
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
@@ -289,5 +290,30 @@ BUGS = [
         "numpy_fused",
         "y = y.transpose(0, 2, 1, 3).reshape(B, T, C)",
         "y = y.reshape(B, T, C)",
+    ),
+    # JAX port of a user's own fused torch module
+    B(
+        "jaxfused_qkv_bias_missing",
+        "jax_fused",
+        'qkv = jnp.dot(x, params["qkv.weight"].T) + params["qkv.bias"]',
+        'qkv = jnp.dot(x, params["qkv.weight"].T)',
+    ),
+    B(
+        "jaxfused_context_from_queries",
+        "jax_fused",
+        'y = jnp.einsum("bnqk,bknh->bqnh", att, v)',
+        'y = jnp.einsum("bnqk,bknh->bqnh", att, q)',
+    ),
+    B(
+        "jaxfused_scale_by_heads",
+        "jax_fused",
+        'att = jnp.einsum("bqnh,bknh->bnqk", q, k) * (C // n_head) ** -0.5',
+        'att = jnp.einsum("bqnh,bknh->bnqk", q, k) * n_head**-0.5',
+    ),
+    B(
+        "jaxfused_keep_mask_transposed",
+        "jax_fused",
+        "att = jnp.where(keep[None, None], att, -jnp.inf)",
+        "att = jnp.where(keep.T[None, None], att, -jnp.inf)",
     ),
 ]
