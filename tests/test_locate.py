@@ -156,6 +156,38 @@ def f(x):
     assert any("scale differs" in c for c in report.causes)
 
 
+def test_jax_capture_descends_into_custom_jvp_custom_vjp_and_remat(tmp_path):
+    source = """import jax
+import jax.numpy as jnp
+
+
+@jax.custom_vjp
+def double(x):
+    return x * 2.0
+
+
+double.defvjp(lambda x: (x * 2.0, None), lambda _, g: (g * 2.0,))
+
+
+@jax.checkpoint
+def inner(x):
+    return jnp.sin(x) + 1.0
+
+
+def f(x):
+    return double(inner(jax.nn.relu(x)))
+"""
+    module = load("custom", source, tmp_path)
+    trace = capture(module.f, (np.linspace(-1, 1, 6).astype(np.float32),))
+    ops = [(r.op, int(r.location.rsplit(":", 1)[1])) for r in trace.records if r.leaf is None]
+    assert ops == [
+        ("max", 20),
+        ("sin", 16),
+        ("add", 16),
+        ("mul", 7),
+    ]  # relu, the remat body, the custom_vjp body
+
+
 def test_numpy_capture_records_in_place_updates_with_their_lines(tmp_path):
     source = """import numpy as np
 

@@ -28,6 +28,7 @@ _CALLS = {  # primitive -> the parameter holding the jaxpr it calls
     "custom_vjp_call": "call_jaxpr",
     "custom_vjp_call_jaxpr": "fun_jaxpr",
     "remat": "jaxpr",
+    "remat2": "jaxpr",
     "checkpoint": "jaxpr",
 }
 
