@@ -9,15 +9,19 @@ diverging step. The test suite lives in ``tests/`` (not shipped in the wheel);
 """
 
 from parity_tests.compare import StepReport, StepRow, compare_arrays, compare_steps
+from parity_tests.locate import LocateReport, locate, locate_shapes
 from parity_tests.port import check_port
 from parity_tests.tolerances import TOLERANCES, tolerance_for
 
 __all__ = [
     "TOLERANCES",
+    "LocateReport",
     "StepReport",
     "StepRow",
     "check_port",
     "compare_arrays",
     "compare_steps",
+    "locate",
+    "locate_shapes",
     "tolerance_for",
 ]

@@ -5,6 +5,7 @@
     attn-parity walkthrough [--stage NAME] [--list]
     attn-parity heatmap CLASS [--out PATH]
     attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--out DIR]
+    attn-parity diff REF.py:NAME CAND.py:NAME --shape B,T,D [--seeds N] [--init K=V] [--heatmap PNG]
 
 Exit codes: 0 when everything compared matches, 1 when something does not, 2 for bad usage
 (one line on stderr, no traceback): a bad argument, heads that do not divide the width, an
@@ -24,6 +25,7 @@ import numpy as np
 from numpy_attn.spec import SPECS
 from parity_tests.cases import SHAPES
 from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS
+from parity_tests.locate.cli import add_diff_parser
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -265,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     bench.add_argument("--readme", help="update this README's table between the bench markers")
     bench.set_defaults(run=_bench)
+    add_diff_parser(commands)
     return parser
 
 

@@ -10,6 +10,7 @@ not record is listed as missing and does not fail the check; the output is alway
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -76,7 +77,8 @@ def likely_causes(report: StepReport) -> tuple[str, ...]:
             f"{row.step} has shape {row.actual_shape}, expected {row.expected_shape}: "
             "check the axis order (B, N, T, S) and how heads are split and merged",
         )
-    matched = [r.step for r in report.rows if r.ok and r.note == "" and r is not row]
+    before = report.rows[: report.rows.index(row)]  # the README's "steps that still match before it"
+    matched = [r.step for r in before if r.ok and r.note == ""]
     if matched and role != "output":
         causes.append(f"steps that still match: {', '.join(matched)}")
     return tuple(causes)
@@ -109,19 +111,46 @@ def check_port(
 
 
 def _trace(fn: Callable[..., Any], args: Sequence[Any], params: Mapping[str, Any] | None) -> OrderedDict:
-    torch_module = _is_torch_module(fn)
-    if torch_module:
-        args = tuple(_to_torch(a, fn) for a in args)
-    if params is not None and not torch_module and not _is_module(fn):
+    from parity_tests.locate.run import to_numpy
+    from parity_tests.locate.trace import split_result
+
+    torch_module = _torch_module(fn)
+    if torch_module is not None:
+        args = tuple(_to_torch(a, torch_module) for a in args)
+    else:  # torch tensors (bfloat16, requires_grad) reach NumPy and JAX callables as NumPy arrays
+        args = tuple(to_numpy(a) for a in args)
+        params = None if params is None else {k: to_numpy(v) for k, v in params.items()}
+    if params is not None and torch_module is None and not _is_module(fn):
         args = (params, *args)
-    result = fn(*args, return_steps=True) if _takes_return_steps(fn) else fn(*args)
-    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping):
-        output, steps = result
+    if not _takes_return_steps(fn):
+        result = fn(*args)
+    elif hasattr(fn, "lower") and hasattr(fn, "__wrapped__"):  # jitted: return_steps must stay static
+        import jax
+
+        result = jax.jit(functools.partial(fn.__wrapped__, return_steps=True))(*args)
     else:
-        output, steps = result, {}
+        result = fn(*args, return_steps=True)
+    output, steps = split_result(result)  # a tuple output (nn.MultiheadAttention's) gives its first
+    _warn_unknown_steps(steps)
     trace = OrderedDict((k, v) for k, v in steps.items() if k != "output")
     trace["output"] = output
     return trace
+
+
+def _warn_unknown_steps(steps: Mapping[str, Any]) -> None:
+    """A step name that is not the project's (a misspelling) is never compared: say so, with the
+    nearest project name."""
+    import difflib
+    import warnings
+
+    from numpy_attn import STEP_DOCS
+
+    for name in steps:
+        role = name.rsplit(".", 1)[-1]
+        if role not in STEP_DOCS:
+            nearest = difflib.get_close_matches(role, list(STEP_DOCS), n=1)
+            hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
+            warnings.warn(f"step {name!r} is not one of the project's step names{hint}", stacklevel=3)
 
 
 def _takes_return_steps(fn: Callable[..., Any]) -> bool:
@@ -134,26 +163,36 @@ def _takes_return_steps(fn: Callable[..., Any]) -> bool:
         return False
 
 
-def _is_torch_module(fn: Any) -> bool:
-    import sys
+def _torch_module(fn: Any) -> Any:
+    """The torch module behind ``fn`` (a ``functools.partial`` of one included), or None."""
+    from parity_tests.locate.capture_torch import torch_module_of
 
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(fn, torch.nn.Module)
+    return torch_module_of(fn)
 
 
 def _is_module(fn: Any) -> bool:
-    """Flax NNX (or any object carrying its own ``to_params``) holds its own weights."""
-    return hasattr(fn, "to_params") or type(fn).__module__.startswith("flax")
+    """Flax NNX modules (the user's own included) and objects carrying ``to_params`` hold their
+    own weights."""
+    import sys
+
+    nnx = sys.modules.get("flax.nnx")
+    return (
+        hasattr(fn, "to_params")
+        or type(fn).__module__.startswith("flax")
+        or (nnx is not None and isinstance(fn, nnx.Module))
+    )
 
 
 def _to_torch(value: Any, module: Any) -> Any:
-    """A NumPy/JAX array as a tensor in the module's dtype; anything else unchanged."""
+    """A NumPy/JAX array as a tensor in the module's floating dtype (its parameters', else its
+    buffers', else the array's own for a module without either); anything else unchanged."""
     if not hasattr(value, "shape") or hasattr(value, "detach"):
         return value
     from torch_ref import from_numpy
 
     array = np.asarray(value)
     tensor = from_numpy(array)
-    if tensor.is_floating_point():
-        tensor = tensor.to(next(module.parameters()).dtype)
+    floating = [t.dtype for t in [*module.parameters(), *module.buffers()] if t.is_floating_point()]
+    if tensor.is_floating_point() and floating:
+        tensor = tensor.to(floating[0])
     return tensor

@@ -1,0 +1,435 @@
+"""Align two traces by their values and find where the candidate first goes wrong.
+
+Every candidate value is compared with every reference value of the same size (a cheap
+fingerprint first) in the candidate's layout (``layout.in_layout``), in float64 with the dtype
+table's tolerance. A match is exact, or soft where a legitimate difference remains: a scale the
+reference itself applies elsewhere (queries pre-scaled instead of scores), or a finite fill
+(``-1e9``, ``finfo.min``) where the reference has ``-inf``. A value is *good* when it matches or
+when something computed from it on the way to the output matches (a legitimate intermediate the
+reference never holds); the first value on the way to the output that is not good is where the
+candidate goes wrong, and likewise for the reference. When that value is computed from a value
+that holds another reference value than the one expected there (values projected with the key
+weights, operands swapped), the line that produced the misrouted value is blamed instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from parity_tests.locate.layout import in_layout, split_rules
+from parity_tests.locate.trace import Record, Trace
+from parity_tests.tolerances import tolerance_for
+
+__all__ = ["Alignment", "Match", "align", "blame_location", "close", "tolerance_of"]
+
+_VERY_NEGATIVE = -1e4  # a fill at or below this (-1e9, finfo.min) stands for -inf
+
+
+@dataclass(frozen=True)
+class Match:
+    """A candidate value holds reference record ``reference``'s numbers: ``kind`` is ``"exact"``
+    (same layout or a legitimate layout change), ``"scale"`` (times ``scale``), ``"fill"`` (a
+    finite fill for ``-inf``) or ``"negated"`` (a boolean mask of the other convention)."""
+
+    reference: int
+    kind: str
+    scale: float = 1.0
+
+
+@dataclass
+class Alignment:
+    """``matches[c]``: what candidate record ``c`` matches; ``blamed``: the candidate record where
+    the candidate first goes wrong; ``diverging``: the first reference record no candidate value
+    reproduces; ``shown``: the value of the blamed line shown in the report (its last operation's);
+    ``counterpart``: the reference record the shown value should have equalled."""
+
+    reference: Trace
+    candidate: Trace
+    rules: dict[int, tuple[int, ...]]
+    matches: dict[int, list[Match]] = field(default_factory=dict)
+    output_ok: bool = False
+    blamed: int | None = None
+    diverging: int | None = None
+    counterpart: int | None = None
+    verified: list[int] = field(default_factory=list)
+    good: set[int] = field(default_factory=set)
+    rerouted_from: int | None = None
+    shown: int | None = None
+
+
+def _comparable(record: Record) -> bool:
+    return record.value.dtype.kind in "fcb" and record.value.size > 0
+
+
+def tolerance_of(a: Record, b: Record) -> tuple[float, float]:
+    return tolerance_for(
+        *(d if d in ("float16", "bfloat16", "float32", "float64") else "float64" for d in (a.dtype, b.dtype))
+    )
+
+
+def close(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float, fill: bool = False) -> bool:
+    """``|actual - expected| <= atol + rtol * max|expected|`` over finite entries, NaN and inf at the
+    same places; with ``fill``, entries at or below -1e4 on both sides count as equal."""
+    e, a = np.asarray(expected), np.asarray(actual)
+    if e.dtype.kind != "f" or a.dtype.kind != "f":
+        e, a = e.astype(np.float64), a.astype(np.float64)
+    if fill:
+        low_e, low_a = e <= _VERY_NEGATIVE, a <= _VERY_NEGATIVE
+        if not np.array_equal(low_e, low_a):
+            return False
+        e, a = np.where(low_e, 0.0, e), np.where(low_a, 0.0, a)
+    finite = np.isfinite(e)
+    if not np.array_equal(finite, np.isfinite(a)):
+        return False
+    if not finite.all():
+        if not np.array_equal(e[~finite], a[~finite], equal_nan=True):
+            return False
+        e, a = e[finite], a[finite]
+    if e.size == 0:
+        return True
+    difference = np.abs(a.astype(np.float64) - e)  # in float64: the two may differ in precision
+    return float(difference.max()) <= atol + rtol * float(np.abs(e).max())
+
+
+@dataclass(frozen=True)
+class _Fingerprint:
+    """Layout-invariant summaries of a value: a pair can only match when these agree."""
+
+    nan: int
+    posinf: int
+    neginf: int
+    low: int  # entries at or below -1e4 (-inf included): masked positions, whatever the fill
+    total: float  # sum of the finite entries
+    largest: float  # max |finite entry|
+    largest_kept: float  # max |entry| over the finite entries above -1e4
+
+
+def _fingerprint(value: np.ndarray) -> _Fingerprint:
+    v = value if value.dtype.kind == "f" else value.astype(np.float64)
+    finite = np.isfinite(v)
+    f = v[finite]
+    low = v <= _VERY_NEGATIVE
+    kept = np.abs(v[finite & ~low])
+    return _Fingerprint(
+        int(np.isnan(v).sum()),
+        int((v == np.inf).sum()),
+        int((v == -np.inf).sum()),
+        int(low.sum()),
+        float(f.sum(dtype=np.float64)) if f.size else 0.0,
+        float(np.abs(f).max()) if f.size else 0.0,
+        float(kept.max()) if kept.size else 0.0,
+    )
+
+
+def _scale_between(reference: _Fingerprint, value: _Fingerprint) -> float | None:
+    """The positive ``s`` with ``value = s * reference`` if any, from their largest unmasked entries
+    (the comparison that follows decides whether it holds)."""
+    if reference.largest_kept == 0 or value.largest_kept == 0:
+        return None
+    return value.largest_kept / reference.largest_kept
+
+
+def _reference_scales(trace: Trace, rules: dict[int, tuple[int, ...]], prints: dict) -> list[float]:
+    """Scales the reference applies (a value ``s`` times its input), or ``H**-0.5`` for the head
+    sizes ``H`` its reshapes show when it applies none (an opaque reference)."""
+    scales = []
+    for record in trace.records:
+        for source in record.inputs:
+            r = trace.records[source].value
+            if r.shape == record.value.shape and ("r", record.index) in prints and r.dtype.kind == "f":
+                s = _scale_between(prints[("r", source)], prints[("r", record.index)])
+                if s is not None and abs(s - 1) > 1e-3 and close(s * r, record.value, 1e-5, 1e-6, True):
+                    scales.append(s)
+    if not scales:
+        scales = [h**-0.5 for parts in rules.values() if len(parts) == 2 for h in parts[-1:]]
+    return scales
+
+
+def _match(c: Record, r: Record, rules, scales, fingerprints) -> Match | None:
+    """How candidate record ``c`` holds reference record ``r``'s numbers, if it does. The
+    fingerprints decide which comparisons are worth making; the comparisons decide."""
+    if c.value.size != r.value.size or not _comparable(r):
+        return None
+    rtol, atol = tolerance_of(c, r)
+    fc, fr = fingerprints[("c", c.index)], fingerprints[("r", r.index)]
+    bound = atol + rtol * fr.largest
+    exact = (
+        (fc.nan, fc.posinf, fc.neginf) == (fr.nan, fr.posinf, fr.neginf)
+        and abs(fc.largest - fr.largest) <= bound
+        and abs(fc.total - fr.total) <= c.value.size * bound + 1e-9
+    )
+    negated = c.value.dtype == bool and r.value.dtype.kind in "bf"
+    floating = c.value.dtype.kind == "f" and r.value.dtype.kind == "f" and fc.low == fr.low
+    fill = floating and fc.low > 0
+    scaled = floating and any(
+        abs(fc.largest_kept - s * fr.largest_kept) <= 1e-3 * fc.largest_kept + atol for s in scales
+    )
+    if not (exact or negated or fill or scaled):
+        return None
+    view = in_layout(r.value, c.shape, rules)
+    if view is None:
+        return None
+    if exact and close(view, c.value, rtol, atol):
+        return Match(r.index, "exact")
+    if negated and np.isin(view, (0, 1)).all() and np.array_equal(c.value, view == 0):
+        return Match(r.index, "negated")  # a keep-mask for a hide-mask: the two conventions
+    if fill and close(view, c.value, rtol, atol, fill=True):
+        return Match(r.index, "fill")
+    if not scaled:
+        return None
+    s = _scale_between(fr, fc)
+    if s is None or not any(abs(s / legit - 1) < 1e-3 for legit in scales):
+        return None
+    return Match(r.index, "scale", s) if close(s * view, c.value, rtol, atol, fill=True) else None
+
+
+def _ancestors(trace: Trace, start: int) -> set[int]:
+    seen, stack = set(), [start]
+    while stack:
+        index = stack.pop()
+        if index not in seen:
+            seen.add(index)
+            stack.extend(trace.records[index].inputs)
+    return seen
+
+
+def _good(trace: Trace, matched: set[int]) -> tuple[set[int], set[int]]:
+    """(records on the way to the output, those of them that are good)."""
+    if trace.output is None:
+        return set(), set()
+    on_path = _ancestors(trace, trace.output)
+    consumers: dict[int, list[int]] = {}
+    for record in trace.records:
+        for source in record.inputs:
+            consumers.setdefault(source, []).append(record.index)
+    good: set[int] = set()
+    derived = _weight_derived(trace)
+    for index in sorted(on_path, reverse=True):
+        record = trace.records[index]
+        if (
+            record.leaf is not None
+            or index in matched
+            or not _comparable(record)
+            or index in derived
+            or any(c in good for c in consumers.get(index, []))
+        ):
+            good.add(index)
+    return on_path, good
+
+
+def _weight_derived(trace: Trace) -> set[int]:
+    """Records computed from weights alone (a kernel transposed, a fused weight split): a layout
+    choice of the port, checked where the weights are used, never blamed by themselves."""
+    kind: dict[int, set[str]] = {}
+    for record in trace.records:
+        if record.leaf is not None:
+            kind[record.index] = {
+                "input"
+                if record.leaf.startswith("input")
+                else "constant"
+                if record.leaf == "constant"
+                else "weight"
+            }
+        else:
+            kind[record.index] = (
+                set().union(*(kind[s] for s in record.inputs)) if record.inputs else {"constant"}
+            )
+    return {r.index for r in trace.records if r.leaf is None and kind[r.index] == {"weight"}}
+
+
+def _layout_classes(trace: Trace, rules) -> list[int]:
+    """Each reference record's class: records that are layout changes of their input share one."""
+    classes = list(range(len(trace.records)))
+    for record in trace.records:
+        for source in record.inputs:
+            s = trace.records[source]
+            if s.value.size == record.value.size and s.value.dtype == record.value.dtype:
+                view = in_layout(s.value, record.shape, rules)
+                if view is not None and np.array_equal(view, record.value, equal_nan=True):
+                    classes[record.index] = classes[source]
+                    break
+    return classes
+
+
+def align(reference: Trace, candidate: Trace) -> Alignment:
+    """Match the candidate's values to the reference's and place the first divergence on each side."""
+    pairs = [
+        (t.records[s].shape, r.shape)
+        for t in (reference, candidate)
+        for r in t.records
+        for s in r.inputs
+        if t.records[s].value.size == r.value.size
+    ]
+    rules = split_rules(pairs)
+    fingerprints = {("r", r.index): _fingerprint(r.value) for r in reference.records if _comparable(r)}
+    fingerprints.update({("c", c.index): _fingerprint(c.value) for c in candidate.records if _comparable(c)})
+    scales = _reference_scales(reference, rules, fingerprints)
+    by_size: dict[int, list[Record]] = {}
+    for r in reference.records:
+        by_size.setdefault(r.value.size, []).append(r)
+    result = Alignment(reference, candidate, rules)
+    for c in candidate.records:
+        if not _comparable(c):
+            continue
+        found = [m for r in by_size.get(c.value.size, []) if (m := _match(c, r, rules, scales, fingerprints))]
+        if found:
+            result.matches[c.index] = found
+    out_c, out_r = candidate.records[candidate.output], reference.records[reference.output]
+    result.output_ok = out_c.shape == out_r.shape and close(
+        out_r.value, out_c.value, *tolerance_of(out_c, out_r)
+    )
+    matched_c = {c for c, found in result.matches.items() if candidate.records[c].leaf is None}
+    matched_r = {m.reference for c in matched_c for m in result.matches[c]}
+    path_c, good_c = _good(candidate, matched_c)
+    path_r, good_r = _good(reference, matched_r)
+    result.verified = sorted(i for i in matched_c if i in path_c)
+    result.good = good_c
+    if result.output_ok:
+        return result
+    bad_c = sorted(path_c - good_c)
+    bad_r = sorted(path_r - good_r)
+    result.diverging = bad_r[0] if bad_r else reference.output
+    if not bad_c:
+        result.blamed = candidate.output
+    else:
+        result.blamed = bad_c[0]
+    classes = _layout_classes(reference, rules)
+    result.counterpart = _counterpart(result, result.blamed, bad_r, classes)
+    _reroute(result, bad_r, classes)
+    result.shown = result.blamed
+    if result.rerouted_from is None:  # show the blamed line's result, not its first operation
+        line = candidate.records[result.blamed].location
+        result.shown = max(i for i in [result.blamed, *bad_c] if candidate.records[i].location == line)
+        unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
+        result.counterpart = _counterpart(result, result.shown, unmatched, classes)
+    if result.counterpart in path_r and result.counterpart < result.diverging:
+        result.diverging = result.counterpart
+    result.verified = [i for i in result.verified if i < result.blamed]
+    return result
+
+
+def blame_location(result: Alignment) -> str:
+    """The ``path:line`` to blame for the blamed candidate record. A misrouted value: the line in
+    the consuming function that produced it (the call ``linear(params, "W_query", x)`` rather than
+    the helper's body). The first value a helper call computes, when that helper is called once or
+    computes right elsewhere: the call site (its arguments are wrong, not its body)."""
+    records = result.candidate.records
+    record = records[result.blamed]
+    stack = record.stack
+    if not stack:
+        return record.location
+    if result.rerouted_from is not None and records[result.rerouted_from].stack:
+        consumer = records[result.rerouted_from].stack[0]
+        same = [
+            loc
+            for loc, fn in stack
+            if fn == consumer[1] and loc.rsplit(":", 1)[0] == consumer[0].rsplit(":", 1)[0]
+        ]
+        return same[0] if same else stack[0][0]
+    if len(stack) > 1:
+        function = stack[0][1]
+        calls: dict[tuple, list[Record]] = {}
+        for other in records:
+            if len(other.stack) > 1 and other.stack[0][1] == function and other.leaf is None:
+                calls.setdefault(other.stack[1:], []).append(other)
+        first_in_call = calls.get(stack[1:], [None])[0] is record
+        elsewhere = [first[0].index in result.good for call, first in calls.items() if call != stack[1:]]
+        if first_in_call and (not elsewhere or any(elsewhere)):
+            return stack[1][0]
+    return stack[0][0]
+
+
+def _input_classes(result: Alignment, record: Record, classes: list[int]) -> set[int]:
+    return {classes[m.reference] for s in record.inputs for m in result.matches.get(s, [])}
+
+
+def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list[int]) -> int:
+    """The reference value the blamed candidate value should have equalled: among the diverging
+    reference values it can be laid out as, the one computed from most of the same values, the
+    earliest on ties; else the first diverging reference value."""
+    record = result.candidate.records[blamed]
+    compatible = [
+        r
+        for r in bad_r
+        if in_layout(result.reference.records[r].value, record.shape, result.rules) is not None
+    ]
+    if not compatible:
+        return (bad_r or [result.reference.output])[0]
+    ours = _input_classes(result, record, classes)
+    shared = [len(ours & {classes[s] for s in result.reference.records[r].inputs}) for r in compatible]
+    chosen = result.reference.records[compatible[shared.index(max(shared))]]
+    own = [result.candidate.records[s].value for s in record.inputs]
+    reshuffle = (
+        len(own) == 1
+        and own[0].size == record.value.size
+        and np.array_equal(np.sort(own[0], axis=None), np.sort(record.value, axis=None), equal_nan=True)
+    )
+    for source in chosen.inputs if reshuffle else ():  # ours reorders its input: the value it consumes
+        earlier = result.reference.records[source]
+        if (
+            earlier.leaf is None
+            and classes[source] in ours
+            and earlier.value.size == record.value.size
+            and in_layout(earlier.value, record.shape, result.rules) is not None
+            and all(m.reference != source for m in result.matches.get(blamed, []))
+        ):
+            return source
+    return chosen.index
+
+
+def _used_well(result: Alignment, first: int, found: set[int], found_of) -> bool:
+    """Whether the numbers ``first`` produced (through its layout changes) also feed a good value:
+    then they were produced right, and the line consuming them in the wrong place is to blame."""
+    records = result.candidate.records
+    consumers: dict[int, list[int]] = {}
+    for record in records[first:]:
+        for source in record.inputs:
+            consumers.setdefault(source, []).append(record.index)
+    chain, frontier = {first}, [first]
+    while frontier:
+        for consumer in consumers.get(frontier.pop(), []):
+            if consumer not in chain and found_of(consumer) & found:
+                chain.add(consumer)
+                frontier.append(consumer)
+    return any(c in result.good and c not in chain for link in chain for c in consumers.get(link, []))
+
+
+def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
+    """Blame the producer of a misrouted input: one holding a reference value of another class than
+    every input of the reference value the blamed one should have equalled, or, when one of those
+    inputs is missing and two inputs hold the same reference value, the later computed of the two;
+    unless those numbers also feed a good value (then the consumer picked the wrong variable)."""
+    candidate, reference = result.candidate, result.reference
+    blamed = candidate.records[result.blamed]
+    expected_classes = {classes[s] for s in reference.records[result.counterpart].inputs}
+    found_of = lambda index: {classes[m.reference] for m in result.matches.get(index, [])}  # noqa: E731
+    if not any(found_of(s) & expected_classes for s in blamed.inputs):
+        return  # the counterpart is not the blamed value's: nothing to reroute against
+
+    def origin(index: int, found: set[int]) -> int:
+        while True:  # back to the first line that produced these numbers
+            earlier = [
+                s
+                for s in candidate.records[index].inputs
+                if found_of(s) & found and candidate.records[s].leaf is None
+            ]
+            if not earlier:
+                return index
+            index = earlier[0]
+
+    origins = {
+        s: origin(s, found_of(s)) for s in blamed.inputs if found_of(s) and candidate.records[s].leaf is None
+    }
+    misrouted = [origins[s] for s in origins if not found_of(s) & expected_classes]
+    covered = set().union(*(found_of(s) for s in blamed.inputs))
+    if not misrouted and expected_classes - covered:
+        by_value: dict[frozenset[int], list[int]] = {}
+        for source, first in origins.items():
+            by_value.setdefault(frozenset(found_of(source)), []).append(first)
+        misrouted = [max(firsts) for firsts in by_value.values() if len(set(firsts)) > 1]
+    misrouted = [first for first in misrouted if not _used_well(result, first, found_of(first), found_of)]
+    if misrouted:
+        result.rerouted_from, result.blamed = result.blamed, misrouted[0]
+        result.counterpart = _counterpart(result, misrouted[0], bad_r, classes)

@@ -1,0 +1,169 @@
+"""Capture the arrays each line of a NumPy function produces, with no instrumentation in it.
+
+``sys.settrace`` follows the user's own frames (not NumPy's, not the standard library's): after
+each line runs, every local array that is new, rebound or updated in place (``x[mask] = ...``,
+``x += 1``, read from the line's source) is recorded under that line. A line's inputs are the
+arrays its names held before it ran (arrays in lists, tuples and dicts included), so the trace
+keeps the dataflow between lines and across calls into the user's helpers.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import linecache
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from parity_tests.locate.trace import Trace, is_user_file, split_result, user_stack
+
+__all__ = ["capture_numpy"]
+
+
+@functools.lru_cache(maxsize=64)
+def _statements(filename: str) -> dict[int, tuple[frozenset[str], frozenset[str]]]:
+    """line -> (names the statement starting there reads, names it updates in place)."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(filename)))
+    except SyntaxError:
+        return {}
+    table: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt):
+            continue
+        parts = [node]
+        if isinstance(node, (ast.For, ast.While, ast.If, ast.With)):  # the header alone
+            parts = [getattr(node, a) for a in ("iter", "test") if hasattr(node, a)]
+            parts += [item.context_expr for item in getattr(node, "items", [])]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            parts = []
+        reads = {n.id for part in parts for n in ast.walk(part) if isinstance(n, ast.Name)}
+        updated = set()
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                direct = isinstance(target, ast.Name)
+                while isinstance(target, (ast.Subscript, ast.Attribute)):
+                    target = target.value
+                if isinstance(target, ast.Name) and (not direct or isinstance(node, ast.AugAssign)):
+                    updated.add(target.id)
+        for call in (n for part in parts for n in ast.walk(part) if isinstance(n, ast.Call)):
+            updated.update(
+                kw.value.id for kw in call.keywords if kw.arg == "out" and isinstance(kw.value, ast.Name)
+            )
+        table[node.lineno] = (frozenset(reads), frozenset(updated))
+    return table
+
+
+def _arrays_in(value: Any) -> list[np.ndarray]:
+    if isinstance(value, np.ndarray):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, np.ndarray)]
+    if isinstance(value, dict):
+        return [v for v in value.values() if isinstance(v, np.ndarray)]
+    return []
+
+
+class _LineRecorder:
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.produced: dict[int, int] = {}  # id(array) -> record index
+        self.alive: list[Any] = []
+        self.frames: dict[Any, tuple[int | None, dict[str, list[int]]]] = {}
+
+    def known(self, array: np.ndarray, location: str) -> int:
+        if id(array) not in self.produced:
+            self.produced[id(array)] = self.trace.add(
+                "leaf", array, array.dtype.name, location, leaf="constant"
+            )
+            self.alive.append(array)
+        return self.produced[id(array)]
+
+    def snapshot(self, frame: Any) -> dict[str, list[int]]:
+        return {name: [id(a) for a in _arrays_in(v)] for name, v in frame.f_locals.items() if _arrays_in(v)}
+
+    def global_trace(self, frame: Any, event: str, arg: Any):
+        if event != "call" or not is_user_file(frame.f_code.co_filename):
+            return None
+        for value in frame.f_locals.values():  # arguments: arrays from the caller, or leaves
+            for array in _arrays_in(value):
+                self.known(array, f"{frame.f_code.co_filename}:{frame.f_lineno}")
+        self.frames[frame] = (None, self.snapshot(frame))
+        return self.local_trace
+
+    def local_trace(self, frame: Any, event: str, arg: Any):
+        if event not in ("line", "return"):
+            return self.local_trace
+        line, before = self.frames[frame]
+        if line is not None:
+            self.after_line(frame, line, before)
+        if event == "return":
+            reads, _ = _statements(frame.f_code.co_filename).get(frame.f_lineno, (frozenset(), frozenset()))
+            sources = self.sources(reads, self.snapshot(frame), frame)  # what the return line read
+            for array in _arrays_in(arg):
+                if id(array) not in self.produced:
+                    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+                    self.record(array, frame, frame.f_lineno, sources, text)
+            del self.frames[frame]
+            return None
+        self.frames[frame] = (frame.f_lineno, self.snapshot(frame))
+        return self.local_trace
+
+    def sources(self, reads: frozenset[str], before: dict[str, list[int]], frame: Any) -> tuple[int, ...]:
+        ids = [i for name in reads for i in before.get(name, [])]
+        ids += [id(a) for name in reads if name not in before for a in _arrays_in(frame.f_globals.get(name))]
+        return tuple(dict.fromkeys(self.produced[i] for i in ids if i in self.produced))
+
+    def record(self, array: np.ndarray, frame: Any, line: int, sources: tuple[int, ...], op: str) -> None:
+        frames, outer = [(frame.f_code.co_filename, line, frame.f_code.co_name)], frame.f_back
+        while outer is not None:
+            frames.append((outer.f_code.co_filename, outer.f_lineno, outer.f_code.co_name))
+            outer = outer.f_back
+        self.produced[id(array)] = self.trace.add(
+            op, array, array.dtype.name, "?", sources, stack=user_stack(frames)
+        )
+        self.alive.append(array)
+
+    def after_line(self, frame: Any, line: int, before: dict[str, list[int]]) -> None:
+        filename = frame.f_code.co_filename
+        reads, updated = _statements(filename).get(line, (frozenset(), frozenset()))
+        sources = self.sources(reads, before, frame)
+        source_text = linecache.getline(filename, line).strip()
+        for name, value in frame.f_locals.items():
+            for array in _arrays_in(value):
+                new = id(array) not in self.produced
+                if new or (name in updated and id(array) in before.get(name, [])):
+                    self.record(array, frame, line, sources, source_text)
+
+
+def capture_numpy(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Trace:
+    """Run ``fn(*args, **kwargs)`` under ``sys.settrace``, recording the arrays each of the user's
+    lines produces; leaves ``input0``, ``input1``... are the positional array arguments (a dict of
+    arrays, the weights, gives one leaf per key)."""
+    trace = Trace("numpy")
+    recorder = _LineRecorder(trace)
+    for position, arg in enumerate(args):
+        if isinstance(arg, dict):
+            for key, value in arg.items():
+                if isinstance(value, np.ndarray):
+                    recorder.produced[id(value)] = trace.add(
+                        "input", value, value.dtype.name, "input", leaf=key
+                    )
+        elif isinstance(arg, np.ndarray):
+            recorder.produced[id(arg)] = trace.add(
+                "input", arg, arg.dtype.name, "input", leaf=f"input{position}"
+            )
+    previous = sys.gettrace()
+    sys.settrace(recorder.global_trace)
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        sys.settrace(previous)
+    output, steps = split_result(result)
+    output = np.asarray(output)
+    trace.output = recorder.known(output, "output")
+    trace.name_steps({k: v for k, v in steps.items() if k != "output"})
+    return trace

@@ -1,0 +1,133 @@
+"""Capture every tensor a torch callable computes, with no instrumentation in the callable.
+
+A ``TorchFunctionMode`` sees each torch function and tensor method the code calls (``F.linear``,
+``@``, ``view``, ``masked_fill_``, ``softmax``) and records its output with the user's line; module
+forward hooks give each value its module path; parameters and buffers read in forward are leaves
+named as in the module's ``state_dict``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from parity_tests.locate.trace import Trace, split_result, user_stack
+
+__all__ = ["capture_torch", "torch_module_of"]
+
+
+def torch_module_of(fn: Any) -> Any:
+    """The ``nn.Module`` behind ``fn`` (itself, a ``functools.partial`` of it, a bound ``forward``),
+    or None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for candidate in (fn, getattr(fn, "func", None), getattr(fn, "__self__", None)):
+        if isinstance(candidate, torch.nn.Module):
+            return candidate
+    return None
+
+
+def _user_stack() -> tuple[tuple[str, str], ...]:
+    """The user's frames calling the current op, innermost first."""
+    frames, frame = [], sys._getframe(2)
+    while frame is not None:
+        frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return user_stack(frames)
+
+
+def _dtype(tensor: Any) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _numpy(tensor: Any) -> Any:
+    import torch
+
+    tensor = tensor.detach().cpu()
+    if tensor.dtype in (torch.bfloat16, torch.float16):  # NumPy has no bfloat16
+        tensor = tensor.float()
+    return tensor.numpy()
+
+
+def capture_torch(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Trace:
+    """Run ``fn(*args, **kwargs)`` (tensors in, under ``torch.no_grad``) recording every tensor it
+    computes; the trace's leaves ``input0``, ``input1``... are the positional tensor arguments, its
+    ``output`` the record of the output (see ``split_result``), its ``steps`` those the code recorded."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_flatten
+
+    trace = Trace("torch")
+    produced: dict[int, int] = {}  # id(tensor) -> record index
+    alive: list[Any] = []  # keeps every recorded tensor alive so that ids stay unique
+    module = torch_module_of(fn)
+    names: dict[int, str] = {}
+    module_names: dict[int, str] = {}
+    if module is not None:
+        names = {id(t): n for n, t in [*module.named_parameters(), *module.named_buffers()]}
+        module_names = {id(m): n for n, m in module.named_modules()}
+    module_stack: list[str] = []
+
+    def index_of(tensor: Any) -> int:
+        key = id(tensor)
+        if key not in produced:
+            leaf = names.get(key, "constant")
+            produced[key] = trace.add(
+                "leaf", _numpy(tensor), _dtype(tensor), "?", leaf=leaf, stack=_user_stack()
+            )
+            alive.append(tensor)
+        return produced[key]
+
+    for position, arg in enumerate(args):
+        if isinstance(arg, torch.Tensor):
+            produced[id(arg)] = trace.add("input", _numpy(arg), _dtype(arg), "input", leaf=f"input{position}")
+            alive.append(arg)
+
+    class Recorder(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            result = func(*args, **kwargs)
+            inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            name = getattr(func, "__name__", str(func))
+            outputs = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
+            if name == "__setitem__":
+                outputs = inputs[:1]
+            in_place = (name.endswith("_") and not name.endswith("__")) or name == "__setitem__"
+            input_ids = {id(t) for t in inputs}
+            sources = tuple(index_of(t) for t in inputs)
+            for tensor in outputs:
+                if id(tensor) in input_ids and not in_place:
+                    continue  # an alias of an input (contiguous() of a contiguous tensor)
+                produced[id(tensor)] = trace.add(
+                    name,
+                    _numpy(tensor),
+                    _dtype(tensor),
+                    "?",
+                    sources,
+                    module_stack[-1] if module_stack else None,
+                    stack=_user_stack(),
+                )
+                alive.append(tensor)
+            return result
+
+    def enter(mod, _inputs):
+        module_stack.append(module_names.get(id(mod), type(mod).__name__))
+
+    def leave(mod, _inputs, _output):
+        module_stack.pop()
+
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    handles = [register_module_forward_pre_hook(enter), register_module_forward_hook(leave)]
+    try:
+        with torch.no_grad(), Recorder():
+            result = fn(*args, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    output, steps = split_result(result)
+    trace.output = index_of(output)
+    trace.name_steps({k: v for k, v in steps.items() if k != "output"})
+    return trace

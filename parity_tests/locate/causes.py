@@ -1,0 +1,132 @@
+"""Causes read from the data: what the first diverging value is, next to what it should be."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["axis_names", "read_causes"]
+
+
+def axis_names(shape: tuple[int, ...], sizes: dict[str, int]) -> tuple[str, ...]:
+    """A name per axis from the sizes of the run: ``batch``, ``head``, ``head_dim``, ``feature``,
+    and for tokens ``query`` and ``key`` (a single token axis is ``token``)."""
+    token_axes = [i for i, d in enumerate(shape) if d == sizes.get("tokens")]
+    names = []
+    for axis, size in enumerate(shape):
+        if axis in token_axes and len(token_axes) > 1:
+            names.append("key" if axis == token_axes[-1] else "query")
+        elif axis in token_axes:
+            names.append("token")
+        else:
+            names.append(
+                next(
+                    (n for n in ("batch", "head", "head_dim", "feature") if sizes.get(n) == size),
+                    f"axis{axis}",
+                )
+            )
+    return tuple(names)
+
+
+def _close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
+    if a.shape != b.shape:
+        return False
+    finite = np.isfinite(a) & np.isfinite(b)
+    if not np.array_equal(np.isfinite(a), np.isfinite(b)):
+        return False
+    if not finite.any():
+        return True
+    return float(np.abs(a[finite] - b[finite]).max()) <= atol + rtol * float(np.abs(b[finite]).max())
+
+
+def _describe_factor(factor: float, sizes: dict[str, int]) -> str:
+    names = {"num_heads": sizes.get("head"), "head_dim": sizes.get("head_dim"), "d_out": sizes.get("feature")}
+    for name, size in names.items():
+        if not size or size == 1:
+            continue
+        for form, value in ((f"sqrt({name})", math.sqrt(size)), (name, float(size))):
+            if math.isclose(factor, value, rel_tol=1e-3):
+                return f"larger by {form}"
+            if math.isclose(factor, 1 / value, rel_tol=1e-3):
+                return f"smaller by {form}"
+    return f"{factor:.6g} times the reference"
+
+
+def _hidden(value: np.ndarray) -> np.ndarray:
+    return ~np.isfinite(value) | (value <= -1e4)
+
+
+def read_causes(
+    expected: np.ndarray,
+    actual: np.ndarray,
+    axes: tuple[str, ...],
+    sizes: dict[str, int],
+    rtol: float,
+    atol: float,
+) -> list[str]:
+    """Causes that the numbers show: ``actual`` is ``expected`` transposed, scaled, masked the other
+    way, shifted by a bias, normalised over another axis, or the same numbers in another order."""
+    causes = []
+    if expected.dtype == bool or actual.dtype == bool or expected.shape != actual.shape:
+        if expected.shape == actual.shape and expected.ndim >= 2:
+            e, a = expected.astype(bool), actual.astype(bool)
+            diagonal = np.broadcast_to(np.eye(*e.shape[-2:], dtype=bool), e.shape)
+            if np.array_equal(e, ~a):
+                causes.append("mask inverted: True here means the opposite of the reference's mask")
+            elif np.array_equal(e ^ a, diagonal) or np.array_equal(~e ^ a, diagonal):
+                causes.append("causal mask off by one: the diagonal (each token itself) differs")
+        return causes
+    if expected.ndim >= 2 and expected.shape[-1] == expected.shape[-2]:
+        if _close(np.swapaxes(expected, -1, -2), actual, rtol, atol):
+            causes.append(
+                f"your values equal the reference's transposed over ({axes[-2]}, {axes[-1]}): "
+                "operands swapped or the wrong axis transposed"
+            )
+    hidden_e, hidden_a = _hidden(expected), _hidden(actual)
+    zeros_e, zeros_a = expected == 0, actual == 0
+    for label, e, a in (("-inf", hidden_e, hidden_a), ("zero", zeros_e, zeros_a)):
+        if e.any() and not np.array_equal(e, a) and e.ndim >= 2:
+            rows = ~e.all(axis=-1, keepdims=True) & ~a.all(axis=-1, keepdims=True)
+            if np.array_equal((e ^ a) | ~rows, np.ones_like(e)) or np.array_equal(a & rows, ~e & rows):
+                causes.append("mask inverted: the positions hidden are those the reference keeps")
+            elif np.array_equal(a & ~e, np.broadcast_to(np.eye(e.shape[-1], dtype=bool), e.shape) & ~e):
+                causes.append("causal mask off by one: the diagonal (each token itself) is hidden too")
+            elif not a.any():
+                causes.append(f"no mask applied: the reference has {label} entries here")
+            break
+    keep = np.isfinite(expected) & np.isfinite(actual)
+    denominator = float(expected[keep] @ expected[keep])
+    if denominator > 0:
+        factor = float(expected[keep] @ actual[keep]) / denominator
+        if abs(factor - 1) > 1e-3 and _close(
+            factor * np.where(keep, expected, 0), np.where(keep, actual, 0), rtol, atol
+        ):
+            causes.append(f"scale differs: yours is {_describe_factor(factor, sizes)}")
+    difference = np.where(keep, actual - expected, 0)
+    if expected.ndim >= 2 and np.abs(difference).max() > atol:
+        flat = difference.reshape(-1, difference.shape[-1])
+        if np.allclose(flat, flat[:1], rtol=0, atol=atol + rtol * float(np.abs(expected[keep]).max())):
+            causes.append(
+                "differs by one constant vector along the last axis: a bias missing, added twice "
+                "or taken from another layer"
+            )
+    if expected.ndim >= 2 and np.isfinite(actual).all() and (actual >= 0).all():
+        if np.allclose(actual.sum(axis=-2), 1, atol=1e-4) and not np.allclose(
+            actual.sum(axis=-1), 1, atol=1e-4
+        ):
+            causes.append(
+                f"normalised over the {axes[-2]} axis instead of the {axes[-1]} axis: softmax over "
+                "the wrong axis"
+            )
+    if not causes and np.allclose(
+        np.sort(expected, axis=None),
+        np.sort(actual, axis=None),
+        rtol=0,
+        atol=atol + rtol * float(np.nanmax(np.abs(expected))),
+    ):
+        causes.append(
+            "the reference's numbers in another order: a reshape without the transpose (heads split "
+            "or merged in the wrong order) or axes permuted"
+        )
+    return causes

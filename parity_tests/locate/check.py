@@ -1,0 +1,130 @@
+"""``locate``: run a reference and a candidate port, capture every value both compute, align them
+and report the first line where the candidate diverges."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from parity_tests.locate.align import align, blame_location, tolerance_of
+from parity_tests.locate.causes import axis_names, read_causes
+from parity_tests.locate.layout import in_layout
+from parity_tests.locate.report import LocateReport
+from parity_tests.locate.run import capture
+from parity_tests.locate.trace import Trace
+
+__all__ = ["compare_traces", "locate", "locate_shapes"]
+
+
+def locate(
+    reference: Callable[..., Any],
+    candidate: Callable[..., Any],
+    inputs: Any,
+    *,
+    params: Mapping[str, Any] | None = None,
+    reference_framework: str | None = None,
+    candidate_framework: str | None = None,
+    train: bool = False,
+) -> LocateReport:
+    """Compare ``candidate`` with ``reference`` line by line, neither instrumented.
+
+    Each is a torch module or function, a JAX function, jitted callable or NNX module, or a NumPy
+    function (the framework is read from the callable, or given); ``inputs`` is one array or a tuple
+    of positional arguments from any framework; ``params`` (the weights format) goes first to the
+    callables that are not modules. A torch reference runs in eval mode unless ``train``.
+    """
+    args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    expected = capture(reference, args, params, reference_framework, train)
+    actual = capture(candidate, args, params, candidate_framework, train)
+    return compare_traces(expected, actual)
+
+
+def locate_shapes(
+    reference: Callable[..., Any],
+    candidate: Callable[..., Any],
+    shapes: Sequence[tuple[int, ...]],
+    *,
+    seeds: Sequence[int] = (0,),
+    dtype: str = "float32",
+    params: Mapping[str, Any] | None = None,
+) -> dict[tuple[tuple[int, ...], int], LocateReport]:
+    """``locate`` on a standard normal input of each shape and seed: bugs that show only past a
+    block size or at odd head counts. Returns the reports keyed by ``(shape, seed)``."""
+    reports = {}
+    for shape in shapes:
+        for seed in seeds:
+            x = np.random.default_rng(seed).standard_normal(tuple(shape)).astype(dtype)
+            reports[(tuple(shape), seed)] = locate(reference, candidate, x, params=params)
+    return reports
+
+
+def _sizes(reference: Trace, rules: dict[int, tuple[int, ...]]) -> dict[str, int]:
+    first_input = next((r for r in reference.records if r.leaf and r.leaf.startswith("input")), None)
+    sizes: dict[str, int] = {}
+    if first_input is not None and first_input.value.ndim >= 2:
+        sizes["tokens"] = first_input.shape[-2]
+        if first_input.value.ndim >= 3:
+            sizes["batch"] = first_input.shape[0]
+    heads = [(whole, parts) for whole, parts in rules.items() if len(parts) == 2]
+    if heads:
+        sizes["feature"], (sizes["head"], sizes["head_dim"]) = heads[0][0], heads[0][1]
+    return sizes
+
+
+def _label(trace: Trace, index: int) -> str:
+    record = trace.records[index]
+    return record.step or record.op
+
+
+def compare_traces(expected: Trace, actual: Trace) -> LocateReport:
+    """The report for two captured traces (see ``locate``)."""
+    with np.errstate(all="ignore"):  # NaN and inf in a diverging value are data, not errors
+        return _compare(expected, actual)
+
+
+def _compare(expected: Trace, actual: Trace) -> LocateReport:
+    alignment = align(expected, actual)
+    verified = [f"{actual.records[i].location}  {actual.records[i].op}" for i in alignment.verified]
+    verified = list(dict.fromkeys(verified))
+    if alignment.output_ok:
+        return LocateReport(True, verified=verified)
+    blamed, diverging = actual.records[alignment.shown], expected.records[alignment.diverging]
+    counterpart = expected.records[alignment.counterpart]
+    named = [r for r in expected.records[diverging.index :] if r.step] if expected.steps else []
+    first = named[0].step if named else diverging.op
+    rtol, atol = tolerance_of(blamed, counterpart)
+    sizes = _sizes(expected, alignment.rules)
+    report = LocateReport(
+        False,
+        first,
+        blame_location(alignment),
+        diverging.location,
+        blamed.op,
+        diverging.op,
+        verified=verified,
+        rtol=rtol,
+        atol=atol,
+        expected_dtype=counterpart.dtype,
+        actual_dtype=blamed.dtype,
+    )
+    laid_out = in_layout(blamed.value, counterpart.shape, alignment.rules)
+    misrouted = [m for m in alignment.matches.get(blamed.index, []) if m.kind == "exact"]
+    if misrouted:
+        other = expected.records[misrouted[0].reference]
+        report.causes.append(
+            f"this value equals the reference's {_label(expected, other.index)} "
+            f"({other.location}): taken from the wrong variable or weights"
+        )
+    if laid_out is not None and laid_out.dtype.kind in "fb" and counterpart.value.dtype.kind in "fb":
+        e, a = counterpart.value.astype(np.float64), laid_out.astype(np.float64)
+        report.axes = axis_names(counterpart.shape, sizes)
+        error = np.abs(np.nan_to_num(a - e, nan=np.inf, posinf=np.inf, neginf=np.inf))
+        error[(e == a)] = 0
+        worst = np.unravel_index(int(np.argmax(error)), error.shape) if error.size else ()
+        report.worst_index = tuple(int(i) for i in worst)
+        report.expected, report.actual = float(e[worst]), float(a[worst])
+        report.expected_value, report.actual_value = e, a
+        report.causes += read_causes(counterpart.value, laid_out, report.axes, sizes, rtol, atol)
+    return report

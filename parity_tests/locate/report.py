@@ -1,0 +1,122 @@
+"""The report of ``locate``: where a port first diverges from its reference, and why."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LocateReport"]
+
+
+@dataclass
+class LocateReport:
+    """``ok``: the outputs match. Otherwise ``first_divergence`` names the first reference value no
+    candidate value reproduces (its step name where the reference records steps, else its op);
+    ``candidate_location`` and ``reference_location`` are the ``"path:line"`` of the operations
+    where the two sides first disagree; ``worst_index`` (with ``axes``) is the worst entry of the
+    first diverging candidate value against the reference value it should equal, ``expected`` and
+    ``actual`` its two values, ``expected_dtype`` and ``actual_dtype`` the two dtypes; ``verified``
+    the candidate lines whose values were found equal to reference values before it; ``causes``
+    what the numbers show. ``expected_value``/``actual_value`` hold the two diverging tensors (in
+    the reference's layout when the candidate's can be laid out so) for ``write_heatmap``."""
+
+    ok: bool
+    first_divergence: str | None = None
+    candidate_location: str | None = None
+    reference_location: str | None = None
+    candidate_op: str | None = None
+    reference_op: str | None = None
+    worst_index: tuple[int, ...] | None = None
+    axes: tuple[str, ...] = ()
+    expected: float | None = None
+    actual: float | None = None
+    expected_dtype: str | None = None
+    actual_dtype: str | None = None
+    verified: list[str] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)
+    rtol: float = 0.0
+    atol: float = 0.0
+    expected_value: Any = None
+    actual_value: Any = None
+
+    def __str__(self) -> str:
+        lines = [f"verified equal: {len(self.verified)} lines"]
+        lines += [f"  {line}" for line in self.verified[-8:]]
+        if self.ok:
+            return "\n".join([*lines, "ok: the outputs match"])
+        lines.append(f"first divergence: {self.first_divergence}")
+        lines.append(f"  candidate: {self.candidate_location}  ({self.candidate_op})")
+        lines.append(f"  reference: {self.reference_location}  ({self.reference_op})")
+        if self.worst_index is not None:
+            where = ", ".join(f"{a}={i}" for a, i in zip(self.axes, self.worst_index, strict=False))
+            lines.append(
+                f"  worst entry [{where}]: expected {self.expected:.6g} ({self.expected_dtype}), "
+                f"got {self.actual:.6g} ({self.actual_dtype})"
+            )
+        lines += [f"  likely cause: {cause}" for cause in self.causes]
+        return "\n".join(lines)
+
+    def __rich__(self) -> Any:
+        from rich.panel import Panel
+        from rich.table import Table
+
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row(
+            "verified",
+            f"{len(self.verified)} lines equal to the reference"
+            + ("" if self.ok else " before the divergence"),
+        )
+        if self.ok:
+            table.add_row("result", "[green]ok: the outputs match[/green]")
+            return Panel(table, title="locate", border_style="green")
+        table.add_row("first divergence", f"[red]{self.first_divergence}[/red]")
+        table.add_row("candidate", f"{self.candidate_location}  [dim]{self.candidate_op}[/dim]")
+        table.add_row("reference", f"{self.reference_location}  [dim]{self.reference_op}[/dim]")
+        if self.worst_index is not None:
+            where = ", ".join(f"{a}={i}" for a, i in zip(self.axes, self.worst_index, strict=False))
+            table.add_row(
+                "worst entry",
+                f"[{where}] expected {self.expected:.6g} ({self.expected_dtype}), "
+                f"got {self.actual:.6g} ({self.actual_dtype})",
+            )
+        for cause in self.causes:
+            table.add_row("likely cause", cause)
+        return Panel(table, title="locate", border_style="red")
+
+    def write_heatmap(self, path: str | os.PathLike) -> np.ndarray:
+        """Draw the first diverging tensor's error, in units of the tolerance, on a fixed log scale
+        (within tolerance is dark, 100x the tolerance and beyond is hot: rounding noise never looks
+        hot); the last two axes of the slice holding the worst entry. Returns the plotted array."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        if self.ok or self.expected_value is None:
+            raise ValueError("write_heatmap: the outputs match, there is no diverging tensor to draw")
+        expected, actual = np.asarray(self.expected_value), np.asarray(self.actual_value)
+        error = np.abs(np.nan_to_num(actual - expected, nan=np.inf, posinf=np.inf, neginf=np.inf))
+        scale = self.atol + self.rtol * float(np.abs(expected[np.isfinite(expected)]).max(initial=0.0))
+        units = np.log10(np.maximum(error / max(scale, np.finfo(float).tiny), 1e-2))
+        if units.ndim > 2:
+            units = (
+                units[tuple(self.worst_index[:-2])]
+                if self.worst_index
+                else units.reshape(-1, units.shape[-1])
+            )
+        units = np.atleast_2d(units)
+        figure, axis = plt.subplots(figsize=(6, 5))
+        image = axis.imshow(np.minimum(units, 2), cmap="inferno", vmin=-2, vmax=2)
+        axis.set_xlabel(self.axes[-1] if self.axes else "")
+        axis.set_ylabel(self.axes[-2] if len(self.axes) > 1 else "")
+        axis.set_title(f"{self.first_divergence}: |error| / tolerance\n{self.candidate_location}", fontsize=9)
+        figure.colorbar(image, ax=axis, label="log10(|error| / tolerance)")
+        figure.tight_layout()
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        return units

@@ -1,0 +1,177 @@
+"""Run a reference or a candidate from any framework, capturing every value it computes."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from parity_tests.locate.trace import Trace
+
+__all__ = ["capture", "framework_of", "to_numpy"]
+
+
+def _unwrap_chain(fn: Any) -> list[Any]:
+    """``fn`` and what it wraps: a partial's function, a decorator's ``__wrapped__``, a method's."""
+    chain = [fn]
+    while True:
+        inner = getattr(fn, "func", None) or getattr(fn, "__wrapped__", None) or getattr(fn, "__func__", None)
+        if inner is None or any(inner is seen for seen in chain):
+            return chain
+        chain.append(inner)
+        fn = inner
+
+
+def _global_names(code: Any) -> set[str]:
+    """The global names a function's code (nested functions included) reads."""
+    if code is None:
+        return set()
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _global_names(const)
+    return names
+
+
+def framework_of(fn: Any) -> str:
+    """``"torch"``, ``"jax"`` or ``"numpy"``: what ``fn`` computes with (torch modules, jitted
+    callables and NNX modules by type; plain functions by the modules their code reads)."""
+    from parity_tests.locate.capture_torch import torch_module_of
+
+    if torch_module_of(fn) is not None:
+        return "torch"
+    nnx = sys.modules.get("flax.nnx")
+    for layer in _unwrap_chain(fn):
+        if hasattr(layer, "lower") or type(layer).__module__.split(".")[0] in ("flax", "jax"):
+            return "jax"
+        if nnx is not None and isinstance(layer, nnx.Module):
+            return "jax"
+    target = _unwrap_chain(fn)[-1]
+    function = target if inspect.isfunction(target) else getattr(type(target).__call__, "__func__", None)
+    function = function or type(target).__call__
+    used = set()
+    for name in _global_names(getattr(function, "__code__", None)):
+        value = getattr(function, "__globals__", {}).get(name)
+        used.add(
+            (getattr(value, "__name__", "") if inspect.ismodule(value) else getattr(value, "__module__", ""))
+            or ""
+        )
+    roots = {name.split(".")[0] for name in used}
+    if "torch" in roots:
+        return "torch"
+    if roots & {"jax", "flax", "jaxlib"}:
+        return "jax"
+    return "numpy"
+
+
+def to_numpy(value: Any) -> Any:
+    """A torch tensor (bfloat16 and requires_grad included) or JAX array as a NumPy array; bfloat16
+    becomes float32 (NumPy has no bfloat16 arithmetic)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        return (value.float() if str(value.dtype) == "torch.bfloat16" else value).numpy()
+    if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.ndarray):
+        array = np.asarray(value)
+        return array.astype(np.float32) if array.dtype.name == "bfloat16" else array
+    return value
+
+
+def _holds_weights(fn: Any) -> bool:
+    """Modules hold their own weights; plain functions take the weights first."""
+    from parity_tests.locate.capture_torch import torch_module_of
+
+    nnx = sys.modules.get("flax.nnx")
+    return (
+        torch_module_of(fn) is not None
+        or hasattr(fn, "to_params")
+        or (nnx is not None and isinstance(fn, nnx.Module))
+    )
+
+
+def _convert(value: Any, framework: str, dtype: Any) -> Any:
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        return value
+    array = to_numpy(value)
+    if framework == "torch":
+        import torch
+
+        tensor = torch.from_numpy(np.array(array))
+        return tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
+    if framework == "jax":
+        import jax.numpy as jnp
+
+        result = jnp.asarray(array)
+        return (
+            result.astype(dtype)
+            if dtype is not None and jnp.issubdtype(result.dtype, jnp.floating)
+            else result
+        )
+    return array.astype(dtype) if dtype is not None and array.dtype.kind == "f" else array
+
+
+def _dtype_of(fn: Any, framework: str, inputs: Sequence[Any]) -> Any:
+    """The floating dtype to feed ``fn``: a torch module's parameters' (or buffers'), else the
+    inputs' own (a bfloat16 tensor stays bfloat16 for torch and JAX)."""
+    from parity_tests.locate.capture_torch import torch_module_of
+
+    module = torch_module_of(fn)
+    if module is not None:
+        for tensor in [*module.parameters(), *module.buffers()]:
+            if tensor.is_floating_point():
+                return tensor.dtype
+        return None
+    bf16 = any(str(getattr(v, "dtype", "")).endswith("bfloat16") for v in inputs)
+    if bf16 and framework in ("torch", "jax"):
+        if framework == "torch":
+            import torch
+
+            return torch.bfloat16
+        import jax.numpy as jnp
+
+        return jnp.bfloat16
+    return None
+
+
+def _takes_return_steps(fn: Any) -> bool:
+    target = getattr(fn, "forward", fn)
+    try:
+        return "return_steps" in inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def capture(
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    params: Mapping[str, Any] | None = None,
+    framework: str | None = None,
+    train: bool = False,
+) -> Trace:
+    """Run ``fn`` on ``inputs`` (converted to its framework; ``params`` first when ``fn`` is not a
+    module) and capture every value it computes. A torch module runs in eval mode unless ``train``."""
+    from parity_tests.locate.capture_jax import capture_jax
+    from parity_tests.locate.capture_numpy import capture_numpy
+    from parity_tests.locate.capture_torch import capture_torch, torch_module_of
+
+    framework = framework or framework_of(fn)
+    dtype = _dtype_of(fn, framework, inputs)
+    args = [_convert(v, framework, dtype) for v in inputs]
+    if params is not None and not _holds_weights(fn):
+        args.insert(0, {k: _convert(v, framework, dtype) for k, v in params.items()})
+    kwargs = {"return_steps": True} if _takes_return_steps(fn) else {}
+    capture_fn = {"torch": capture_torch, "jax": capture_jax, "numpy": capture_numpy}[framework]
+    module = torch_module_of(fn)
+    was_training = module.training if module is not None else False
+    if module is not None and not train:
+        module.eval()
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):  # a buggy port may well make NaN
+            warnings.simplefilter("ignore")
+            return capture_fn(fn, args, kwargs)
+    finally:
+        if module is not None:
+            module.train(was_training)

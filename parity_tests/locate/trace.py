@@ -1,0 +1,127 @@
+"""What a capture records: every intermediate value of one run, with its line and its inputs."""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Record", "Trace", "is_user_file", "split_result", "user_stack"]
+
+_LIBRARY_DIRS = tuple(
+    os.path.realpath(p) + os.sep
+    for p in {
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    }
+)
+_PARITY_TESTS = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+
+
+def user_stack(frames: Any) -> tuple[tuple[str, str], ...]:
+    """``("path:line", function)`` of the user's frames among ``frames`` (``(path, line, function)``,
+    innermost first), up to the capture's own call: the harness that called ``locate`` is not the
+    port's."""
+    stack = []
+    for path, line, function in frames:
+        if os.path.realpath(path).startswith(_PARITY_TESTS):
+            break
+        if is_user_file(path):
+            stack.append((f"{path}:{line}", function))
+    return tuple(stack)
+
+
+def is_user_file(path: str) -> bool:
+    """True for code a user wrote (their port, the project's own packages); False for the standard
+    library, installed packages (torch, jax, flax, numpy) and ``parity_tests`` itself."""
+    if path.startswith("<") and path != "<stdin>":
+        return False
+    real = os.path.realpath(path)
+    return not real.startswith(_LIBRARY_DIRS) and not real.startswith(_PARITY_TESTS)
+
+
+@dataclass
+class Record:
+    """One value a run produced (or read: a leaf).
+
+    ``value`` is a NumPy copy (half precision as float32, else as it was); ``dtype`` the name
+    of the dtype it had; ``location`` ``"path:line"`` of the user's line that produced it;
+    ``inputs`` the indexes of the records it was computed from; ``leaf`` names what a leaf is
+    (``"input0"``, a parameter's name, ``"constant"``), None for computed values; ``step`` the
+    project's step name when the code recorded the value under one; ``stack`` the user's frames
+    as ``("path:line", function)``, innermost first (``location`` is the innermost).
+    """
+
+    index: int
+    op: str
+    value: np.ndarray
+    dtype: str
+    location: str
+    inputs: tuple[int, ...] = ()
+    module: str | None = None
+    leaf: str | None = None
+    step: str | None = None
+    stack: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.value.shape)
+
+
+@dataclass
+class Trace:
+    """The records of one run in execution order (inputs precede what they feed) and its output."""
+
+    framework: str
+    records: list[Record] = field(default_factory=list)
+    output: int | None = None
+    steps: dict[str, Any] = field(default_factory=dict)
+
+    def add(
+        self,
+        op: str,
+        value: Any,
+        dtype: str,
+        location: str,
+        inputs: tuple[int, ...] = (),
+        module: str | None = None,
+        leaf: str | None = None,
+        stack: tuple[tuple[str, str], ...] = (),
+    ) -> int:
+        array = np.array(value)  # a copy: later in-place updates must not change it
+        if array.dtype.name in ("bfloat16", "float16"):  # compared in float64; stored as float32
+            array = array.astype(np.float32)
+        index = len(self.records)
+        location = stack[0][0] if stack else location
+        self.records.append(Record(index, op, array, dtype, location, inputs, module, leaf, None, stack))
+        return index
+
+    def name_steps(self, steps: dict[str, Any]) -> None:
+        """Give each step the project code recorded to the first record holding its value."""
+        from parity_tests.arrays import to_float64
+
+        self.steps = dict(steps)
+        for name, value in steps.items():
+            expected = to_float64(value)
+            for record in self.records:
+                if record.leaf is None and record.step is None and record.shape == expected.shape:
+                    if np.array_equal(record.value, expected, equal_nan=True):
+                        record.step = name
+                        break
+
+
+def split_result(result: Any) -> tuple[Any, dict[str, Any]]:
+    """``(output, steps)`` from what a callable returned: ``(output, steps)`` from the project's
+    ``return_steps=True``, a tuple's first element (``nn.MultiheadAttention``'s
+    ``(output, weights)``), or the value itself."""
+    from collections.abc import Mapping
+
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping):
+        return result[0], dict(result[1])
+    if isinstance(result, (tuple, list)):
+        return result[0], {}
+    return result, {}

@@ -1,0 +1,319 @@
+"""The bug catalogue: ports written as users write them, and bugs planted in them one line at a time.
+
+Each ``Bug`` replaces one line of a port file (``line``, which occurs there exactly once) by
+``planted``; ``locate`` must report the planted line as ``candidate_location``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import pathlib
+from dataclasses import dataclass
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).parent
+D_MODEL, NUM_HEADS, BATCH, TOKENS = 8, 2, 3, 5  # distinct sizes: B=3, T=5, N=2, H=4, D=8
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    port: str
+    line: str
+    planted: str
+
+
+def reference(kind: str):
+    """``torch_ref``: the book's MultiHeadAttention; ``user_torch``: a user's own fused module."""
+    import torch
+
+    torch.manual_seed(0)
+    if kind == "torch_ref":
+        from torch_ref import MultiHeadAttention
+
+        return MultiHeadAttention(D_MODEL, D_MODEL, 16, 0.0, num_heads=NUM_HEADS, qkv_bias=True)
+    return load("torch_user_block", (HERE / "torch_user_block.py").read_text()).Attention(D_MODEL, NUM_HEADS)
+
+
+WITHOUT_PARAMS = {"nnx_mha", "nnx_jit_mha"}  # these hold their weights: locate passes them none
+PORTS = {  # port -> (reference kind, how to build the candidate from the loaded module and the weights)
+    "numpy_mha": ("torch_ref", lambda module, params: module.mha),
+    "jax_mha": ("torch_ref", lambda module, params: module.mha),
+    "jax_jit_mha": ("torch_ref", lambda module, params: module.mha),
+    "nnx_mha": ("torch_ref", lambda module, params: _nnx(module, params)),
+    "numpy_fused": ("user_torch", lambda module, params: module.attention),
+    "jax_fused": ("user_torch", lambda module, params: module.attention),
+    "numpy_loop_heads": ("torch_ref", lambda module, params: module.mha),
+    "jax_dpa": ("torch_ref", lambda module, params: module.mha),
+    "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
+    "nnx_jit_mha": ("torch_ref", lambda module, params: _nnx_jit(module, params)),
+}
+
+
+def _nnx(module, params):
+    from flax import nnx
+
+    return module.MHA(D_MODEL, D_MODEL, NUM_HEADS, rngs=nnx.Rngs(0)).load_torch(params)
+
+
+def _nnx_jit(module, params):
+    """An ``nnx.jit`` function closing over the model: it holds its weights (``WITHOUT_PARAMS``)."""
+    model = module.FusedMHA(params, NUM_HEADS)
+    return functools.partial(module.run, model)
+
+
+def load(name: str, source: str, directory: pathlib.Path | None = None):
+    """Import ``source`` as a module from a file (the file's lines are what locate reports)."""
+    path = (directory or HERE) / f"{name}.py"
+    if directory is not None:
+        path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"ports_{name}_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def plant(bug: Bug) -> tuple[str, int]:
+    """The port's source with the bug planted, and the planted line's number."""
+    lines = (HERE / f"{bug.port}.py").read_text().splitlines()
+    found = [i for i, line in enumerate(lines) if line.strip() == bug.line]
+    if len(found) != 1:
+        raise ValueError(f"{bug.name}: {bug.line!r} occurs {len(found)} times in {bug.port}.py")
+    indent = lines[found[0]][: len(lines[found[0]]) - len(lines[found[0]].lstrip())]
+    lines[found[0]] = indent + bug.planted
+    return "\n".join(lines) + "\n", found[0] + 1
+
+
+def inputs(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((BATCH, TOKENS, D_MODEL)).astype(np.float32)
+
+
+B = Bug
+BUGS = [
+    # NumPy port of the book's class
+    B(
+        "np_query_weight_not_transposed",
+        "numpy_mha",
+        'q = x @ params["W_query.weight"].T + params["W_query.bias"]',
+        'q = x @ params["W_query.weight"] + params["W_query.bias"]',
+    ),
+    B(
+        "np_query_bias_missing",
+        "numpy_mha",
+        'q = x @ params["W_query.weight"].T + params["W_query.bias"]',
+        'q = x @ params["W_query.weight"].T',
+    ),
+    B(
+        "np_values_from_key_weights",
+        "numpy_mha",
+        'v = x @ params["W_value.weight"].T + params["W_value.bias"]',
+        'v = x @ params["W_key.weight"].T + params["W_key.bias"]',
+    ),
+    B(
+        "np_heads_split_without_transpose",
+        "numpy_mha",
+        "q = q.reshape(b, t, num_heads, hd).transpose(0, 2, 1, 3)",
+        "q = q.reshape(b, num_heads, t, hd)",
+    ),
+    B(
+        "np_queries_keys_swapped",
+        "numpy_mha",
+        "scores = q @ k.transpose(0, 1, 3, 2)",
+        "scores = k @ q.transpose(0, 1, 3, 2)",
+    ),
+    B(
+        "np_mask_off_by_one",
+        "numpy_mha",
+        "mask = np.triu(np.ones((t, t), dtype=bool), k=1)",
+        "mask = np.triu(np.ones((t, t), dtype=bool), k=0)",
+    ),
+    B(
+        "np_mask_inverted",
+        "numpy_mha",
+        "scores = np.where(mask, -np.inf, scores)",
+        "scores = np.where(mask, scores, -np.inf)",
+    ),
+    B("np_scale_by_d_out", "numpy_mha", "scores = scores / np.sqrt(hd)", "scores = scores / np.sqrt(d_out)"),
+    B(
+        "np_softmax_over_queries",
+        "numpy_mha",
+        "weights = softmax(scores, axis=-1)",
+        "weights = softmax(scores, axis=-2)",
+    ),
+    B(
+        "np_heads_merged_without_transpose",
+        "numpy_mha",
+        "ctx = ctx.transpose(0, 2, 1, 3).reshape(b, t, d_out)",
+        "ctx = ctx.reshape(b, t, d_out)",
+    ),
+    B(
+        "np_output_bias_missing",
+        "numpy_mha",
+        'out = ctx @ params["out_proj.weight"].T + params["out_proj.bias"]',
+        'out = ctx @ params["out_proj.weight"].T',
+    ),
+    # plain JAX port
+    B(
+        "jax_linear_weight_not_transposed",
+        "jax_mha",
+        'return x @ params[f"{name}.weight"].T + params[f"{name}.bias"]',
+        'return x @ params[f"{name}.weight"] + params[f"{name}.bias"]',
+    ),
+    B(
+        "jax_keys_from_query_projection",
+        "jax_mha",
+        'keys = linear(params, "W_key", x)',
+        'keys = linear(params, "W_query", x)',
+    ),
+    B(
+        "jax_values_split_without_transpose",
+        "jax_mha",
+        "values = values.reshape(b, t, num_heads, head_dim).swapaxes(1, 2)",
+        "values = values.reshape(b, num_heads, t, head_dim)",
+    ),
+    B(
+        "jax_causal_mask_inverted",
+        "jax_mha",
+        "attn_scores = jnp.where(causal, attn_scores, -jnp.inf)",
+        "attn_scores = jnp.where(causal, -jnp.inf, attn_scores)",
+    ),
+    B(
+        "jax_fill_zero",
+        "jax_mha",
+        "attn_scores = jnp.where(causal, attn_scores, -jnp.inf)",
+        "attn_scores = jnp.where(causal, attn_scores, 0.0)",
+    ),
+    B(
+        "jax_scale_not_square_root",
+        "jax_mha",
+        "attn_weights = jax.nn.softmax(attn_scores / jnp.sqrt(head_dim), axis=-1)",
+        "attn_weights = jax.nn.softmax(attn_scores / head_dim, axis=-1)",
+    ),
+    B(
+        "jax_weights_transposed_in_context",
+        "jax_mha",
+        "context = attn_weights @ values",
+        "context = attn_weights.swapaxes(-1, -2) @ values",
+    ),
+    B(
+        "jax_heads_merged_without_transpose",
+        "jax_mha",
+        "context = context.swapaxes(1, 2).reshape(b, t, num_heads * head_dim)",
+        "context = context.reshape(b, t, num_heads * head_dim)",
+    ),
+    # jitted JAX port in (B, T, N, H) layout
+    B(
+        "jit_value_bias_from_key",
+        "jax_jit_mha",
+        'v = (x @ wv + params["W_value.bias"]).reshape(b, t, num_heads, h)',
+        'v = (x @ wv + params["W_key.bias"]).reshape(b, t, num_heads, h)',
+    ),
+    B(
+        "jit_prescale_by_d_model",
+        "jax_jit_mha",
+        "q = q / jnp.sqrt(h).astype(q.dtype)",
+        "q = q / jnp.sqrt(d).astype(q.dtype)",
+    ),
+    B(
+        "jit_einsum_keys_for_queries",
+        "jax_jit_mha",
+        's = jnp.einsum("btnh,bsnh->bnts", q, k)',
+        's = jnp.einsum("btnh,bsnh->bnts", k, q)',
+    ),
+    B(
+        "jit_mask_strict",
+        "jax_jit_mha",
+        "allowed = jnp.arange(t)[:, None] >= jnp.arange(t)[None, :]",
+        "allowed = jnp.arange(t)[:, None] > jnp.arange(t)[None, :]",
+    ),
+    B(
+        "jit_softmax_wrong_axis",
+        "jax_jit_mha",
+        "p = jax.nn.softmax(s, axis=-1)",
+        "p = jax.nn.softmax(s, axis=-2)",
+    ),
+    B(
+        "jit_context_einsum_heads_mixed",
+        "jax_jit_mha",
+        'o = jnp.einsum("bnts,bsnh->btnh", p, v)',
+        'o = jnp.einsum("bnts,bsnh->bnth", p, v).reshape(b, t, num_heads, h)',
+    ),
+    # NNX module with its own weight loader
+    B(
+        "nnx_scale_by_num_heads",
+        "nnx_mha",
+        "scores = jnp.matmul(q, k.transpose(0, 1, 3, 2)) / h**0.5",
+        "scores = jnp.matmul(q, k.transpose(0, 1, 3, 2)) / n**0.5",
+    ),
+    B("nnx_values_from_key_layer", "nnx_mha", "v = self.value(x)", "v = self.key(x)"),
+    B(
+        "nnx_mask_inverted",
+        "nnx_mha",
+        "scores = jnp.where(mask, -1e9, scores)",
+        "scores = jnp.where(mask, scores, -1e9)",
+    ),
+    B(
+        "nnx_softmax_of_exp",
+        "nnx_mha",
+        "weights = jax.nn.softmax(scores, axis=-1)",
+        "weights = jax.nn.softmax(scores, axis=-1) * 2",
+    ),
+    B(
+        "nnx_merge_without_transpose",
+        "nnx_mha",
+        "context = context.transpose(0, 2, 1, 3).reshape(b, t, n * h)",
+        "context = context.reshape(b, t, n * h)",
+    ),
+    # NumPy port of a user's own fused torch module
+    B(
+        "fused_split_order",
+        "numpy_fused",
+        "q, k, v = np.split(qkv, 3, axis=-1)",
+        "q, v, k = np.split(qkv, 3, axis=-1)",
+    ),
+    B(
+        "fused_scale_by_c",
+        "numpy_fused",
+        "att = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hs)",
+        "att = q @ k.transpose(0, 1, 3, 2) / np.sqrt(C)",
+    ),
+    B(
+        "fused_keep_mask_upper",
+        "numpy_fused",
+        "keep = np.tril(np.ones((T, T), dtype=bool))",
+        "keep = np.triu(np.ones((T, T), dtype=bool))",
+    ),
+    B(
+        "fused_merge_without_transpose",
+        "numpy_fused",
+        "y = y.transpose(0, 2, 1, 3).reshape(B, T, C)",
+        "y = y.reshape(B, T, C)",
+    ),
+    # JAX port of a user's own fused torch module
+    B(
+        "jaxfused_qkv_bias_missing",
+        "jax_fused",
+        'qkv = jnp.dot(x, params["qkv.weight"].T) + params["qkv.bias"]',
+        'qkv = jnp.dot(x, params["qkv.weight"].T)',
+    ),
+    B(
+        "jaxfused_context_from_queries",
+        "jax_fused",
+        'y = jnp.einsum("bnqk,bknh->bqnh", att, v)',
+        'y = jnp.einsum("bnqk,bknh->bqnh", att, q)',
+    ),
+    B(
+        "jaxfused_scale_by_heads",
+        "jax_fused",
+        'att = jnp.einsum("bqnh,bknh->bnqk", q, k) * (C // n_head) ** -0.5',
+        'att = jnp.einsum("bqnh,bknh->bnqk", q, k) * n_head**-0.5',
+    ),
+    B(
+        "jaxfused_keep_mask_transposed",
+        "jax_fused",
+        "att = jnp.where(keep[None, None], att, -jnp.inf)",
+        "att = jnp.where(keep.T[None, None], att, -jnp.inf)",
+    ),
+]

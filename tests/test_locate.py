@@ -1,0 +1,294 @@
+"""locate: captures in each framework, the report's fields, causes, heatmap and ecosystem references."""
+
+import functools
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from parity_tests.locate import capture, locate
+from parity_tests.locate.run import framework_of
+from tests.ports.catalogue import BUGS, PORTS, inputs, load, plant, reference
+from torch_ref import MultiHeadAttention, to_params
+
+PORTS_DIR = pathlib.Path(__file__).parent / "ports"
+
+
+def planted(name, tmp_path):
+    """The report for catalogue bug ``name`` and the planted line's location."""
+    bug = next(b for b in BUGS if b.name == name)
+    source, line = plant(bug)
+    kind, build = PORTS[bug.port]
+    ref = reference(kind)
+    params = to_params(ref)
+    report = locate(ref, build(load(bug.port, source, tmp_path), params), inputs(), params=params)
+    return report, f"{tmp_path / bug.port}.py:{line}"
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+def test_report_names_the_step_both_lines_the_worst_entry_and_the_cause(tmp_path):
+    report, line = planted("np_queries_keys_swapped", tmp_path)
+    assert not report.ok
+    assert report.first_divergence == "attn_scores"
+    assert report.candidate_location == line
+    assert report.reference_location.endswith("torch_ref/multi_head.py:64")  # attn_scores = queries @ ...
+    assert report.axes == ("batch", "head", "query", "key")
+    assert report.expected_dtype == report.actual_dtype == "float32"
+    expected, actual = report.expected_value, report.actual_value
+    assert expected[report.worst_index] == pytest.approx(report.expected)
+    assert actual[report.worst_index] == pytest.approx(report.actual)
+    np.testing.assert_allclose(actual, np.swapaxes(expected, -1, -2), rtol=1e-5, atol=1e-5)
+    assert any("transposed over (query, key)" in cause for cause in report.causes)
+    verified_lines = [
+        int(v.split()[0].rsplit(":", 1)[1]) for v in report.verified if v.startswith(str(tmp_path))
+    ]
+    assert verified_lines and max(verified_lines) < int(line.rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize(
+    "bug, step, cause",
+    [
+        ("np_scale_by_d_out", "attn_weights", "smaller by sqrt(num_heads)"),
+        ("np_mask_inverted", "masked_scores", "mask inverted"),
+        ("nnx_mask_inverted", "masked_scores", "mask inverted"),
+        ("jit_mask_strict", "masked_scores", "mask off by one"),
+        ("jit_softmax_wrong_axis", "attn_weights", "softmax over the wrong axis"),
+        ("np_query_bias_missing", "queries", "a bias missing"),
+        ("np_heads_merged_without_transpose", "context_vec", "reshape without the transpose"),
+        ("np_values_from_key_weights", "values", "equals the reference's keys"),
+        ("jax_keys_from_query_projection", "keys", "equals the reference's queries"),
+    ],
+)
+def test_causes_are_read_from_the_data(bug, step, cause, tmp_path):
+    report, line = planted(bug, tmp_path)
+    assert (report.first_divergence, report.candidate_location) == (step, line)
+    assert any(cause in c for c in report.causes), report.causes
+
+
+def test_text_and_rich_renderings_name_both_lines(tmp_path):
+    from rich.console import Console
+
+    report, line = planted("np_mask_off_by_one", tmp_path)
+    text = str(report)
+    assert f"candidate: {line}" in text and "first divergence: masked_scores" in text
+    console = Console(width=300, record=True)
+    console.print(report)
+    assert line in console.export_text()
+
+
+def test_heatmap_puts_noise_below_the_tolerance_and_the_bug_above(tmp_path):
+    report, _ = planted("np_queries_keys_swapped", tmp_path)
+    units = report.write_heatmap(tmp_path / "first.png")
+    assert (tmp_path / "first.png").stat().st_size > 0
+    assert units.shape == (5, 5) and units.max() >= 2  # hot where the transposed scores differ
+    assert np.isclose(np.diag(units), -2).all()  # the diagonal of a transpose is exact: coldest
+    noise = report.expected_value * (1 + 1e-7)  # rounding-sized differences look cold
+    report.actual_value = noise
+    assert report.write_heatmap(tmp_path / "noise.png").max() < 0
+
+
+def test_a_correct_port_reports_ok_and_refuses_a_heatmap(tmp_path):
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    report = locate(
+        ref,
+        load("numpy_mha", (PORTS_DIR / "numpy_mha.py").read_text(), tmp_path).mha,
+        inputs(),
+        params=params,
+    )
+    assert report.ok and report.first_divergence is None and report.candidate_location is None
+    assert "ok: the outputs match" in str(report)
+    with pytest.raises(ValueError, match="outputs match"):
+        report.write_heatmap(tmp_path / "x.png")
+
+
+# --- captures -------------------------------------------------------------------------------------
+
+
+def test_torch_capture_names_steps_parameters_buffers_and_module_paths():
+    ref = reference("torch_ref")
+    trace = capture(ref, (inputs(),))
+    leaves = {r.leaf for r in trace.records if r.leaf}
+    assert {"W_query.weight", "W_query.bias", "out_proj.weight", "mask", "input0"} <= leaves
+    steps = {r.step: r for r in trace.records if r.step}
+    assert {
+        "queries",
+        "keys",
+        "values",
+        "attn_scores",
+        "masked_scores",
+        "attn_weights",
+        "context_vec",
+    } <= set(steps)
+    assert steps["queries"].module == "W_query" and steps["queries"].op == "linear"
+    assert steps["attn_scores"].location.endswith("torch_ref/multi_head.py:64")
+
+
+def test_jax_capture_descends_into_jit_cond_and_scan(tmp_path):
+    source = """import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def f(x):
+    def body(carry, row):
+        y = jnp.tanh(row) * 2.0
+        return carry + y.sum(), y
+
+    total, ys = jax.lax.scan(body, 0.0, x)
+    return jax.lax.cond(total > -1e9, lambda v: v * 3.0, lambda v: v - 1.0, ys)
+"""
+    module = load("scanned", source, tmp_path)
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    trace = capture(module.f, (x,))
+    lines = {r.location.rsplit(":", 1)[1] for r in trace.records if r.location.startswith(str(tmp_path))}
+    assert {"8", "12"} <= lines  # the scan body's line and the taken branch's
+    assert sum(r.op == "tanh" for r in trace.records) == 4  # one per iteration
+    np.testing.assert_allclose(trace.records[trace.output].value, np.tanh(x) * 6.0, rtol=1e-6)
+    bugged = load("scanned_bug", source.replace("jnp.tanh(row) * 2.0", "jnp.tanh(row) * 2.5"), tmp_path)
+    report = locate(module.f, bugged.f, x)
+    assert report.candidate_location == f"{tmp_path / 'scanned_bug.py'}:8"
+    assert any("scale differs" in c for c in report.causes)
+
+
+def test_jax_capture_descends_into_custom_jvp_custom_vjp_and_remat(tmp_path):
+    source = """import jax
+import jax.numpy as jnp
+
+
+@jax.custom_vjp
+def double(x):
+    return x * 2.0
+
+
+double.defvjp(lambda x: (x * 2.0, None), lambda _, g: (g * 2.0,))
+
+
+@jax.checkpoint
+def inner(x):
+    return jnp.sin(x) + 1.0
+
+
+def f(x):
+    return double(inner(jax.nn.relu(x)))
+"""
+    module = load("custom", source, tmp_path)
+    trace = capture(module.f, (np.linspace(-1, 1, 6).astype(np.float32),))
+    ops = [(r.op, int(r.location.rsplit(":", 1)[1])) for r in trace.records if r.leaf is None]
+    assert ops == [
+        ("max", 19),
+        ("sin", 15),
+        ("add", 15),
+        ("mul", 7),
+    ]  # relu, the remat body, the custom_vjp body
+
+
+def test_numpy_capture_records_in_place_updates_with_their_lines(tmp_path):
+    source = """import numpy as np
+
+
+def f(x):
+    y = x * 2
+    y[0] = -1.0
+    y += 1
+    return y
+"""
+    module = load("inplace", source, tmp_path)
+    trace = capture(module.f, (np.ones((2, 2)),))
+    by_line = {r.location.rsplit(":", 1)[1]: r.value for r in trace.records if r.leaf is None}
+    np.testing.assert_array_equal(by_line["5"], np.full((2, 2), 2.0))
+    np.testing.assert_array_equal(by_line["6"], [[-1.0, -1.0], [2.0, 2.0]])
+    np.testing.assert_array_equal(by_line["7"], [[0.0, 0.0], [3.0, 3.0]])
+
+
+def test_framework_is_read_from_the_code_each_callable_reads():
+    def numpy_fn(x):
+        return np.exp(x)
+
+    def jax_fn(x):
+        return jnp.exp(x)
+
+    def torch_fn(x):
+        return torch.exp(x)
+
+    assert framework_of(numpy_fn) == "numpy"
+    assert framework_of(jax_fn) == "jax"
+    assert framework_of(jax.jit(numpy_fn)) == "jax"
+    assert framework_of(torch_fn) == "torch"
+    assert framework_of(functools.partial(reference("torch_ref"))) == "torch"
+
+
+# --- references from the ecosystem and inputs from anywhere -------------------------------------
+
+
+def _mha_port(p, query, key, value, num_heads=2, scale=0.5):
+    b, t, d = query.shape
+    q, k, v = np.split(query @ p["in_proj_weight"].T + p["in_proj_bias"], 3, axis=-1)
+    q, k, v = (m.reshape(b, t, num_heads, -1).transpose(0, 2, 1, 3) for m in (q, k, v))
+    s = q @ k.transpose(0, 1, 3, 2) * scale
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w = w / w.sum(-1, keepdims=True)
+    return (w @ v).transpose(0, 2, 1, 3).reshape(b, t, d) @ p["out_proj.weight"].T + p["out_proj.bias"]
+
+
+def test_torch_multihead_attention_is_a_reference_despite_its_tuple_output():
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    params = {k: v.detach().numpy() for k, v in mha.state_dict().items()}
+    x = inputs()
+    assert locate(functools.partial(mha, need_weights=False), _mha_port, (x, x, x), params=params).ok
+    wrong = functools.partial(_mha_port, scale=1.0)
+    report = locate(functools.partial(mha, need_weights=False), wrong, (x, x, x), params=params)
+    assert not report.ok
+
+
+def test_jax_function_reference_and_torch_bfloat16_inputs_that_require_grad():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 5, 2, 4)).astype(np.float32) for _ in range(3))
+
+    def port(q, k, v):
+        s = np.einsum("btnh,bsnh->bnts", q, k) / np.sqrt(q.shape[-1])
+        w = np.exp(s - s.max(-1, keepdims=True))
+        return np.einsum("bnts,bsnh->btnh", w / w.sum(-1, keepdims=True), v)
+
+    assert locate(jax.nn.dot_product_attention, port, (q, k, v)).ok
+    tensors = tuple(torch.tensor(a, dtype=torch.bfloat16, requires_grad=True) for a in (q, k, v))
+    report = locate(jax.nn.dot_product_attention, port, tensors)
+    assert report.ok, f"\n{report}"
+
+
+def test_a_parameter_free_torch_reference_and_a_partial_of_a_torch_module():
+    class Softmax(torch.nn.Module):
+        def forward(self, x):
+            return torch.softmax(x, dim=-1)
+
+    x = inputs()
+    report = locate(Softmax(), lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True), x)
+    assert report.ok
+    module = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2)
+    assert locate(functools.partial(module), module, x).ok
+
+
+def test_project_steps_and_captured_values_agree():
+    import numpy_attn
+
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    candidate = functools.partial(numpy_attn.multi_head_attention, num_heads=2, context_length=16)
+    trace = capture(candidate, (inputs(),), params)
+    named = {r.step for r in trace.records if r.step}
+    assert {"queries", "attn_scores", "attn_weights", "context_vec"} <= named  # return_steps, found by value
+    assert locate(ref, candidate, inputs(), params=params).ok
+
+
+def test_the_reference_runs_in_eval_mode_and_keeps_its_mode(tmp_path):
+    ref = MultiHeadAttention(8, 8, 16, 0.5, num_heads=2, qkv_bias=True)  # dropout 0.5, training mode
+    params = to_params(ref)
+    port = load("numpy_mha", (PORTS_DIR / "numpy_mha.py").read_text(), tmp_path).mha
+    assert locate(ref, port, inputs(), params=params).ok  # dropout off: no random draw to match
+    assert ref.training
