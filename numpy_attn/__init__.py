@@ -29,6 +29,7 @@ from numpy_attn.fused import (
     fused_single_head_attention,
 )
 from numpy_attn.gpt import feed_forward, gelu, gpt_model, layer_norm, transformer_block
+from numpy_attn.gpt_generate import generate, gpt_model_decode, init_gpt_cache
 from numpy_attn.gpt_spec import check_gpt_params, gpt_param_shapes
 from numpy_attn.heads import merge_heads, split_heads
 from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
@@ -72,9 +73,12 @@ __all__ = [
     "fused_single_head_attention",
     "fuses_projections",
     "gelu",
+    "generate",
     "gpt_model",
+    "gpt_model_decode",
     "gpt_param_shapes",
     "infer_dims",
+    "init_gpt_cache",
     "init_kv_cache",
     "layer_norm",
     "linear",

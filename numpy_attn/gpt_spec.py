@@ -18,6 +18,7 @@ from numpy_attn.validation import check_divisible, check_dropout, check_finite, 
 __all__ = [
     "CONFIG_KEYS",
     "check_config",
+    "check_generate_args",
     "check_gpt_params",
     "check_token_ids",
     "gpt_param_shapes",
@@ -105,3 +106,32 @@ def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, check_values: 
 def sub_params(params: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     """The weights under ``prefix`` (e.g. ``"trf_blocks.0.att."``) with the prefix removed."""
     return {name[len(prefix) :]: value for name, value in params.items() if name.startswith(prefix)}
+
+
+def check_generate_args(
+    shape: tuple[int, ...],
+    max_new_tokens: Any,
+    config: Mapping[str, Any],
+    temperature: Any,
+    top_k: Any,
+    has_rng: bool,
+) -> None:
+    """``generate``'s arguments: the prompt (``shape`` (B, T)) and ``max_new_tokens`` fit the
+    context; ``temperature`` >= 0; ``top_k`` in [1, vocab_size]; sampling has a random source."""
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int | np.integer)
+        or max_new_tokens < 0
+    ):
+        raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    if shape[1] + max_new_tokens > config["context_length"]:
+        raise ValueError(
+            f"token_ids has T={shape[1]} tokens; with max_new_tokens={max_new_tokens} that exceeds "
+            f"context_length {config['context_length']}"
+        )
+    if not isinstance(temperature, int | float | np.floating) or not temperature >= 0:
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if top_k is not None and not (isinstance(top_k, int | np.integer) and 1 <= top_k <= config["vocab_size"]):
+        raise ValueError(f"top_k must be None or an integer in [1, {config['vocab_size']}], got {top_k!r}")
+    if temperature > 0 and not has_rng:
+        raise ValueError("sampling (temperature > 0) needs rng")
