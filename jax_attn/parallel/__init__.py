@@ -6,5 +6,6 @@ by default: "data" (batch), "model" (heads and MLP hidden units), "seq" (tokens)
 """
 
 from jax_attn.parallel.ring import ring_attention
+from jax_attn.parallel.sharding import COLUMN_PARALLEL, ROW_PARALLEL, param_spec, shard_batch, shard_model
 
-__all__ = ["ring_attention"]
+__all__ = ["COLUMN_PARALLEL", "ROW_PARALLEL", "param_spec", "ring_attention", "shard_batch", "shard_model"]

@@ -74,8 +74,16 @@ def shard_model(
         spec = P()
         if isinstance(node, nnx.Param):
             spec = param_spec(".".join(map(str, path)), value.shape, mesh, model_axis)
-        node.set_value(jax.device_put(value, NamedSharding(mesh, spec)))
+        node.set_value(_place(value, NamedSharding(mesh, spec)))
     return model
+
+
+def _place(value: jax.Array, sharding: NamedSharding) -> jax.Array:
+    """``value`` laid out by ``sharding``. A mesh that spans processes (``jax.distributed``) is
+    filled from each process's own copy of ``value``: every process built the same model."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(value, sharding)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 
 
 def shard_batch(x: jax.Array, mesh: Mesh, *, data_axis: str = "data") -> jax.Array:
