@@ -24,6 +24,8 @@ RING_MESHES = {
     "data2_seq4": ((2, 4), ("data", "seq"), {"batch_axis": "data"}),
     "seq4_model2": ((4, 2), ("seq", "model"), {"head_axis": "model"}),
 }
+# meshes of Explicit axes (jax.make_mesh's default; the rest use Auto), gradients under jax.set_mesh
+EXPLICIT_RING_MESHES = ("data2_seq4",)
 # variant -> (causal, padding mask, load_balance)
 RING_VARIANTS = {
     "causal": (True, False, False),
@@ -94,9 +96,20 @@ def main(out: pathlib.Path) -> None:
     padding_mask[1, 5] = False  # batch row 1 sees only key 5: causal queries 0..4 see nothing
     padding_mask = jnp.asarray(padding_mask)
     weights = jnp.asarray(rng.normal(size=shape), jnp.float32)
-    for mesh_name, (mesh_shape, names, axes) in RING_MESHES.items():
-        mesh = auto_mesh(mesh_shape, names)
-        for variant, (causal, padded, load_balance) in RING_VARIANTS.items():
+    ring_cases = [
+        (name, auto_mesh(*RING_MESHES[name][:2]), RING_MESHES[name][2], RING_VARIANTS) for name in RING_MESHES
+    ]
+    ring_cases += [
+        (
+            name,
+            jax.make_mesh(*RING_MESHES[name][:2]),
+            RING_MESHES[name][2],
+            {"causal_padded_zigzag": (True, True, True)},
+        )
+        for name in EXPLICIT_RING_MESHES
+    ]
+    for mesh_name, mesh, axes, variants in ring_cases:
+        for variant, (causal, padded, load_balance) in variants.items():
             mask = padding_mask if padded else None
 
             def single(q, k, v, causal=causal, mask=mask):
@@ -107,16 +120,18 @@ def main(out: pathlib.Path) -> None:
                     q, k, v, mesh, causal=causal, padding_mask=mask, load_balance=load_balance, **axes
                 )
 
-            name = f"ring/{mesh_name}/{variant}"
+            explicit = AxisType.Explicit in mesh.axis_types
+            name = f"ring{'_explicit' if explicit else ''}/{mesh_name}/{variant}"
             actual = sharded(queries, keys, values)
             record(f"{name}/forward", single(queries, keys, values), actual)
             measures[f"{name}/spec"] = str(actual.sharding.spec)
-            expected_grads, actual_grads = (
-                jax.grad(lambda q, k, v, f=f: (f(q, k, v) * weights).sum(), argnums=(0, 1, 2))(
-                    queries, keys, values
-                )
-                for f in (single, sharded)
+            expected_grads = jax.grad(lambda q, k, v: (single(q, k, v) * weights).sum(), argnums=(0, 1, 2))(
+                queries, keys, values
             )
+            with jax.set_mesh(mesh):  # needed by Explicit axes (the sum's output sharding)
+                actual_grads = jax.grad(
+                    lambda q, k, v: (sharded(q, k, v) * weights).sum(), argnums=(0, 1, 2)
+                )(queries, keys, values)
             for part, expected, actual in zip(RING_PARTS[1:], expected_grads, actual_grads, strict=True):
                 record(f"{name}/{part}", expected, actual)
 
@@ -161,6 +176,11 @@ def main(out: pathlib.Path) -> None:
         "fused_causal_attention": lambda: FusedCausalAttention(32, 4, 8, 0.0, 0.0, rngs=nnx.Rngs(0)),
     }
 
+    def mesh_axes(x) -> list[str | None]:
+        """The mesh axis of each axis of ``x`` (None: not split)."""
+        spec = x.sharding.spec
+        return [*spec, *[None] * (x.ndim - len(spec))]
+
     def flat(state) -> np.ndarray:
         return np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(state)])
 
@@ -203,12 +223,15 @@ def main(out: pathlib.Path) -> None:
                 record(f"{model_name}/{mesh_name}/{part}", results[part], actual)
             if model_name == "gpt":
                 block = model.trf_blocks[0]
+                variables = {
+                    "att.W_query.kernel": block.att.W_query.kernel,
+                    "att.out_proj.kernel": block.att.out_proj.kernel,
+                    "ff.layers.0.bias": block.ff.layers[0].bias,
+                    "ff.layers.2.kernel": block.ff.layers[2].kernel,
+                    "tok_emb.embedding": model.tok_emb.embedding,
+                }
                 measures[f"gpt/{mesh_name}/specs"] = {
-                    "att.W_query.kernel": str(block.att.W_query.kernel[...].sharding.spec),
-                    "att.out_proj.kernel": str(block.att.out_proj.kernel[...].sharding.spec),
-                    "ff.layers.0.bias": str(block.ff.layers[0].bias[...].sharding.spec),
-                    "ff.layers.2.kernel": str(block.ff.layers[2].kernel[...].sharding.spec),
-                    "tok_emb.embedding": str(model.tok_emb.embedding[...].sharding.spec),
+                    name: mesh_axes(variable[...]) for name, variable in variables.items()
                 }
 
     # the data-parallel GPT forward's per-device memory as the "data" axis grows, B fixed

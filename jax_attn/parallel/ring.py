@@ -23,7 +23,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import Mesh
+from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 __all__ = ["ring_attention"]
@@ -75,9 +75,11 @@ def _sharded_ring(
         _ring_shard, axis_name=axis_name, ring_size=mesh.shape[axis_name], causal=causal,
         load_balance=load_balance,
     )  # fmt: skip
-    sharded = jax.shard_map(
-        ring, mesh=mesh, in_specs=(spec, spec, spec, P(batch_axis, axis_name)), out_specs=spec
-    )
+    hidden_spec = P(batch_axis, axis_name)
+    if AxisType.Explicit in mesh.axis_types:  # shardings are types there: reshard, explicitly
+        queries, keys, values = jax.sharding.reshard((queries, keys, values), NamedSharding(mesh, spec))
+        hidden = jax.sharding.reshard(hidden, NamedSharding(mesh, hidden_spec))
+    sharded = jax.shard_map(ring, mesh=mesh, in_specs=(spec, spec, spec, hidden_spec), out_specs=spec)
     return sharded(queries, keys, values, hidden)
 
 
