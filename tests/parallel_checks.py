@@ -18,14 +18,14 @@ import re
 import sys
 
 DEVICES = 8
-# mesh name -> (shape, axis names, ring_attention's batch_axis/head_axis)
+# mesh name -> (shape, axis names, ring_attention's batch_axis/head_axis, variants checked on it)
 RING_MESHES = {
-    "seq8": ((8,), ("seq",), {}),
-    "data2_seq4": ((2, 4), ("data", "seq"), {"batch_axis": "data"}),
-    "seq4_model2": ((4, 2), ("seq", "model"), {"head_axis": "model"}),
+    "seq8": ((8,), ("seq",), {}, ("causal", "causal_padded_zigzag", "bidirectional_padded")),
+    "data2_seq4": ((2, 4), ("data", "seq"), {"batch_axis": "data"}, ("causal_padded_zigzag",)),
+    "seq4_model2": ((4, 2), ("seq", "model"), {"head_axis": "model"}, ("causal_padded_zigzag",)),
 }
-# meshes of Explicit axes (jax.make_mesh's default; the rest use Auto), gradients under jax.set_mesh
-EXPLICIT_RING_MESHES = ("data2_seq4",)
+# meshes of Explicit axes (jax.make_mesh's default; the others are Auto); gradients under jax.set_mesh
+EXPLICIT_RING_MESHES = {"data2_seq4": ("causal_padded_zigzag",)}
 # variant -> (causal, padding mask, load_balance)
 RING_VARIANTS = {
     "causal": (True, False, False),
@@ -35,10 +35,11 @@ RING_VARIANTS = {
 RING_PARTS = ("forward", "d_queries", "d_keys", "d_values")
 # mesh name -> ("data", "model") sizes
 MODEL_MESHES = {"data8": (8, 1), "data2_model4": (2, 4), "data4_model2": (4, 2)}
-MODEL_PARTS = {
-    "gpt": ("logits", "loss", "grads", "sgd_step"),
-    "multi_head_attention": ("output", "grads"),
-    "fused_causal_attention": ("output", "grads"),
+# model -> (meshes, parts checked)
+MODELS = {
+    "gpt": (tuple(MODEL_MESHES), ("logits", "loss", "grads", "sgd_step")),
+    "multi_head_attention": (("data2_model4",), ("output", "grads")),
+    "fused_causal_attention": (("data2_model4",), ("output", "grads")),
 }
 RING_SIZES = (1, 2, 4, 8)  # the memory measurements: T fixed, the ring grows
 MEMORY_SHAPE = (1, 2, 1024, 16)  # (B, N, T, H)
@@ -47,14 +48,20 @@ DATA_SIZES = (1, 2, 4, 8)  # the data-parallel GPT forward: B fixed, the "data" 
 CHECKS = [
     *(
         f"ring/{mesh}/{variant}/{part}"
-        for mesh in RING_MESHES
-        for variant in RING_VARIANTS
+        for mesh, (*_, variants) in RING_MESHES.items()
+        for variant in variants
+        for part in RING_PARTS
+    ),
+    *(
+        f"ring_explicit/{mesh}/{variant}/{part}"
+        for mesh, variants in EXPLICIT_RING_MESHES.items()
+        for variant in variants
         for part in RING_PARTS
     ),
     *(
         f"{model}/{mesh}/{part}"
-        for model, parts in MODEL_PARTS.items()
-        for mesh in MODEL_MESHES
+        for model, (meshes, parts) in MODELS.items()
+        for mesh in meshes
         for part in parts
     ),
 ]
@@ -97,19 +104,16 @@ def main(out: pathlib.Path) -> None:
     padding_mask = jnp.asarray(padding_mask)
     weights = jnp.asarray(rng.normal(size=shape), jnp.float32)
     ring_cases = [
-        (name, auto_mesh(*RING_MESHES[name][:2]), RING_MESHES[name][2], RING_VARIANTS) for name in RING_MESHES
+        (name, auto_mesh(shape, names), axes, variants)
+        for name, (shape, names, axes, variants) in RING_MESHES.items()
     ]
     ring_cases += [
-        (
-            name,
-            jax.make_mesh(*RING_MESHES[name][:2]),
-            RING_MESHES[name][2],
-            {"causal_padded_zigzag": (True, True, True)},
-        )
-        for name in EXPLICIT_RING_MESHES
+        (name, jax.make_mesh(*RING_MESHES[name][:2]), RING_MESHES[name][2], variants)
+        for name, variants in EXPLICIT_RING_MESHES.items()
     ]
     for mesh_name, mesh, axes, variants in ring_cases:
-        for variant, (causal, padded, load_balance) in variants.items():
+        for variant in variants:
+            causal, padded, load_balance = RING_VARIANTS[variant]
             mask = padding_mask if padded else None
 
             def single(q, k, v, causal=causal, mask=mask):
@@ -194,7 +198,7 @@ def main(out: pathlib.Path) -> None:
     grad_of = {"gpt": nnx.jit(nnx.grad(loss_fn)), "attention": nnx.jit(nnx.grad(attention_loss))}
     for model_name, build in builders.items():
         results = {}
-        for mesh_name in (None, *MODEL_MESHES):
+        for mesh_name in (None, *MODELS[model_name][0]):
             model = build()
             model.eval()
             inputs, labels = (token_ids, targets) if model_name == "gpt" else (x, None)
