@@ -19,6 +19,7 @@ STDLIB = {
     "inspect",
     "json",
     "os",
+    "re",
     "struct",
     "sys",
     "zipfile",
