@@ -4,7 +4,8 @@ Run ``python benchmarks/ring_attention.py [--tokens-per-device 512] [--rounds 5]
 Markdown table and writes ``benchmarks/ring_attention.json``.
 
 For each ring size P the forward pass of causal ``ring_attention`` is timed at T = P x the
-tokens per device (best of ``--rounds``, after compiling), next to:
+tokens per device (best of ``--rounds``, after compiling; every configuration runs once per
+round, so that a busy spell of the shared CPU hits all alike), next to:
 - compute: the time one device takes for the blocks that a ring of P computes in all
   (``ring_attention`` on a ring of one at the per-device length: one (T/P, T/P) block, times
   the number of visible block pairs), spread over the cores the host devices share;
@@ -42,14 +43,17 @@ def main() -> None:
 
     from jax_attn.parallel import ring_attention
 
-    def best_time(fn, *inputs) -> float:
-        jax.block_until_ready(fn(*inputs))  # compile
-        times = []
+    def best_times(runs: dict) -> dict:
+        """Best time of each ``name -> (fn, inputs)``, the runs interleaved round by round."""
+        for fn, inputs in runs.values():
+            jax.block_until_ready(fn(*inputs))  # compile
+        times = {name: [] for name in runs}
         for _ in range(args.rounds):
-            start = time.perf_counter()
-            jax.block_until_ready(fn(*inputs))
-            times.append(time.perf_counter() - start)
-        return min(times)
+            for name, (fn, inputs) in runs.items():
+                start = time.perf_counter()
+                jax.block_until_ready(fn(*inputs))
+                times[name].append(time.perf_counter() - start)
+        return {name: min(values) for name, values in times.items()}
 
     def inputs_on(mesh, num_tokens):
         shape = (args.batch, args.heads, num_tokens, args.head_dim)  # (B, N, T, H)
@@ -63,29 +67,35 @@ def main() -> None:
     block_tokens = args.tokens_per_device
     one = jax.make_mesh((1,), ("seq",), axis_types=(AxisType.Auto,), devices=jax.devices()[:1])
     # one full (T/P, T/P) block: a ring of one without the causal mask
-    full_block = jax.jit(lambda q, k, v: ring_attention(q, k, v, one, causal=False))
-    block_seconds = best_time(full_block, *inputs_on(one, block_tokens))
-    flops_per_block = 4 * args.batch * args.heads * block_tokens**2 * args.head_dim
-    cores = os.cpu_count()
-    rows = []
+    runs = {
+        "block": (
+            jax.jit(lambda q, k, v: ring_attention(q, k, v, one, causal=False)),
+            inputs_on(one, block_tokens),
+        )
+    }
     for size in (1, 2, 4, 8):
         mesh = jax.make_mesh((size,), ("seq",), axis_types=(AxisType.Auto,), devices=jax.devices()[:size])
         inputs = inputs_on(mesh, size * block_tokens)
         for load_balance in (False, True):
-            seconds = best_time(ring_on(mesh, load_balance), *inputs)
-            # causal: the P(P+1)/2 block pairs on or below the diagonal, of P^2
-            visible_blocks = size * (size + 1) / 2
-            compute = visible_blocks * block_seconds / min(size, cores)
-            rows.append(
-                {
-                    "devices": size,
-                    "tokens": size * block_tokens,
-                    "load_balance": load_balance,
-                    "ms": 1e3 * seconds,
-                    "compute_ms": 1e3 * compute,
-                    "other_ms": 1e3 * (seconds - compute),
-                }
-            )
+            runs[size, load_balance] = (ring_on(mesh, load_balance), inputs)
+    seconds = best_times(runs)
+    block_seconds = seconds.pop("block")
+    flops_per_block = 4 * args.batch * args.heads * block_tokens**2 * args.head_dim
+    cores = os.cpu_count()
+    rows = []
+    for (size, load_balance), ring_seconds in seconds.items():
+        # causal: the P(P+1)/2 block pairs on or below the diagonal, of P^2, over the shared cores
+        compute = size * (size + 1) / 2 * block_seconds / min(size, cores)
+        rows.append(
+            {
+                "devices": size,
+                "tokens": size * block_tokens,
+                "load_balance": load_balance,
+                "ms": 1e3 * ring_seconds,
+                "compute_ms": 1e3 * compute,
+                "other_ms": 1e3 * (ring_seconds - compute),
+            }
+        )
     result = {
         "shape": {"B": args.batch, "N": args.heads, "T_per_device": block_tokens, "H": args.head_dim},
         "block_ms": 1e3 * block_seconds,

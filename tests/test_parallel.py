@@ -40,8 +40,8 @@ def checks(tmp_path_factory) -> tuple[np.lib.npyio.NpzFile, dict]:
     return np.load(out / "arrays.npz"), json.loads((out / "measures.json").read_text())
 
 
-def assert_close(expected: np.ndarray, actual: np.ndarray) -> None:
-    rtol, atol = tolerance_for(expected.dtype, actual.dtype)
+def assert_close(expected: np.ndarray, actual: np.ndarray, dtype=None) -> None:
+    rtol, atol = tolerance_for(dtype or expected.dtype, actual.dtype)
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol + rtol * np.abs(expected).max())
 
 
@@ -108,20 +108,38 @@ def one_device_mesh(*names: str) -> jax.sharding.Mesh:
     return jax.make_mesh((1,) * len(names), names, axis_types=(AxisType.Auto,) * len(names))
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize(
     "causal, padded, load_balance",
     [(True, False, False), (True, True, True), (False, True, False)],  # as parallel_checks' variants
 )
-def test_ring_of_one_equals_attend(causal, padded, load_balance):
+def test_ring_of_one_equals_attend(causal, padded, load_balance, dtype):
+    """Forward and gradients; half precision accumulates in float32 and comes back in its dtype."""
     rng = np.random.default_rng(1)
-    queries, keys, values = (jnp.asarray(rng.normal(size=(2, 3, 6, 4)), jnp.float32) for _ in range(3))
+    queries, keys, values, weights = (jnp.asarray(rng.normal(size=(2, 3, 6, 4)), dtype) for _ in range(4))
     padding_mask = jnp.asarray(rng.random((2, 6)) < 0.4) if padded else None
-    expected = attend(queries, keys, values, causal=causal, padding_mask=padding_mask)[0]
-    actual = ring_attention(
-        queries, keys, values, one_device_mesh("seq"), causal=causal, padding_mask=padding_mask,
-        load_balance=load_balance,
-    )  # fmt: skip
-    assert_close(np.asarray(expected), np.asarray(actual))
+    mesh = one_device_mesh("seq")
+
+    def single(q, k, v):
+        return attend(q, k, v, causal=causal, padding_mask=padding_mask)[0]
+
+    def ring(q, k, v):
+        return ring_attention(
+            q, k, v, mesh, causal=causal, padding_mask=padding_mask, load_balance=load_balance
+        )
+
+    expected, actual = single(queries, keys, values), ring(queries, keys, values)
+    assert actual.dtype == dtype
+    assert_close(np.asarray(expected, np.float32), np.asarray(actual, np.float32), dtype)
+    expected_grads, actual_grads = (
+        jax.grad(lambda q, k, v, f=f: (f(q, k, v) * weights).sum().astype(jnp.float32), argnums=(0, 1, 2))(
+            queries, keys, values
+        )
+        for f in (single, ring)
+    )
+    for expected, actual in zip(expected_grads, actual_grads, strict=True):
+        assert actual.dtype == dtype
+        assert_close(np.asarray(expected, np.float32), np.asarray(actual, np.float32), dtype)
 
 
 def test_ring_gives_zeros_for_a_fully_hidden_query():

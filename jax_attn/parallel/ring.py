@@ -50,8 +50,10 @@ def ring_attention(
     ``axis_name`` (and over B on ``batch_axis``, N on ``head_axis`` if given; the mesh's other
     axes hold copies). Inputs may arrive unsharded or sharded. ``causal`` hides key s from query t
     when s > t; ``padding_mask`` is bool ``(B, T)``, True = padding (hidden key). A query whose
-    every key is hidden gets a zero output. ``load_balance`` deals the tokens out in zigzag order
-    (needs T divisible by twice the axis size) so that causal work is even across the ring.
+    every key is hidden gets a zero output. float16/bfloat16 inputs are accumulated in float32
+    (keys and values travel at their own precision) and the output has their dtype.
+    ``load_balance`` deals the tokens out in zigzag order (needs T divisible by twice the axis
+    size) so that causal work is even across the ring.
     """
     _check_ring_args(
         queries, keys, values, mesh, axis_name, padding_mask, load_balance, batch_axis, head_axis
@@ -194,6 +196,11 @@ def _join_chunks(chunks: list[jax.Array], axis: int) -> jax.Array:
     return jnp.concatenate(chunks, axis=axis) if len(chunks) > 1 else chunks[0]
 
 
+def _accumulator_dtype(x: jax.Array) -> jnp.dtype:
+    """float32 for half-precision inputs (the online softmax accumulates in at least float32)."""
+    return jnp.promote_types(x.dtype, jnp.float32)
+
+
 def _chunk_pairs(query_starts, source, block, ring_size, causal, load_balance):
     """The (query chunk a, key chunk b) pairs of one ring step, with the key block from device
     ``source``: ``(a, b, visible, mask)``; the block's keys, values, ... chunked along T."""
@@ -215,8 +222,8 @@ def _ring_forward(queries, keys, values, hidden, axis_name, ring_size, causal, l
     num_chunks = 2 if load_balance else 1
     device = lax.axis_index(axis_name)
     query_starts = _chunk_starts(device, queries.shape[2] // num_chunks, ring_size, load_balance)
-    scale = jnp.asarray(queries.shape[-1] ** -0.5, queries.dtype)
-    scaled_queries = _split_chunks(queries * scale, num_chunks, 2)  # (B, N, Tc, H) each
+    scale = jnp.asarray(queries.shape[-1] ** -0.5, _accumulator_dtype(queries))
+    scaled_queries = _split_chunks(queries.astype(scale.dtype) * scale, num_chunks, 2)  # (B, N, Tc, H) each
     # built from the queries, so that they vary over the mesh's axes as the queries do
     carries = [
         (
@@ -229,6 +236,7 @@ def _ring_forward(queries, keys, values, hidden, axis_name, ring_size, causal, l
 
     def update(carry, query_chunk, key_chunk, value_chunk, mask):
         running_max, running_sum, acc = carry
+        key_chunk, value_chunk = key_chunk.astype(query_chunk.dtype), value_chunk.astype(query_chunk.dtype)
         attn_scores = query_chunk @ jnp.swapaxes(key_chunk, -1, -2)  # (B, N, Tc, Sc)
         attn_scores = jnp.where(mask, -jnp.inf, attn_scores)
         block_max = jnp.maximum(running_max, attn_scores.max(axis=-1, keepdims=True))
@@ -259,7 +267,7 @@ def _ring_forward(queries, keys, values, hidden, axis_name, ring_size, causal, l
     for running_max, running_sum, acc in carries:
         outputs.append(acc * (1 / jnp.where(running_sum == 0, 1, running_sum)))  # (B, N, Tc, H)
         logsumexps.append(running_max + jnp.log(running_sum))  # (B, N, Tc, 1); -inf when all hidden
-    return _join_chunks(outputs, 2), _join_chunks(logsumexps, 2)
+    return _join_chunks(outputs, 2).astype(queries.dtype), _join_chunks(logsumexps, 2)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
@@ -278,8 +286,11 @@ def _ring_core_bwd(axis_name, ring_size, causal, load_balance, residuals, d_cont
     """The flash-attention backward, around the ring: dK and dV travel with their blocks and are
     home after one more step."""
     queries, keys, values, hidden, context_vec, logsumexp = residuals
+    dtypes = queries.dtype, keys.dtype, values.dtype
+    # computed at the accumulators' precision; keys and values travel at their own
+    queries, context_vec, d_context = (x.astype(logsumexp.dtype) for x in (queries, context_vec, d_context))
     num_chunks = 2 if load_balance else 1
-    scale = jnp.asarray(queries.shape[-1] ** -0.5, queries.dtype)
+    scale = jnp.asarray(queries.shape[-1] ** -0.5, logsumexp.dtype)
     device = lax.axis_index(axis_name)
     query_starts = _chunk_starts(device, queries.shape[2] // num_chunks, ring_size, load_balance)
     safe_logsumexp = jnp.where(logsumexp == -jnp.inf, 0, logsumexp)  # fully hidden rows: weights 0
@@ -289,6 +300,7 @@ def _ring_core_bwd(axis_name, ring_size, causal, load_balance, residuals, d_cont
     )
 
     def grads(query_chunk, key_chunk, value_chunk, d_context_chunk, lse, row, mask):
+        key_chunk, value_chunk = key_chunk.astype(query_chunk.dtype), value_chunk.astype(query_chunk.dtype)
         attn_scores = (query_chunk * scale) @ jnp.swapaxes(key_chunk, -1, -2)  # (B, N, Tc, Sc)
         attn_weights = jnp.where(mask, 0, jnp.exp(attn_scores - lse))  # (B, N, Tc, Sc)
         d_values = jnp.swapaxes(attn_weights, -1, -2) @ d_context_chunk  # (B, N, Sc, H)
@@ -297,7 +309,11 @@ def _ring_core_bwd(axis_name, ring_size, causal, load_balance, residuals, d_cont
         return d_scores @ key_chunk, jnp.swapaxes(d_scores, -1, -2) @ query_chunk, d_values
 
     def no_grads(query_chunk, key_chunk, value_chunk, *_):
-        return jnp.zeros_like(query_chunk), jnp.zeros_like(key_chunk), jnp.zeros_like(value_chunk)
+        return (
+            jnp.zeros_like(query_chunk),
+            jnp.zeros_like(key_chunk, query_chunk.dtype),
+            jnp.zeros_like(value_chunk, query_chunk.dtype),
+        )
 
     def ring_step(step, state):
         d_queries, block = list(state[0]), state[1]
@@ -318,13 +334,22 @@ def _ring_core_bwd(axis_name, ring_size, causal, load_balance, residuals, d_cont
 
     state = (
         [jnp.zeros_like(c) for c in query_chunks],
-        (keys, values, hidden, jnp.zeros_like(keys), jnp.zeros_like(values)),
+        (
+            keys,
+            values,
+            hidden,
+            jnp.zeros_like(keys, logsumexp.dtype),
+            jnp.zeros_like(values, logsumexp.dtype),
+        ),
     )
     state = lax.fori_loop(0, ring_size - 1, _passing_on(ring_step, axis_name, ring_size), state)
     d_queries, block = ring_step(ring_size - 1, state)
     # after the last step the key and value gradients sit one device short of home
     d_keys, d_values = _shift(block[3:], axis_name, ring_size)
-    return _join_chunks(d_queries, 2), d_keys, d_values, None
+    d_queries = _join_chunks(d_queries, 2)
+    return *(
+        grad.astype(dtype) for grad, dtype in zip((d_queries, d_keys, d_values), dtypes, strict=True)
+    ), None
 
 
 _ring_core.defvjp(_ring_core_fwd, _ring_core_bwd)
