@@ -6,9 +6,9 @@ The functions mirror numpy_attn.gpt (same names, arguments, checks and step trac
 ``pos_emb``, ``drop_emb``, ``trf_blocks`` (an ``nnx.List`` of ``TransformerBlock``: ``att``,
 ``ff.layers`` = [Linear, GELU, Linear], ``norm1``, ``norm2``, ``drop_shortcut``), ``final_norm``,
 ``out_head``) in Flax layout; ``from_params``/``to_params`` convert to and from the weights format
-once, here; ``from_hf_gpt2`` reads a Hugging Face GPT-2 folder. It works under ``nnx.jit`` and
-``nnx.grad``; ``.train()``/``.eval()`` switch dropout (a module built by ``from_params`` without
-``rngs`` starts in eval mode).
+once, here; ``from_hf_gpt2`` reads a Hugging Face GPT-2 folder, ``save_hf_gpt2`` writes one.
+It works under ``nnx.jit`` and ``nnx.grad``; ``.train()``/``.eval()`` switch dropout (a module
+built by ``from_params`` without ``rngs`` starts in eval mode).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from jax_attn.modules import MultiHeadAttention
 from jax_attn.multi_head import multi_head_attention
 from numpy_attn.gpt import BLOCK_STEPS, LAYER_NORM_EPS, apply_block, apply_model
 from numpy_attn.gpt_spec import check_config, check_gpt_params, check_token_ids, gpt_param_shapes, sub_params
-from numpy_attn.hf_gpt2 import load_hf_gpt2
+from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.steps import Steps
 
 __all__ = [
@@ -293,6 +293,10 @@ class GPTModel(nnx.Module):
         """A model from a Hugging Face GPT-2 folder (``config.json`` + ``model.safetensors``)."""
         params, config = load_hf_gpt2(directory)
         return cls.from_params(params, config, rngs=rngs)
+
+    def save_hf_gpt2(self, directory: str | os.PathLike) -> None:
+        """Write the model as a folder transformers' ``GPT2LMHeadModel.from_pretrained`` loads."""
+        save_hf_gpt2(directory, self.to_params(), self.config)
 
     def _param_variables(self) -> dict[str, nnx.Param]:
         return {_torch_name(path): node for path, node in nnx.iter_graph(self) if isinstance(node, nnx.Param)}
