@@ -6,7 +6,7 @@ from parity_tests.bench.gpt import kv_cache_bytes, markdown_table, run_gpt_bench
 from tests.gpt_cases import TINY
 
 
-@pytest.mark.slow  # compiles a program per sequence length for jax's recomputing decode
+@pytest.mark.slow  # builds and compiles five implementations
 def test_a_tiny_benchmark_runs_every_implementation():
     results = run_gpt_benchmark(TINY, prefill=6, decode=3, rounds=1)
     names = [row["implementation"] for row in results["rows"]]
