@@ -92,7 +92,8 @@ def head_parts(params: Mapping[str, jax.Array]) -> dict[str, Callable[[jax.Array
 
 
 def _dropout_stream(rate: float, key: jax.Array | None, count: int) -> Callable[[jax.Array], jax.Array]:
-    """Dropout that draws a new mask on each of ``count`` calls (identity without a key)."""
+    """Dropout drawing a new mask on each of ``count`` calls (identity without a key): the
+    block's two residual branches."""
     keys = iter(jax.random.split(key, count)) if key is not None else None
     return lambda x: x if keys is None else dropout(x, rate, key=next(keys))
 
@@ -160,7 +161,7 @@ def _gpt_model(
     )
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, T, D)
     pos_embeds = params["pos_emb.weight"][:num_tokens]  # (T, D)
-    x = _dropout_stream(rate, keys[0], 1)(tok_embeds + pos_embeds)  # (B, T, D)
+    x = dropout(tok_embeds + pos_embeds, rate, key=keys[0])  # (B, T, D)
     blocks = [
         functools.partial(
             transformer_block,

@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=os.path.join("benchmarks", "gpt"))
+    parser.add_argument("--note", default="", help="a line for results.md (the machine's load, say)")
     args = parser.parse_args(argv)
     results = run_gpt_benchmark(GPT2_SMALL, args.prefill, args.decode, args.rounds)
     os.makedirs(args.out, exist_ok=True)
@@ -204,7 +205,8 @@ def main(argv: list[str] | None = None) -> None:
         json.dump(results, file, indent=2)
     table = markdown_table(results)
     with open(os.path.join(args.out, "results.md"), "w") as file:
-        file.write(f"# GPT at GPT-2-small shape\n\n`python -m parity_tests.bench.gpt`\n\n{table}\n")
+        note = f"{args.note}\n\n" if args.note else ""
+        file.write(f"# GPT at GPT-2-small shape\n\n`python -m parity_tests.bench.gpt`\n\n{note}{table}\n")
     print(table)
 
 
