@@ -1,6 +1,6 @@
 """Prefill and decode speed of the GPT at GPT-2-small shape, and the KV cache's memory.
 
-    python -m parity_tests.bench.gpt [--prefill 256] [--decode 32] [--rounds 3] [--out benchmarks/gpt]
+    python -m parity_tests.bench.gpt [--prefill 256] [--decode 32] [--rounds 1] [--out benchmarks/gpt]
 
 Random weights (torch's initialisation of torch_ref's ``GPTModel``), batch 1, float32, CPU.
 Prefill: logits for a ``--prefill``-token prompt, tokens/s = prompt tokens / time. Decode:
@@ -10,7 +10,8 @@ torch_ref eager (no cache: each token recomputes the whole sequence, as the book
 in every block, numpy_attn (``gpt_model``; decode with the KV cache), jax_attn (jitted
 ``gpt_model``; decode by recomputing a fixed ``(1, prefill + decode)`` buffer: one compile)
 and jax_attn's jitted KV-cache decode step (``jax_attn.generate``). Each timing is the median
-of ``--rounds`` runs after one warm-up run. Writes ``results.json`` and ``results.md`` to ``--out``.
+of ``--rounds`` runs (jax's after a warm-up that compiles). Writes ``results.json`` and
+``results.md`` to ``--out`` after each implementation.
 """
 
 from __future__ import annotations
@@ -49,14 +50,14 @@ def kv_cache_bytes(config: dict[str, Any], batch: int = 1) -> int:
     return sum(cache.keys.nbytes + cache.values.nbytes + cache.padding.nbytes for cache in caches)
 
 
-def _median_seconds(run: Callable[[], Any], rounds: int) -> float:
-    run()  # warm-up: compiles under jit, fills caches
+def _median_seconds(run: Callable[[], Any], rounds: int) -> tuple[float, Any]:
+    """The median time of ``rounds`` calls of ``run`` and the last call's result."""
     times = []
     for _ in range(rounds):
         start = time.perf_counter()
-        run()
+        result = run()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(times), result
 
 
 def _sdpa_attention(module: Any) -> Callable[[Any], Any]:
@@ -93,10 +94,17 @@ def _greedy_in_fixed_buffer(logits_of: Callable[[np.ndarray], np.ndarray], ids: 
     return buffer
 
 
-def run_gpt_benchmark(config: dict[str, Any], prefill: int, decode: int, rounds: int) -> dict[str, Any]:
+def run_gpt_benchmark(
+    config: dict[str, Any],
+    prefill: int,
+    decode: int,
+    rounds: int,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """``{"config", "prefill", "decode", "rows": [{"implementation", "prefill_tokens_per_s",
     "decode_tokens_per_s", "same_tokens_as_torch_ref"}], "kv_cache_bytes", ...}``: whether each
-    implementation's greedy tokens equal torch_ref's is recorded with its speed."""
+    implementation's greedy tokens equal torch_ref's is recorded with its speed. ``on_row``
+    receives the results so far after each implementation (to write partial results)."""
     import copy
 
     import jax
@@ -125,34 +133,57 @@ def run_gpt_benchmark(config: dict[str, Any], prefill: int, decode: int, rounds:
 
         return run
 
+    fixed_buffer = np.zeros((1, prefill + decode), prompt.dtype)
+    # name -> (logits of a prompt or None, greedy decoding, warm-up that compiles what jit needs)
     implementations = {
-        "torch_ref eager (no KV cache)": (torch_logits(model), None),
-        "torch_ref + SDPA (no KV cache)": (torch_logits(sdpa_model), None),
+        "torch_ref eager (no KV cache)": (
+            torch_logits(model),
+            functools.partial(_greedy_by_recomputation, torch_logits(model), prompt, decode),
+            None,
+        ),
+        "torch_ref + SDPA (no KV cache)": (
+            torch_logits(sdpa_model),
+            functools.partial(_greedy_by_recomputation, torch_logits(sdpa_model), prompt, decode),
+            None,
+        ),
         "numpy_attn (KV cache)": (
             lambda ids: numpy_attn.gpt_model(params, ids, config),
             lambda: numpy_attn.generate(params, prompt, config, decode),
+            None,
         ),
         "jax_attn jit (no KV cache)": (
             lambda ids: jitted(jax_params, jnp.asarray(ids)).block_until_ready(),
-            None,
+            functools.partial(
+                _greedy_in_fixed_buffer, lambda ids: jitted(jax_params, jnp.asarray(ids)), prompt, decode
+            ),
+            lambda: (jitted(jax_params, jnp.asarray(prompt)), jitted(jax_params, jnp.asarray(fixed_buffer))),
         ),
         "jax_attn jitted decode step (KV cache)": (
             None,
             lambda: jax_attn.generate(jax_model, jnp.asarray(prompt), decode).block_until_ready(),
+            lambda: jax_attn.generate(jax_model, jnp.asarray(prompt), 2),  # the prompt's step and one token's
         ),
     }
-    expected = _greedy_by_recomputation(torch_logits(model), prompt, decode)
-    rows = []
-    for name, (logits_of, generate) in implementations.items():
+    rows, expected = [], None
+    for name, (logits_of, generate, warm_up) in implementations.items():
         print(f"timing {name}", file=sys.stderr, flush=True)
+        if warm_up is not None:
+            warm_up()
         row: dict[str, Any] = {"implementation": name}
         if logits_of is not None:
-            row["prefill_tokens_per_s"] = prefill / _median_seconds(lambda f=logits_of: f(prompt), rounds)
-        if generate is None:
-            generate = functools.partial(_greedy_by_recomputation, logits_of, prompt, decode)
-        row["same_tokens_as_torch_ref"] = bool(np.array_equal(np.asarray(generate()), expected))
-        row["decode_tokens_per_s"] = decode / _median_seconds(generate, rounds)
+            seconds, _ = _median_seconds(functools.partial(logits_of, prompt), rounds)
+            row["prefill_tokens_per_s"] = prefill / seconds
+        seconds, tokens = _median_seconds(generate, rounds)
+        expected = np.asarray(tokens) if expected is None else expected  # torch_ref eager's, the first
+        row["decode_tokens_per_s"] = decode / seconds
+        row["same_tokens_as_torch_ref"] = bool(np.array_equal(np.asarray(tokens), expected))
         rows.append(row)
+        if on_row is not None:
+            on_row(_results(config, prefill, decode, rounds, rows))
+    return _results(config, prefill, decode, rounds, rows)
+
+
+def _results(config: dict[str, Any], prefill: int, decode: int, rounds: int, rows: list) -> dict[str, Any]:
     return {
         "config": config,
         "batch": 1,
@@ -169,7 +200,8 @@ def markdown_table(results: dict[str, Any]) -> str:
     """The results as a Markdown table plus the KV-cache line."""
     lines = [
         f"Batch {results['batch']}, prefill {results['prefill']} tokens, decode {results['decode']} greedy "
-        f"tokens after it; median of {results['rounds']} runs after a warm-up; {results['machine']}.",
+        f"tokens after it; median of {results['rounds']} run(s) (jax: after compiling); "
+        f"{results['machine']}.",
         "",
         "| implementation | prefill tokens/s | decode tokens/s | greedy tokens = torch_ref's |",
         "| --- | ---: | ---: | :---: |",
@@ -195,19 +227,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prefill", type=int, default=256)
     parser.add_argument("--decode", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", default=os.path.join("benchmarks", "gpt"))
     parser.add_argument("--note", default="", help="a line for results.md (the machine's load, say)")
     args = parser.parse_args(argv)
-    results = run_gpt_benchmark(GPT2_SMALL, args.prefill, args.decode, args.rounds)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as file:
-        json.dump(results, file, indent=2)
-    table = markdown_table(results)
-    with open(os.path.join(args.out, "results.md"), "w") as file:
+
+    def write(results: dict[str, Any]) -> None:
+        with open(os.path.join(args.out, "results.json"), "w") as file:
+            json.dump(results, file, indent=2)
         note = f"{args.note}\n\n" if args.note else ""
-        file.write(f"# GPT at GPT-2-small shape\n\n`python -m parity_tests.bench.gpt`\n\n{note}{table}\n")
-    print(table)
+        with open(os.path.join(args.out, "results.md"), "w") as file:
+            file.write(
+                f"# GPT at GPT-2-small shape\n\n`python -m parity_tests.bench.gpt`\n\n{note}"
+                f"{markdown_table(results)}\n"
+            )
+
+    results = run_gpt_benchmark(GPT2_SMALL, args.prefill, args.decode, args.rounds, on_row=write)
+    print(markdown_table(results))
 
 
 if __name__ == "__main__":
