@@ -6,9 +6,9 @@ The functions mirror numpy_attn.gpt (same names, arguments, checks and step trac
 ``pos_emb``, ``drop_emb``, ``trf_blocks`` (an ``nnx.List`` of ``TransformerBlock``: ``att``,
 ``ff.layers`` = [Linear, GELU, Linear], ``norm1``, ``norm2``, ``drop_shortcut``), ``final_norm``,
 ``out_head``) in Flax layout; ``from_params``/``to_params`` convert to and from the weights format
-once, here; ``from_hf_gpt2`` reads a Hugging Face GPT-2 folder. It works under ``nnx.jit`` and
-``nnx.grad``; ``.train()``/``.eval()`` switch dropout (a module built by ``from_params`` without
-``rngs`` starts in eval mode).
+once, here; ``from_hf_gpt2`` reads a Hugging Face GPT-2 folder, ``save_hf_gpt2`` writes one.
+It works under ``nnx.jit`` and ``nnx.grad``; ``.train()``/``.eval()`` switch dropout (a module
+built by ``from_params`` without ``rngs`` starts in eval mode).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from jax_attn.linear import linear
 from jax_attn.module_base import torch_linear
 from jax_attn.modules import MultiHeadAttention
 from jax_attn.multi_head import multi_head_attention
-from numpy_attn.gpt import BLOCK_STEPS, LAYER_NORM_EPS, apply_block
+from numpy_attn.gpt import BLOCK_STEPS, LAYER_NORM_EPS, apply_block, apply_model
 from numpy_attn.gpt_spec import check_config, check_gpt_params, check_token_ids, gpt_param_shapes, sub_params
-from numpy_attn.hf_gpt2 import load_hf_gpt2
+from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.steps import Steps
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "feed_forward",
     "gelu",
     "gpt_model",
+    "head_parts",
     "layer_norm",
     "transformer_block",
 ]
@@ -82,8 +83,17 @@ def block_parts(params: Mapping[str, jax.Array]) -> dict[str, Callable[[jax.Arra
     }
 
 
+def head_parts(params: Mapping[str, jax.Array]) -> dict[str, Callable[[jax.Array], jax.Array]]:
+    """``apply_model``'s ``final_norm`` and ``out_head`` on the model's weights."""
+    return {
+        "final_norm": lambda x: layer_norm(sub_params(params, "final_norm."), x),
+        "out_head": lambda x: linear(x, params["out_head.weight"]),
+    }
+
+
 def _dropout_stream(rate: float, key: jax.Array | None, count: int) -> Callable[[jax.Array], jax.Array]:
-    """Dropout that draws a new mask on each of ``count`` calls (identity without a key)."""
+    """Dropout drawing a new mask on each of ``count`` calls (identity without a key): the
+    block's two residual branches."""
     keys = iter(jax.random.split(key, count)) if key is not None else None
     return lambda x: x if keys is None else dropout(x, rate, key=next(keys))
 
@@ -151,19 +161,20 @@ def _gpt_model(
     )
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, T, D)
     pos_embeds = params["pos_emb.weight"][:num_tokens]  # (T, D)
-    x = _dropout_stream(rate, keys[0], 1)(tok_embeds + pos_embeds)  # (B, T, D)
-    steps = Steps(embeddings=x)
-    for index in range(config["n_layers"]):
-        x, block_steps = transformer_block(
-            sub_params(params, f"trf_blocks.{index}."), x, num_heads=config["n_heads"],
-            context_length=config["context_length"], dropout_rate=rate, key=keys[index + 1],
+    x = dropout(tok_embeds + pos_embeds, rate, key=keys[0])  # (B, T, D)
+    blocks = [
+        functools.partial(
+            transformer_block,
+            sub_params(params, f"trf_blocks.{index}."),
+            num_heads=config["n_heads"],
+            context_length=config["context_length"],
+            dropout_rate=rate,
+            key=keys[index + 1],
             return_steps=True,
-        )  # fmt: skip
-        steps.update((f"trf_blocks.{index}.{name}", value) for name, value in block_steps.items())
-    x = layer_norm(sub_params(params, "final_norm."), x)
-    steps["final_norm"] = x
-    logits = linear(x, params["out_head.weight"])  # (B, T, V)
-    steps["output"] = logits
+        )
+        for index in range(config["n_layers"])
+    ]
+    logits, steps = apply_model(x, blocks=blocks, **head_parts(params))  # (B, T, V)
     return (logits, steps) if return_steps else logits
 
 
@@ -260,14 +271,8 @@ class GPTModel(nnx.Module):
         tok_embeds = self.tok_emb(token_ids)  # (B, T, D)
         pos_embeds = self.pos_emb.embedding[:num_tokens]  # (T, D)
         x = self.drop_emb(tok_embeds + pos_embeds)
-        steps = Steps(embeddings=x)
-        for index, block in enumerate(self.trf_blocks):
-            x, block_steps = block(x, return_steps=True)
-            steps.update((f"trf_blocks.{index}.{name}", value) for name, value in block_steps.items())
-        x = self.final_norm(x)
-        steps["final_norm"] = x
-        logits = self.out_head(x)  # (B, T, V)
-        steps["output"] = logits
+        blocks = [functools.partial(block, return_steps=True) for block in self.trf_blocks]
+        logits, steps = apply_model(x, blocks=blocks, final_norm=self.final_norm, out_head=self.out_head)
         return (logits, steps) if return_steps else logits
 
     @classmethod
@@ -289,6 +294,10 @@ class GPTModel(nnx.Module):
         """A model from a Hugging Face GPT-2 folder (``config.json`` + ``model.safetensors``)."""
         params, config = load_hf_gpt2(directory)
         return cls.from_params(params, config, rngs=rngs)
+
+    def save_hf_gpt2(self, directory: str | os.PathLike) -> None:
+        """Write the model as a folder transformers' ``GPT2LMHeadModel.from_pretrained`` loads."""
+        save_hf_gpt2(directory, self.to_params(), self.config)
 
     def _param_variables(self) -> dict[str, nnx.Param]:
         return {_torch_name(path): node for path, node in nnx.iter_graph(self) if isinstance(node, nnx.Param)}

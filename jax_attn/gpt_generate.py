@@ -18,10 +18,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jax_attn.gpt import GPTModel, block_parts, layer_norm
+from jax_attn.gpt import GPTModel, block_parts, head_parts
 from jax_attn.kv_cache import KVCache, init_kv_cache, multi_head_attention_decode
-from jax_attn.linear import linear
-from numpy_attn.gpt import apply_block
+from numpy_attn.gpt import apply_block, apply_model
 from numpy_attn.gpt_spec import (
     check_config,
     check_generate_args,
@@ -55,7 +54,7 @@ def gpt_model_decode(
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, t, D)
     pos_embeds = jax.lax.dynamic_slice_in_dim(params["pos_emb.weight"], start, num_tokens)  # (t, D)
     x = tok_embeds + pos_embeds  # (B, t, D)
-    new_caches = []
+    blocks, new_caches = [], []
     for index, cache in enumerate(caches):
         block = sub_params(params, f"trf_blocks.{index}.")
 
@@ -67,9 +66,11 @@ def gpt_model_decode(
             new_caches.append(cache)
             return out
 
-        x, _ = apply_block(x, **block_parts(block), att=att, drop_shortcut=lambda h: h)
-    x = layer_norm(sub_params(params, "final_norm."), x)
-    return linear(x, params["out_head.weight"]), tuple(new_caches)  # (B, t, V)
+        blocks.append(
+            functools.partial(apply_block, **block_parts(block), att=att, drop_shortcut=lambda h: h)
+        )
+    logits, _ = apply_model(x, blocks=blocks, **head_parts(params))  # (B, t, V)
+    return logits, tuple(new_caches)
 
 
 def _next_tokens(

@@ -9,7 +9,8 @@ block's steps as ``trf_blocks.{i}.<step>``, ``final_norm`` and ``output`` (the l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,10 +25,12 @@ __all__ = [
     "BLOCK_STEPS",
     "LAYER_NORM_EPS",
     "apply_block",
+    "apply_model",
     "block_parts",
     "feed_forward",
     "gelu",
     "gpt_model",
+    "head_parts",
     "layer_norm",
     "transformer_block",
 ]
@@ -99,6 +102,35 @@ def block_parts(params: Mapping[str, np.ndarray]) -> dict[str, Callable[[np.ndar
     }
 
 
+def head_parts(params: Mapping[str, np.ndarray]) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
+    """``apply_model``'s ``final_norm`` and ``out_head`` on the model's weights."""
+    return {
+        "final_norm": lambda x: layer_norm(sub_params(params, "final_norm."), x),
+        "out_head": lambda x: linear(x, params["out_head.weight"]),
+    }
+
+
+def apply_model(
+    x: np.ndarray,
+    *,
+    blocks: Sequence[Callable[[np.ndarray], tuple[np.ndarray, Steps]]],
+    final_norm: Callable[[np.ndarray], np.ndarray],
+    out_head: Callable[[np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, Steps]:
+    """The ``GPTModel``'s steps after the embeddings ``x`` (B, T, D): each block (returning its
+    output and trace), the final LayerNorm, the output head. Returns the logits (B, T, V) and
+    the model's trace (``embeddings``, ``trf_blocks.{i}.<step>``, ``final_norm``, ``output``)."""
+    steps = Steps(embeddings=x)
+    for index, block in enumerate(blocks):
+        x, block_steps = block(x)  # (B, T, D)
+        steps.update((f"trf_blocks.{index}.{name}", value) for name, value in block_steps.items())
+    x = final_norm(x)
+    steps["final_norm"] = x
+    logits = out_head(x)  # (B, T, V)
+    steps["output"] = logits
+    return logits, steps
+
+
 def transformer_block(
     params: Mapping[str, np.ndarray],
     x: np.ndarray,
@@ -142,15 +174,17 @@ def gpt_model(
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, T, D)
     pos_embeds = params["pos_emb.weight"][:num_tokens]  # (T, D)
     x = dropout(tok_embeds + pos_embeds, rate, rng=rng)  # (B, T, D)
-    steps = Steps(embeddings=x)
-    for index in range(config["n_layers"]):
-        x, block_steps = transformer_block(
-            sub_params(params, f"trf_blocks.{index}."), x, num_heads=config["n_heads"],
-            context_length=config["context_length"], dropout_rate=rate, rng=rng, return_steps=True,
-        )  # fmt: skip
-        steps.update((f"trf_blocks.{index}.{name}", value) for name, value in block_steps.items())
-    x = layer_norm(sub_params(params, "final_norm."), x)
-    steps["final_norm"] = x
-    logits = linear(x, params["out_head.weight"])  # (B, T, V)
-    steps["output"] = logits
+    blocks = [
+        functools.partial(
+            transformer_block,
+            sub_params(params, f"trf_blocks.{index}."),
+            num_heads=config["n_heads"],
+            context_length=config["context_length"],
+            dropout_rate=rate,
+            rng=rng,
+            return_steps=True,
+        )
+        for index in range(config["n_layers"])
+    ]
+    logits, steps = apply_model(x, blocks=blocks, **head_parts(params))  # (B, T, V)
     return (logits, steps) if return_steps else logits

@@ -10,12 +10,13 @@ draws other tokens than jax_attn's keys). jax_attn.gpt_generate mirrors this mod
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from numpy_attn.gpt import apply_block, block_parts, layer_norm
+from numpy_attn.gpt import apply_block, apply_model, block_parts, head_parts
 from numpy_attn.gpt_spec import (
     check_config,
     check_generate_args,
@@ -24,7 +25,6 @@ from numpy_attn.gpt_spec import (
     sub_params,
 )
 from numpy_attn.kv_cache import KVCache, init_kv_cache, multi_head_attention_decode
-from numpy_attn.linear import linear
 from numpy_attn.softmax import softmax
 
 __all__ = ["generate", "gpt_model_decode", "init_gpt_cache"]
@@ -52,7 +52,7 @@ def gpt_model_decode(
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, t, D)
     pos_embeds = params["pos_emb.weight"][start : start + num_tokens]  # (t, D)
     x = tok_embeds + pos_embeds  # (B, t, D)
-    new_caches = []
+    blocks, new_caches = [], []
     for index, cache in enumerate(caches):
         block = sub_params(params, f"trf_blocks.{index}.")
 
@@ -64,9 +64,11 @@ def gpt_model_decode(
             new_caches.append(cache)
             return out
 
-        x, _ = apply_block(x, **block_parts(block), att=att, drop_shortcut=lambda h: h)
-    x = layer_norm(sub_params(params, "final_norm."), x)
-    return linear(x, params["out_head.weight"]), tuple(new_caches)  # (B, t, V)
+        blocks.append(
+            functools.partial(apply_block, **block_parts(block), att=att, drop_shortcut=lambda h: h)
+        )
+    logits, _ = apply_model(x, blocks=blocks, **head_parts(params))  # (B, t, V)
+    return logits, tuple(new_caches)
 
 
 def _next_tokens(

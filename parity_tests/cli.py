@@ -225,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="benchmarks", help="folder for results.json and results.png")
     bench.add_argument("--readme", help="update this README's table between the bench markers")
     bench.set_defaults(run=_bench)
+    from parity_tests.train_parity_cli import add_train_parity_parser
+    add_train_parity_parser(commands)
     return parser
 
 

@@ -77,6 +77,14 @@ def test_a_written_checkpoint_loads_in_transformers_and_gives_torch_ref_logits(t
     assert compare_arrays("logits", expected, numpy_attn.gpt_model(params_back, ids, config_back)).ok
 
 
+def test_the_jax_model_writes_a_checkpoint_transformers_loads(checkpoint, tmp_path):
+    model, directory = checkpoint
+    jax_attn.GPTModel.from_hf_gpt2(directory).save_hf_gpt2(tmp_path)
+    ids = token_ids(1, 20, {"vocab_size": 53})
+    expected = hf_logits(model, ids)
+    assert compare_arrays("logits", expected, hf_logits(GPT2LMHeadModel.from_pretrained(tmp_path), ids)).ok
+
+
 @pytest.mark.parametrize("missing", ["config.json", "model.safetensors"])
 def test_a_folder_missing_a_file_is_refused(checkpoint, tmp_path, missing):
     _, directory = checkpoint
