@@ -188,14 +188,6 @@ def _visible(query_start, key_start, chunk_size, causal):
     return jnp.logical_or(not causal, key_start <= query_start + chunk_size - 1)
 
 
-def _split_chunks(x: jax.Array, num_chunks: int, axis: int) -> list[jax.Array]:
-    return jnp.split(x, num_chunks, axis=axis) if num_chunks > 1 else [x]
-
-
-def _join_chunks(chunks: list[jax.Array], axis: int) -> jax.Array:
-    return jnp.concatenate(chunks, axis=axis) if len(chunks) > 1 else chunks[0]
-
-
 def _accumulator_dtype(x: jax.Array) -> jnp.dtype:
     """float32 for half-precision inputs (the online softmax accumulates in at least float32)."""
     return jnp.promote_types(x.dtype, jnp.float32)
@@ -207,7 +199,7 @@ def _chunk_pairs(query_starts, source, block, ring_size, causal, load_balance):
     num_chunks = len(query_starts)
     chunk_size = block[0].shape[2] // num_chunks
     key_starts = _chunk_starts(source, chunk_size, ring_size, load_balance)
-    chunks = [_split_chunks(x, num_chunks, 2 if x.ndim == 4 else 1) for x in block]
+    chunks = [jnp.split(x, num_chunks, axis=2 if x.ndim == 4 else 1) for x in block]
     pairs = []
     for a in range(num_chunks):
         for b in range(num_chunks):
@@ -223,7 +215,7 @@ def _ring_forward(queries, keys, values, hidden, axis_name, ring_size, causal, l
     device = lax.axis_index(axis_name)
     query_starts = _chunk_starts(device, queries.shape[2] // num_chunks, ring_size, load_balance)
     scale = jnp.asarray(queries.shape[-1] ** -0.5, _accumulator_dtype(queries))
-    scaled_queries = _split_chunks(queries.astype(scale.dtype) * scale, num_chunks, 2)  # (B, N, Tc, H) each
+    scaled_queries = jnp.split(queries.astype(scale.dtype) * scale, num_chunks, axis=2)  # (B, N, Tc, H) each
     # built from the queries, so that they vary over the mesh's axes as the queries do
     carries = [
         (
@@ -267,7 +259,7 @@ def _ring_forward(queries, keys, values, hidden, axis_name, ring_size, causal, l
     for running_max, running_sum, acc in carries:
         outputs.append(acc * (1 / jnp.where(running_sum == 0, 1, running_sum)))  # (B, N, Tc, H)
         logsumexps.append(running_max + jnp.log(running_sum))  # (B, N, Tc, 1); -inf when all hidden
-    return _join_chunks(outputs, 2).astype(queries.dtype), _join_chunks(logsumexps, 2)
+    return jnp.concatenate(outputs, axis=2).astype(queries.dtype), jnp.concatenate(logsumexps, axis=2)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
@@ -296,7 +288,7 @@ def _ring_core_bwd(axis_name, ring_size, causal, load_balance, residuals, d_cont
     safe_logsumexp = jnp.where(logsumexp == -jnp.inf, 0, logsumexp)  # fully hidden rows: weights 0
     row_dot = (d_context * context_vec).sum(axis=-1, keepdims=True)  # (B, N, T/P, 1)
     query_chunks, d_context_chunks, lse_chunks, row_dot_chunks = (
-        _split_chunks(x, num_chunks, 2) for x in (queries, d_context, safe_logsumexp, row_dot)
+        jnp.split(x, num_chunks, axis=2) for x in (queries, d_context, safe_logsumexp, row_dot)
     )
 
     def grads(query_chunk, key_chunk, value_chunk, d_context_chunk, lse, row, mask):
@@ -330,7 +322,11 @@ def _ring_core_bwd(axis_name, ring_size, causal, load_balance, residuals, d_cont
             d_queries[a] = d_queries[a] + d_q
             d_key_chunks[b] = d_key_chunks[b] + d_k
             d_value_chunks[b] = d_value_chunks[b] + d_v
-        return d_queries, (*block[:3], _join_chunks(d_key_chunks, 2), _join_chunks(d_value_chunks, 2))
+        return d_queries, (
+            *block[:3],
+            jnp.concatenate(d_key_chunks, axis=2),
+            jnp.concatenate(d_value_chunks, axis=2),
+        )
 
     state = (
         [jnp.zeros_like(c) for c in query_chunks],
@@ -346,7 +342,7 @@ def _ring_core_bwd(axis_name, ring_size, causal, load_balance, residuals, d_cont
     d_queries, block = ring_step(ring_size - 1, state)
     # after the last step the key and value gradients sit one device short of home
     d_keys, d_values = _shift(block[3:], axis_name, ring_size)
-    d_queries = _join_chunks(d_queries, 2)
+    d_queries = jnp.concatenate(d_queries, axis=2)
     return *(
         grad.astype(dtype) for grad, dtype in zip((d_queries, d_keys, d_values), dtypes, strict=True)
     ), None
