@@ -33,6 +33,8 @@ from jax_attn.blockwise import blockwise_attention, blockwise_self_attention
 from jax_attn.causal import causal_attention, multi_head_attention_wrapper
 from jax_attn.dropout import dropout
 from jax_attn.fused import fused_causal_attention, fused_multi_head_attention, fused_single_head_attention
+from jax_attn.gpt import GPTModel, feed_forward, gelu, gpt_model, layer_norm, transformer_block
+from jax_attn.gpt_generate import generate, gpt_model_decode, init_gpt_cache
 from jax_attn.heads import merge_heads, split_heads
 from jax_attn.kv_cache import (
     KVCache,
@@ -63,6 +65,7 @@ __all__ = [
     "FusedCausalAttention",
     "FusedMultiHeadAttention",
     "FusedSingleHeadAttention",
+    "GPTModel",
     "KVCache",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
@@ -75,12 +78,19 @@ __all__ = [
     "causal_attention",
     "causal_mask",
     "dropout",
+    "feed_forward",
     "fused_causal_attention",
     "fused_causal_attention_decode",
     "fused_multi_head_attention",
     "fused_single_head_attention",
     "fuses_projections",
+    "gelu",
+    "generate",
+    "gpt_model",
+    "gpt_model_decode",
+    "init_gpt_cache",
     "init_kv_cache",
+    "layer_norm",
     "linear",
     "merge_heads",
     "multi_head_attention",
@@ -96,4 +106,5 @@ __all__ = [
     "softmax_naive",
     "split_heads",
     "split_projection",
+    "transformer_block",
 ]

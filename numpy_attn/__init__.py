@@ -32,7 +32,11 @@ from numpy_attn.fused import (
     fused_multi_head_attention,
     fused_single_head_attention,
 )
+from numpy_attn.gpt import feed_forward, gelu, gpt_model, layer_norm, transformer_block
+from numpy_attn.gpt_generate import generate, gpt_model_decode, init_gpt_cache
+from numpy_attn.gpt_spec import check_gpt_params, gpt_param_shapes
 from numpy_attn.heads import merge_heads, split_heads
+from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.implementation import IMPLEMENTATIONS, fuses_projections
 from numpy_attn.kv_cache import (
     KVCache,
@@ -73,17 +77,27 @@ __all__ = [
     "blockwise_self_attention",
     "causal_attention",
     "causal_mask",
+    "check_gpt_params",
     "check_layer",
     "constructor_arguments",
     "dropout",
+    "feed_forward",
     "fused_causal_attention",
     "fused_causal_attention_decode",
     "fused_multi_head_attention",
     "fused_single_head_attention",
     "fuses_projections",
+    "gelu",
+    "generate",
+    "gpt_model",
+    "gpt_model_decode",
+    "gpt_param_shapes",
     "infer_dims",
+    "init_gpt_cache",
     "init_kv_cache",
+    "layer_norm",
     "linear",
+    "load_hf_gpt2",
     "load_weights",
     "merge_heads",
     "multi_head_attention",
@@ -93,6 +107,7 @@ __all__ = [
     "parameter_names",
     "qkv_projections",
     "qkv_weights",
+    "save_hf_gpt2",
     "save_weights",
     "scaled_dot_product_attention",
     "self_attention_v1",
@@ -102,4 +117,5 @@ __all__ = [
     "softmax_naive",
     "split_heads",
     "split_projection",
+    "transformer_block",
 ]

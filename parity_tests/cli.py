@@ -5,6 +5,7 @@
     attn-parity walkthrough [--stage NAME] [--list]
     attn-parity heatmap CLASS [--out PATH]
     attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--out DIR]
+    attn-parity train-parity [--steps N] [--out PNG]
     attn-parity diff REF.py:NAME CAND.py:NAME --shape B,T,D [--seeds N] [--init K=V] [--heatmap PNG]
 
 Exit codes: 0 when everything compared matches, 1 when something does not, 2 for bad usage
@@ -26,6 +27,7 @@ from numpy_attn.spec import SPECS
 from parity_tests.cases import SHAPES
 from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS
 from parity_tests.locate.cli import add_diff_parser
+from parity_tests.train_parity_cli import add_train_parity_parser
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -268,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--readme", help="update this README's table between the bench markers")
     bench.set_defaults(run=_bench)
     add_diff_parser(commands)
+    add_train_parity_parser(commands)
     return parser
 
 

@@ -18,20 +18,26 @@ except ModuleNotFoundError as error:
 
 from torch_ref.causal import CausalAttention, MultiHeadAttentionWrapper
 from torch_ref.fused import FusedCausalAttention, FusedMultiHeadAttention, FusedSingleHeadAttention
+from torch_ref.gpt import GELU, FeedForward, GPTModel, LayerNorm, TransformerBlock
 from torch_ref.multi_head import MultiHeadAttention
 from torch_ref.params import from_numpy, load_params, to_numpy, to_params
 from torch_ref.self_attention import SelfAttentionV1, SelfAttentionV2
 from torch_ref.simplified import simplified_self_attention, softmax_naive
 
 __all__ = [
+    "GELU",
     "CausalAttention",
+    "FeedForward",
     "FusedCausalAttention",
     "FusedMultiHeadAttention",
     "FusedSingleHeadAttention",
+    "GPTModel",
+    "LayerNorm",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
     "SelfAttentionV1",
     "SelfAttentionV2",
+    "TransformerBlock",
     "from_numpy",
     "load_params",
     "simplified_self_attention",

@@ -1,0 +1,97 @@
+"""Data- and tensor-parallel placement of the NNX modules on a ("data", "model") mesh.
+
+Tensor parallelism as in Megatron-LM: the layers that open a block are split by their output
+units over "model" (column parallel: each device computes its own heads, or its own MLP hidden
+units), the layers that close it by their input units (row parallel: each device's partial
+products are summed by one all-reduce). The rules go by parameter path, so they hold for any
+module whose submodules carry the torch attributes' names; everything else (embeddings, norms,
+the output head) is replicated. The batch is split over "data". Placement is all there is: the
+arithmetic is ``jax.jit``'s, which inserts the collectives (XLA SPMD), so results equal the
+single-device ones up to float summation order.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+__all__ = ["COLUMN_PARALLEL", "ROW_PARALLEL", "param_spec", "shard_batch", "shard_model"]
+
+# parameter paths ("trf_blocks.0.att.W_query.kernel", ...) of the layers split over "model"
+COLUMN_PARALLEL = re.compile(r"(^|\.)(W_query|W_key|W_value|Wqkv|ff\.layers\.0)(\.kernel|\.bias)?$")
+ROW_PARALLEL = re.compile(r"(^|\.)(out_proj|Wo|ff\.layers\.2)\.kernel$")
+
+
+def _check_axis(mesh: Mesh, argument: str, axis: str | None) -> None:
+    if axis is not None and axis not in mesh.axis_names:
+        raise ValueError(f"{argument} {axis!r} is not an axis of the mesh; its axes are {mesh.axis_names}")
+
+
+def param_spec(path: str, shape: tuple[int, ...], mesh: Mesh, model_axis: str | None = "model") -> P:
+    """The ``PartitionSpec`` of the parameter at ``path`` (dotted, Flax layout: kernels are
+    ``(in, out)``): column parallel layers split their kernel's out axis and their bias over
+    ``model_axis``, row parallel layers their kernel's in axis; anything else is replicated.
+    A split dimension must divide by the axis size (ValueError naming the path and shapes)."""
+    _check_axis(mesh, "model_axis", model_axis)
+    if model_axis is None:
+        return P()
+    if COLUMN_PARALLEL.search(path):
+        split = len(shape) - 1  # kernel (in, out): out; bias (out,)
+    elif ROW_PARALLEL.search(path):
+        split = 0  # kernel (in, out): in
+    else:
+        return P()
+    size = mesh.shape[model_axis]
+    if shape[split] % size:
+        raise ValueError(
+            f"{path} of shape {shape}: dimension {split} ({shape[split]}) is not divisible by "
+            f"the size {size} of mesh axis {model_axis!r}"
+        )
+    return P(*(model_axis if axis == split else None for axis in range(len(shape))))
+
+
+def shard_model(
+    model: nnx.Module, mesh: Mesh, *, data_axis: str | None = "data", model_axis: str | None = "model"
+) -> nnx.Module:
+    """Place ``model``'s variables on ``mesh``, in place, and return it.
+
+    Parameters follow ``param_spec`` (heads and MLP hidden units split over ``model_axis``);
+    every other variable (dropout streams...) is replicated. Then run the model under
+    ``nnx.jit`` (or ``jax.jit`` of ``nnx.split``/``nnx.merge``) on a batch placed by
+    ``shard_batch``: XLA partitions the computation. ``data_axis`` is only checked here (it is
+    the batch's); None for either axis means that kind of parallelism is not used.
+    """
+    _check_axis(mesh, "data_axis", data_axis)
+    _check_axis(mesh, "model_axis", model_axis)
+    for path, node in nnx.iter_graph(model):
+        if not isinstance(node, nnx.Variable):
+            continue
+        value = node.get_value()
+        spec = P()
+        if isinstance(node, nnx.Param):
+            spec = param_spec(".".join(map(str, path)), value.shape, mesh, model_axis)
+        node.set_value(_place(value, NamedSharding(mesh, spec)))
+    return model
+
+
+def _place(value: jax.Array, sharding: NamedSharding) -> jax.Array:
+    """``value`` laid out by ``sharding``. A mesh that spans processes (``jax.distributed``) is
+    filled from each process's own copy of ``value``: every process built the same model."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(value, sharding)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def shard_batch(x: jax.Array, mesh: Mesh, *, data_axis: str = "data") -> jax.Array:
+    """``x`` with its first (batch) axis split over ``data_axis``; B must divide by its size."""
+    _check_axis(mesh, "data_axis", data_axis)
+    if x.shape[0] % mesh.shape[data_axis]:
+        raise ValueError(
+            f"batch of shape {x.shape}: B = {x.shape[0]} is not divisible by the size "
+            f"{mesh.shape[data_axis]} of mesh axis {data_axis!r}"
+        )
+    return jax.device_put(x, NamedSharding(mesh, P(data_axis)))

@@ -1,0 +1,114 @@
+"""Text generation with the GPT: prefill once, then one token at a time from per-layer KV caches.
+
+``gpt_model_decode`` runs the model on new tokens given a ``KVCache`` per block (numpy_attn's
+cache: preallocated ``(B, N, L, H)`` arrays, L = ``context_length``, written in place); its
+logits equal the full pass's at those positions. ``temperature=0`` is greedy (argmax, as
+transformers' ``do_sample=False``); otherwise the logits are divided by ``temperature``, cut
+to the ``top_k`` largest, and sampled with ``rng`` (a ``numpy.random.Generator``; the same seed
+draws other tokens than jax_attn's keys). jax_attn.gpt_generate mirrors this module.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from numpy_attn.gpt import apply_block, apply_model, block_parts, head_parts
+from numpy_attn.gpt_spec import (
+    check_config,
+    check_generate_args,
+    check_gpt_params,
+    check_token_ids,
+    sub_params,
+)
+from numpy_attn.kv_cache import KVCache, init_kv_cache, multi_head_attention_decode
+from numpy_attn.softmax import softmax
+
+__all__ = ["generate", "gpt_model_decode", "init_gpt_cache"]
+
+
+def init_gpt_cache(config: Mapping[str, Any], batch: int, dtype: Any = np.float32) -> tuple[KVCache, ...]:
+    """Empty caches, one per block, for ``context_length`` tokens."""
+    check_config(config)
+    head_dim = config["emb_dim"] // config["n_heads"]
+    return tuple(
+        init_kv_cache(batch, config["n_heads"], config["context_length"], head_dim, dtype)
+        for _ in range(config["n_layers"])
+    )
+
+
+def gpt_model_decode(
+    params: Mapping[str, np.ndarray],
+    token_ids: np.ndarray,
+    caches: tuple[KVCache, ...],
+    config: Mapping[str, Any],
+) -> tuple[np.ndarray, tuple[KVCache, ...]]:
+    """The GPT on new ``token_ids`` (B, t) after the ``caches``' tokens: ``(logits (B, t, V),
+    caches)``, the logits the full pass gives at those positions (evaluation mode)."""
+    start, num_tokens = caches[0].length, token_ids.shape[1]
+    tok_embeds = params["tok_emb.weight"][token_ids]  # (B, t, D)
+    pos_embeds = params["pos_emb.weight"][start : start + num_tokens]  # (t, D)
+    x = tok_embeds + pos_embeds  # (B, t, D)
+    blocks, new_caches = [], []
+    for index, cache in enumerate(caches):
+        block = sub_params(params, f"trf_blocks.{index}.")
+
+        def att(h: np.ndarray, block=block, cache=cache) -> np.ndarray:
+            out, cache = multi_head_attention_decode(
+                sub_params(block, "att."), h, cache, num_heads=config["n_heads"],
+                context_length=config["context_length"],
+            )  # fmt: skip
+            new_caches.append(cache)
+            return out
+
+        blocks.append(
+            functools.partial(apply_block, **block_parts(block), att=att, drop_shortcut=lambda h: h)
+        )
+    logits, _ = apply_model(x, blocks=blocks, **head_parts(params))  # (B, t, V)
+    return logits, tuple(new_caches)
+
+
+def _next_tokens(
+    logits: np.ndarray, rng: np.random.Generator | None, temperature: float, top_k: int | None
+) -> np.ndarray:
+    """The next token per row of ``logits`` (B, V): argmax, or a sample."""
+    if temperature == 0.0:
+        return np.argmax(logits, axis=-1)  # (B,)
+    logits = logits / temperature
+    if top_k is not None:
+        kth_largest = -np.sort(-logits, axis=-1)[:, top_k - 1 : top_k]  # (B, 1)
+        logits = np.where(logits < kth_largest, -np.inf, logits)
+    probs = softmax(logits.astype(np.float64), axis=-1)  # (B, V)
+    return np.array([rng.choice(len(row), p=row) for row in probs])  # (B,)
+
+
+def generate(
+    params: Mapping[str, np.ndarray],
+    token_ids: np.ndarray,
+    config: Mapping[str, Any],
+    max_new_tokens: int,
+    *,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    rng: np.random.Generator | None = None,
+) -> np.ndarray:
+    """Extend ``token_ids`` (B, T) by ``max_new_tokens`` tokens: returns ``(B, T + max_new_tokens)``.
+
+    ``T + max_new_tokens`` may not exceed ``context_length`` (the cache holds that many).
+    ``temperature > 0`` samples and needs ``rng``; ``top_k`` keeps the k likeliest tokens.
+    """
+    check_gpt_params(params, config)
+    check_token_ids(token_ids, config)
+    check_generate_args(token_ids.shape, max_new_tokens, config, temperature, top_k, rng is not None)
+    caches = init_gpt_cache(config, token_ids.shape[0], params["tok_emb.weight"].dtype)
+    new_tokens, step_input = [], token_ids
+    for _ in range(max_new_tokens):
+        logits, caches = gpt_model_decode(params, step_input, caches, config)
+        step_input = _next_tokens(logits[:, -1], rng, temperature, top_k)[:, None].astype(
+            token_ids.dtype
+        )  # (B, 1)
+        new_tokens.append(step_input)
+    return np.concatenate([token_ids, *new_tokens], axis=1)  # (B, T + new)

@@ -1,0 +1,209 @@
+"""Hugging Face GPT-2 checkpoints, read and written with NumPy alone.
+
+A folder written by transformers' ``GPT2LMHeadModel.save_pretrained`` holds ``config.json`` and
+``model.safetensors``. GPT-2 stores its ``Conv1D`` weights as ``(in, out)`` (torch's ``Linear``
+is ``(out, in)``), fuses the three projections in ``c_attn`` (columns: queries, keys, values)
+and ties ``lm_head`` to ``wte`` (the file holds ``wte`` alone). ``HF_NAMES`` is the one table
+between the two namings; layouts change here and nowhere else.
+
+    GPTModel (torch_ref)                  GPT-2 (transformers)
+    tok_emb.weight / pos_emb.weight       transformer.wte.weight / transformer.wpe.weight
+    trf_blocks.{i}.att.W_{query,key,value} transformer.h.{i}.attn.c_attn (thirds of its columns)
+    trf_blocks.{i}.att.out_proj           transformer.h.{i}.attn.c_proj
+    trf_blocks.{i}.ff.layers.0 / .2       transformer.h.{i}.mlp.c_fc / mlp.c_proj
+    trf_blocks.{i}.norm1 / norm2          transformer.h.{i}.ln_1 / ln_2 (scale = weight, shift = bias)
+    final_norm                            transformer.ln_f
+    out_head.weight                       lm_head.weight, or wte when tied
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from numpy_attn.gpt import LAYER_NORM_EPS
+from numpy_attn.gpt_spec import check_gpt_params
+from numpy_attn.validation import check_params
+from numpy_attn.weights_file import load_weights, save_weights
+
+__all__ = ["HF_NAMES", "load_hf_gpt2", "save_hf_gpt2"]
+
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+QKV = ("W_query", "W_key", "W_value")
+# GPTModel block name -> GPT-2 block name (Conv1D weights transposed, LayerNorm renamed)
+HF_NAMES = {
+    "att.out_proj": "attn.c_proj",
+    "ff.layers.0": "mlp.c_fc",
+    "ff.layers.2": "mlp.c_proj",
+    "norm1": "ln_1",
+    "norm2": "ln_2",
+}
+_NORM_NAMES = {"scale": "weight", "shift": "bias"}
+# config.json values this GPT computes exactly as GPT-2 does (absent keys take these defaults)
+_SUPPORTED = {
+    "activation_function": ("gelu_new", "gelu_pytorch_tanh"),
+    "layer_norm_epsilon": (LAYER_NORM_EPS,),
+    "scale_attn_weights": (True,),
+    "scale_attn_by_inverse_layer_idx": (False,),
+    "add_cross_attention": (False,),
+}
+
+
+def _read_config(directory: str) -> dict[str, Any]:
+    for file in (CONFIG_FILE, WEIGHTS_FILE):
+        if not os.path.isfile(os.path.join(directory, file)):
+            raise ValueError(f"{directory} is not a GPT-2 checkpoint folder: {file} is missing")
+    with open(os.path.join(directory, CONFIG_FILE)) as file:
+        try:
+            hf_config = json.load(file)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{directory}/{CONFIG_FILE} is not valid JSON: {error}") from error
+    if not isinstance(hf_config, dict) or hf_config.get("model_type") != "gpt2":
+        model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+        raise ValueError(f"{directory} holds a {model_type!r} model, not 'gpt2'")
+    missing = [
+        key for key in ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer") if key not in hf_config
+    ]
+    if missing:
+        raise ValueError(f"{directory}/{CONFIG_FILE} is missing keys {missing}")
+    for key, allowed in _SUPPORTED.items():
+        if hf_config.get(key, allowed[0]) not in allowed:
+            raise ValueError(
+                f"{directory}/{CONFIG_FILE}: {key}={hf_config[key]!r} is not supported, only {allowed}"
+            )
+    n_inner = hf_config.get("n_inner")
+    if n_inner not in (None, 4 * hf_config["n_embd"]):
+        raise ValueError(f"{directory}/{CONFIG_FILE}: n_inner={n_inner} is not supported, only 4 * n_embd")
+    return hf_config
+
+
+def _hf_shapes(config: Mapping[str, Any], lm_head: bool) -> dict[str, tuple[int, ...]]:
+    """The GPT-2 tensors of a checkpoint for ``config`` (the book's keys), GPT-2's layout."""
+    vocab, context, emb = config["vocab_size"], config["context_length"], config["emb_dim"]
+    shapes = {"transformer.wte.weight": (vocab, emb), "transformer.wpe.weight": (context, emb)}
+    for index in range(config["n_layers"]):
+        block = f"transformer.h.{index}."
+        shapes |= {
+            f"{block}attn.c_attn.weight": (emb, 3 * emb),
+            f"{block}attn.c_attn.bias": (3 * emb,),
+            f"{block}attn.c_proj.weight": (emb, emb),
+            f"{block}attn.c_proj.bias": (emb,),
+            f"{block}mlp.c_fc.weight": (emb, 4 * emb),
+            f"{block}mlp.c_fc.bias": (4 * emb,),
+            f"{block}mlp.c_proj.weight": (4 * emb, emb),
+            f"{block}mlp.c_proj.bias": (emb,),
+        }
+        shapes |= {f"{block}{ln}.{p}": (emb,) for ln in ("ln_1", "ln_2") for p in ("weight", "bias")}
+    shapes |= {"transformer.ln_f.weight": (emb,), "transformer.ln_f.bias": (emb,)}
+    return shapes | ({"lm_head.weight": (vocab, emb)} if lm_head else {})
+
+
+def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """``(params, config)`` from a transformers GPT-2 folder: the weights in the project's format
+    (torch_ref ``GPTModel``'s names and layout) and the book's config dict (``qkv_bias`` True,
+    ``drop_rate`` from ``resid_pdrop``). ValueError names a missing file, another architecture,
+    an unsupported setting, or every missing, unexpected and mis-shaped tensor."""
+    directory = os.fspath(directory)
+    hf_config = _read_config(directory)
+    config = {
+        "vocab_size": hf_config["vocab_size"],
+        "context_length": hf_config["n_positions"],
+        "emb_dim": hf_config["n_embd"],
+        "n_heads": hf_config["n_head"],
+        "n_layers": hf_config["n_layer"],
+        "drop_rate": hf_config.get("resid_pdrop", 0.1),
+        "qkv_bias": True,
+    }
+    hf = load_weights(os.path.join(directory, WEIGHTS_FILE))
+    hf = {name if name.startswith("lm_head.") else f"transformer.{name.removeprefix('transformer.')}": value
+          for name, value in hf.items()
+          if not name.endswith((".attn.bias", ".attn.masked_bias"))}  # fmt: skip  # old causal-mask buffers
+    check_params(hf, _hf_shapes(config, "lm_head.weight" in hf), layer=f"GPT-2 checkpoint {directory}")
+    params = {"tok_emb.weight": hf["transformer.wte.weight"], "pos_emb.weight": hf["transformer.wpe.weight"]}
+    for index in range(config["n_layers"]):
+        block, hf_block = f"trf_blocks.{index}.", f"transformer.h.{index}."
+        weights = np.split(hf[f"{hf_block}attn.c_attn.weight"], 3, axis=1)  # 3 x (D, D), (in, out)
+        biases = np.split(hf[f"{hf_block}attn.c_attn.bias"], 3)  # 3 x (D,)
+        for name, weight, bias in zip(QKV, weights, biases, strict=True):
+            params[f"{block}att.{name}.weight"] = _layout(weight, True)  # (out, in)
+            params[f"{block}att.{name}.bias"] = bias
+        for name, hf_name, transposed in _block_pairs(block, hf_block):
+            params[name] = _layout(hf[hf_name], transposed)
+    params["final_norm.scale"] = hf["transformer.ln_f.weight"]
+    params["final_norm.shift"] = hf["transformer.ln_f.bias"]
+    params["out_head.weight"] = hf.get("lm_head.weight", hf["transformer.wte.weight"])
+    check_gpt_params(params, config)
+    return params, config
+
+
+def _block_pairs(block: str, hf_block: str) -> list[tuple[str, str, bool]]:
+    """``(our name, GPT-2 name, transposed)`` for a block's tensors other than ``c_attn``."""
+    pairs = []
+    for name, hf_name in HF_NAMES.items():
+        if name.startswith("norm"):
+            pairs += [(f"{block}{name}.{ours}", f"{hf_block}{hf_name}.{theirs}", False)
+                      for ours, theirs in _NORM_NAMES.items()]  # fmt: skip
+        else:
+            pairs += [(f"{block}{name}.weight", f"{hf_block}{hf_name}.weight", True),
+                      (f"{block}{name}.bias", f"{hf_block}{hf_name}.bias", False)]  # fmt: skip
+    return pairs
+
+
+def _layout(value: np.ndarray, transposed: bool) -> np.ndarray:
+    """Conv1D ``(in, out)`` <-> Linear ``(out, in)``: a transpose either way."""
+    return np.ascontiguousarray(value.T) if transposed else value
+
+
+def save_hf_gpt2(
+    directory: str | os.PathLike, params: Mapping[str, np.ndarray], config: Mapping[str, Any]
+) -> None:
+    """Write ``params`` (checked against ``config``) as a folder ``GPT2LMHeadModel.from_pretrained``
+    loads. ``lm_head`` is tied to ``wte`` when ``out_head.weight`` equals ``tok_emb.weight``;
+    a model without ``qkv_bias`` gets zero ``c_attn`` biases (the same outputs)."""
+    check_gpt_params(params, config)
+    params = {name: np.asarray(value) for name, value in params.items()}
+    tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
+    hf = {
+        "transformer.wte.weight": params["tok_emb.weight"],
+        "transformer.wpe.weight": params["pos_emb.weight"],
+    }
+    for index in range(config["n_layers"]):
+        block, hf_block = f"trf_blocks.{index}.", f"transformer.h.{index}."
+        weight = np.concatenate([params[f"{block}att.{n}.weight"] for n in QKV])  # (3D, D), (out, in)
+        hf[f"{hf_block}attn.c_attn.weight"] = _layout(weight, True)  # (D, 3D), (in, out)
+        hf[f"{hf_block}attn.c_attn.bias"] = np.concatenate(
+            [params.get(f"{block}att.{n}.bias", np.zeros(weight.shape[1], weight.dtype)) for n in QKV]
+        )  # (3D,)
+        for name, hf_name, transposed in _block_pairs(block, hf_block):
+            hf[hf_name] = _layout(params[name], transposed)
+    hf["transformer.ln_f.weight"] = params["final_norm.scale"]
+    hf["transformer.ln_f.bias"] = params["final_norm.shift"]
+    if not tied:
+        hf["lm_head.weight"] = params["out_head.weight"]
+    hf_config = {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": config["vocab_size"],
+        "n_positions": config["context_length"],
+        "n_embd": config["emb_dim"],
+        "n_head": config["n_heads"],
+        "n_layer": config["n_layers"],
+        "n_inner": None,
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": LAYER_NORM_EPS,
+        "resid_pdrop": config["drop_rate"],
+        "embd_pdrop": config["drop_rate"],
+        "attn_pdrop": config["drop_rate"],
+        "tie_word_embeddings": bool(tied),
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "dtype": params["tok_emb.weight"].dtype.name,
+    }
+    os.makedirs(directory, exist_ok=True)
+    save_weights(os.path.join(directory, WEIGHTS_FILE), hf)
+    with open(os.path.join(directory, CONFIG_FILE), "w") as file:
+        json.dump(hf_config, file, indent=2)

@@ -1,0 +1,259 @@
+"""The multi-device half of tests/test_parallel.py, run as ``python -m tests.parallel_checks OUT``.
+
+XLA's host device count is fixed when jax is imported, so these checks run in a process of
+their own with 8 CPU devices; one process runs them all (jax's start-up costs seconds). Each
+check computes the single-device result (``expected``) and the sharded one (``actual``) and
+saves both to ``OUT/arrays.npz`` as ``<check>/expected`` and ``<check>/actual``; the tests
+compare them with the tolerance table. Shardings, compiled memory and HLO shapes go to
+``OUT/measures.json``. The tables below are all the tests need to know: importing this module
+imports no jax.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import sys
+
+DEVICES = 8
+# mesh name -> (shape, axis names, ring_attention's batch_axis/head_axis, variants checked on it)
+RING_MESHES = {
+    "seq8": ((8,), ("seq",), {}, ("causal", "causal_padded_zigzag", "bidirectional_padded")),
+    "data2_seq4": ((2, 4), ("data", "seq"), {"batch_axis": "data"}, ("causal_padded_zigzag",)),
+    "seq4_model2": ((4, 2), ("seq", "model"), {"head_axis": "model"}, ("causal_padded_zigzag",)),
+}
+# meshes of Explicit axes (jax.make_mesh's default; the others are Auto); gradients under jax.set_mesh
+EXPLICIT_RING_MESHES = {"data2_seq4": ("causal_padded_zigzag",)}
+# variant -> (causal, padding mask, load_balance)
+RING_VARIANTS = {
+    "causal": (True, False, False),
+    "causal_padded_zigzag": (True, True, True),
+    "bidirectional_padded": (False, True, False),
+}
+RING_PARTS = ("forward", "d_queries", "d_keys", "d_values")
+# mesh name -> ("data", "model") sizes
+MODEL_MESHES = {"data8": (8, 1), "data2_model4": (2, 4), "data4_model2": (4, 2)}
+# model -> (meshes, parts checked)
+MODELS = {
+    "gpt": (tuple(MODEL_MESHES), ("logits", "loss", "grads", "sgd_step")),
+    "multi_head_attention": (("data2_model4",), ("output", "grads")),
+    "fused_causal_attention": (("data2_model4",), ("output", "grads")),
+}
+RING_SIZES = (1, 2, 4, 8)  # the memory measurements: T fixed, the ring grows
+MEMORY_SHAPE = (1, 2, 1024, 16)  # (B, N, T, H)
+DATA_SIZES = (1, 2, 4, 8)  # the data-parallel GPT forward: B fixed, the "data" axis grows
+
+CHECKS = [
+    *(
+        f"ring/{mesh}/{variant}/{part}"
+        for mesh, (*_, variants) in RING_MESHES.items()
+        for variant in variants
+        for part in RING_PARTS
+    ),
+    *(
+        f"ring_explicit/{mesh}/{variant}/{part}"
+        for mesh, variants in EXPLICIT_RING_MESHES.items()
+        for variant in variants
+        for part in RING_PARTS
+    ),
+    *(
+        f"{model}/{mesh}/{part}"
+        for model, (meshes, parts) in MODELS.items()
+        for mesh in meshes
+        for part in parts
+    ),
+]
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def main(out: pathlib.Path) -> None:
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    from flax import nnx
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from jax_attn import FusedCausalAttention, GPTModel, MultiHeadAttention, attend
+    from jax_attn.parallel import ring_attention, shard_batch, shard_model
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from distributed_train import loss_fn, train_step
+
+    arrays: dict[str, np.ndarray] = {}
+    measures: dict[str, object] = {}
+
+    def record(name: str, expected, actual) -> None:
+        arrays[f"{name}/expected"], arrays[f"{name}/actual"] = np.asarray(expected), np.asarray(actual)
+
+    def auto_mesh(shape, names, devices=None):
+        return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(shape), devices=devices)
+
+    # ring attention: forward and gradients of a weighted sum, sharded against one device
+    rng = np.random.default_rng(0)
+    shape = (2, 2, 32, 4)  # (B, N, T, H)
+    queries, keys, values = (jnp.asarray(rng.normal(size=shape), jnp.float32) for _ in range(3))
+    padding_mask = rng.random((2, 32)) < 0.3  # True = padding
+    padding_mask[1] = True
+    padding_mask[1, 5] = False  # batch row 1 sees only key 5: causal queries 0..4 see nothing
+    padding_mask = jnp.asarray(padding_mask)
+    weights = jnp.asarray(rng.normal(size=shape), jnp.float32)
+    ring_cases = [
+        (name, auto_mesh(shape, names), axes, variants)
+        for name, (shape, names, axes, variants) in RING_MESHES.items()
+    ]
+    ring_cases += [
+        (name, jax.make_mesh(*RING_MESHES[name][:2]), RING_MESHES[name][2], variants)
+        for name, variants in EXPLICIT_RING_MESHES.items()
+    ]
+    for mesh_name, mesh, axes, variants in ring_cases:
+        for variant in variants:
+            causal, padded, load_balance = RING_VARIANTS[variant]
+            mask = padding_mask if padded else None
+
+            def single(q, k, v, causal=causal, mask=mask):
+                return attend(q, k, v, causal=causal, padding_mask=mask)[0]
+
+            def sharded(q, k, v, causal=causal, mask=mask, mesh=mesh, load_balance=load_balance, axes=axes):
+                return ring_attention(
+                    q, k, v, mesh, causal=causal, padding_mask=mask, load_balance=load_balance, **axes
+                )
+
+            explicit = AxisType.Explicit in mesh.axis_types
+            name = f"ring{'_explicit' if explicit else ''}/{mesh_name}/{variant}"
+            actual = sharded(queries, keys, values)
+            record(f"{name}/forward", single(queries, keys, values), actual)
+            measures[f"{name}/spec"] = str(actual.sharding.spec)
+            expected_grads = jax.grad(lambda q, k, v: (single(q, k, v) * weights).sum(), argnums=(0, 1, 2))(
+                queries, keys, values
+            )
+            with jax.set_mesh(mesh):  # needed by Explicit axes (the sum's output sharding)
+                actual_grads = jax.grad(
+                    lambda q, k, v: (sharded(q, k, v) * weights).sum(), argnums=(0, 1, 2)
+                )(queries, keys, values)
+            for part, expected, actual in zip(RING_PARTS[1:], expected_grads, actual_grads, strict=True):
+                record(f"{name}/{part}", expected, actual)
+
+    # memory and shapes of the compiled per-device program as the ring grows, T fixed
+    def largest_dims(compiled) -> list[int]:
+        dims = re.findall(r"[a-z]+[0-9]*\[([0-9,]+)\]", compiled.as_text())
+        return sorted({int(d) for group in dims for d in group.split(",")})[-3:]
+
+    for size in RING_SIZES:
+        mesh = auto_mesh((size,), ("seq",), devices=jax.devices()[:size])
+        spec = jax.ShapeDtypeStruct(
+            MEMORY_SHAPE, jnp.float32, sharding=NamedSharding(mesh, P(None, None, "seq"))
+        )
+        forward = (
+            jax.jit(lambda q, k, v, mesh=mesh: ring_attention(q, k, v, mesh))
+            .lower(spec, spec, spec)
+            .compile()
+        )
+        backward = jax.jit(
+            jax.grad(lambda q, k, v, mesh=mesh: ring_attention(q, k, v, mesh).sum(), argnums=(0, 1, 2))
+        ).lower(spec, spec, spec).compile()  # fmt: skip
+        measures[f"ring_memory/{size}/forward"] = forward.memory_analysis().temp_size_in_bytes
+        measures[f"ring_memory/{size}/backward"] = backward.memory_analysis().temp_size_in_bytes
+        measures[f"ring_dims/{size}"] = largest_dims(forward) + largest_dims(backward)
+    reference = jax.ShapeDtypeStruct(MEMORY_SHAPE, jnp.float32)
+    single_program = jax.jit(lambda q, k, v: attend(q, k, v, causal=True)[0]).lower(
+        reference, reference, reference
+    )
+    measures["reference_dims"] = largest_dims(single_program.compile())
+
+    # models: the same weights and batch on one device and on ("data", "model") meshes
+    config = {
+        "vocab_size": 64, "context_length": 8, "emb_dim": 32, "n_heads": 4, "n_layers": 1,
+        "drop_rate": 0.0, "qkv_bias": True,
+    }  # fmt: skip
+    token_ids = jnp.asarray(rng.integers(0, 64, (8, 8)))
+    targets = jnp.asarray(rng.integers(0, 64, (8, 8)))
+    x = jnp.asarray(rng.normal(size=(8, 8, 32)), jnp.float32)
+    builders = {
+        "gpt": lambda: GPTModel(config, rngs=nnx.Rngs(0)),
+        "multi_head_attention": lambda: MultiHeadAttention(32, 32, 8, 0.0, num_heads=4, rngs=nnx.Rngs(0)),
+        "fused_causal_attention": lambda: FusedCausalAttention(32, 4, 8, 0.0, 0.0, rngs=nnx.Rngs(0)),
+    }
+
+    def mesh_axes(x) -> list[str | None]:
+        """The mesh axis of each axis of ``x`` (None: not split)."""
+        spec = x.sharding.spec
+        return [*spec, *[None] * (x.ndim - len(spec))]
+
+    def flat(state) -> np.ndarray:
+        return np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(state)])
+
+    def attention_loss(model, x):
+        return (model(x) ** 2).mean()
+
+    @nnx.jit
+    def forward(model, inputs):
+        return model(inputs)
+
+    grad_of = {"gpt": nnx.jit(nnx.grad(loss_fn)), "attention": nnx.jit(nnx.grad(attention_loss))}
+    for model_name, build in builders.items():
+        results = {}
+        for mesh_name in (None, *MODELS[model_name][0]):
+            model = build()
+            model.eval()
+            inputs, labels = (token_ids, targets) if model_name == "gpt" else (x, None)
+            if mesh_name is not None:
+                mesh = auto_mesh(MODEL_MESHES[mesh_name], ("data", "model"))
+                shard_model(model, mesh)
+                inputs = shard_batch(inputs, mesh)
+                labels = None if labels is None else shard_batch(labels, mesh)
+            output = forward(model, inputs)
+            if model_name == "gpt":
+                grads = grad_of["gpt"](model, inputs, labels)
+                optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+                loss = train_step(model, optimizer, inputs, labels)
+                parts = {
+                    "logits": output,
+                    "loss": loss,
+                    "grads": flat(grads),
+                    "sgd_step": flat(nnx.state(model, nnx.Param)),
+                }
+            else:
+                parts = {"output": output, "grads": flat(grad_of["attention"](model, inputs))}
+            if mesh_name is None:
+                results = parts
+                continue
+            for part, actual in parts.items():
+                record(f"{model_name}/{mesh_name}/{part}", results[part], actual)
+            if model_name == "gpt":
+                block = model.trf_blocks[0]
+                variables = {
+                    "att.W_query.kernel": block.att.W_query.kernel,
+                    "att.out_proj.kernel": block.att.out_proj.kernel,
+                    "ff.layers.0.bias": block.ff.layers[0].bias,
+                    "ff.layers.2.kernel": block.ff.layers[2].kernel,
+                    "tok_emb.embedding": model.tok_emb.embedding,
+                }
+                measures[f"gpt/{mesh_name}/specs"] = {
+                    name: mesh_axes(variable[...]) for name, variable in variables.items()
+                }
+
+    # the data-parallel GPT forward's per-device memory as the "data" axis grows, B fixed
+    ids = jax.ShapeDtypeStruct((8, 8), jnp.int32)
+    for size in DATA_SIZES:
+        mesh = auto_mesh((size, 1), ("data", "model"), devices=jax.devices()[:size])
+        model = shard_model(builders["gpt"](), mesh)
+        model.eval()
+        graphdef, state = nnx.split(model)
+        batch = jax.ShapeDtypeStruct(ids.shape, ids.dtype, sharding=NamedSharding(mesh, P("data")))
+        compiled = jax.jit(lambda state, ids, graphdef=graphdef: nnx.merge(graphdef, state)(ids)).lower(
+            state, batch
+        )
+        measures[f"gpt_memory/{size}"] = compiled.compile().memory_analysis().temp_size_in_bytes
+
+    np.savez(out / "arrays.npz", **arrays)
+    (out / "measures.json").write_text(json.dumps(measures, indent=1))
+
+
+if __name__ == "__main__":
+    main(pathlib.Path(sys.argv[1]))

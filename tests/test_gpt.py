@@ -1,0 +1,112 @@
+"""The book's GPT in three frameworks: the book's own weights load, every step matches torch_ref."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+from llms_from_scratch import ch04
+
+import jax_attn
+import numpy_attn
+import torch_ref
+from parity_tests.compare import compare_arrays, compare_steps
+from tests.gpt_cases import TINY, token_ids, torch_model
+
+NO_BIAS = TINY | {"qkv_bias": False}
+
+
+def test_the_books_state_dict_loads_strictly_and_gives_the_books_logits():
+    torch.manual_seed(3)
+    book = ch04.GPTModel(TINY).eval()
+    model = torch_ref.GPTModel(TINY).eval()
+    model.load_state_dict(book.state_dict(), strict=True)
+    ids = torch.tensor(token_ids())
+    with torch.no_grad():
+        expected, actual = book(ids), model(ids)
+    assert torch.equal(expected, actual)
+
+
+@pytest.mark.parametrize("config", [TINY, NO_BIAS], ids=["qkv_bias", "no_qkv_bias"])
+def test_the_books_weights_in_numpy_and_jax_give_the_books_logits(config):
+    torch.manual_seed(4)
+    book = ch04.GPTModel(config).eval()
+    params = {k: v.numpy() for k, v in book.state_dict().items() if not k.endswith(".att.mask")}
+    ids = token_ids(config=config)
+    with torch.no_grad():
+        expected = book(torch.tensor(ids)).numpy()
+    for actual in (
+        numpy_attn.gpt_model(params, ids, config),
+        jax_attn.gpt_model({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(ids), config),
+        jax_attn.GPTModel.from_params(params, config)(jnp.asarray(ids)),
+    ):
+        assert compare_arrays("logits", expected, actual).ok
+
+
+def test_every_step_of_every_block_matches_torch_ref():
+    model = torch_model()
+    ids = token_ids()
+    with torch.no_grad():
+        _, expected = model(torch.tensor(ids), return_steps=True)
+    expected = {name: value.numpy() for name, value in expected.items()}
+    params = torch_ref.to_params(model)
+    _, actual_numpy = numpy_attn.gpt_model(params, ids, TINY, return_steps=True)
+    _, actual_jax = jax_attn.GPTModel.from_params(params, TINY)(jnp.asarray(ids), return_steps=True)
+    assert list(expected)[:7] == ["embeddings", *(f"trf_blocks.0.{s}" for s in numpy_attn.gpt.BLOCK_STEPS)]
+    assert compare_steps(expected, actual_numpy).ok
+    assert compare_steps(expected, actual_jax).ok
+
+
+def test_the_jax_model_round_trips_the_weights_format_in_torch_order():
+    expected = torch_ref.to_params(torch_model())
+    actual = jax_attn.GPTModel.from_params(expected, TINY).to_params()
+    assert list(actual) == list(expected) == list(numpy_attn.gpt_param_shapes(TINY))
+    assert all(np.array_equal(actual[name], expected[name]) for name in expected)
+
+
+def test_a_randomly_built_jax_model_loads_into_torch_and_agrees():
+    model = jax_attn.GPTModel(NO_BIAS, rngs=nnx.Rngs(5))
+    model.eval()
+    params = model.to_params()
+    ids = token_ids(config=NO_BIAS)
+    expected_model = torch_ref.load_params(torch_ref.GPTModel(NO_BIAS).eval(), params)
+    with torch.no_grad():
+        expected = expected_model(torch.tensor(ids)).numpy()
+    assert compare_arrays("logits", expected, model(jnp.asarray(ids))).ok
+    # torch's initialisation: embeddings N(0, 1), LayerNorm ones, Linear within ±1/sqrt(in)
+    assert 0.8 < params["tok_emb.weight"].std() < 1.2
+    assert np.array_equal(params["final_norm.scale"], np.ones(NO_BIAS["emb_dim"], np.float32))
+    assert np.abs(params["trf_blocks.0.ff.layers.2.weight"]).max() <= 1 / np.sqrt(4 * NO_BIAS["emb_dim"])
+
+
+def test_the_jax_model_jits_and_its_gradient_matches_torch():
+    model = torch_model()
+    ids = token_ids()
+    logits = model(torch.tensor(ids))
+    logits.square().mean().backward()
+    expected = {name: p.grad.numpy() for name, p in model.named_parameters()}
+
+    jax_model = jax_attn.GPTModel.from_params(torch_ref.to_params(model), TINY)
+    grads = nnx.jit(nnx.grad(lambda m, x: jnp.mean(jnp.square(m(x)))))(jax_model, jnp.asarray(ids))
+    nnx.update(jax_model, grads)
+    actual = jax_model.to_params()
+    for name in expected:
+        assert compare_arrays(name, expected[name], actual[name]).ok, name
+
+
+def test_dropout_is_off_in_eval_mode_and_on_in_train_mode():
+    config = TINY | {"drop_rate": 0.5}
+    model = jax_attn.GPTModel(config, rngs=nnx.Rngs(params=0, dropout=1))
+    forward = nnx.jit(lambda m, x: m(x))
+    ids = jnp.asarray(token_ids())
+    first, second = forward(model, ids), forward(model, ids)  # train mode: two different draws
+    assert not np.allclose(first, second)
+    model.eval()
+    assert np.array_equal(forward(model, ids), forward(model, ids))
+    params = model.to_params()
+    expected = numpy_attn.gpt_model(params, np.asarray(ids), config)  # no rng: no dropout
+    assert compare_arrays("logits", expected, forward(model, ids)).ok
+    with_rng = numpy_attn.gpt_model(params, np.asarray(ids), config, rng=np.random.default_rng(0))
+    keyed = jax_attn.gpt_model(params, ids, config, key=jax.random.key(0))
+    assert not np.allclose(with_rng, expected) and not np.allclose(keyed, expected)

@@ -1,0 +1,104 @@
+"""Bad input to the GPT: the same ValueError, naming the problem, in numpy_attn and jax_attn."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import jax_attn
+import numpy_attn
+import torch_ref
+from tests.gpt_cases import TINY, token_ids, torch_model
+
+
+@pytest.fixture(scope="module")
+def params():
+    return torch_ref.to_params(torch_model())
+
+
+def numpy_call(params, ids, config):
+    return numpy_attn.gpt_model(params, ids, config)
+
+
+def jax_call(params, ids, config):
+    return jax_attn.gpt_model(params, jnp.asarray(ids), config)
+
+
+def module_call(params, ids, config):
+    return jax_attn.GPTModel.from_params(params, config)(jnp.asarray(ids))
+
+
+CALLS = pytest.mark.parametrize("call", [numpy_call, jax_call, module_call], ids=["numpy", "jax", "nnx"])
+
+
+@CALLS
+@pytest.mark.parametrize("bad_id", [-1, TINY["vocab_size"]], ids=["negative", "vocab_size"])
+def test_token_ids_outside_the_vocabulary(params, call, bad_id):
+    ids = token_ids(2, 5)
+    ids[1, 3] = bad_id
+    with pytest.raises(
+        ValueError, match=r"token_ids hold ids in \[-?\d+, \d+\], outside the vocabulary \[0, 61\)"
+    ):
+        call(params, ids, TINY)
+
+
+@CALLS
+def test_more_tokens_than_the_context_length(params, call):
+    with pytest.raises(ValueError, match="token_ids has T=17 tokens, more than context_length 16"):
+        call(params, token_ids(1, 17), TINY)
+
+
+def test_torch_ref_refuses_more_tokens_than_the_context_length():
+    with pytest.raises(ValueError, match="token_ids has 17 tokens, more than context_length 16"):
+        torch_model()(torch.tensor(token_ids(1, 17)))
+
+
+@CALLS
+def test_float_token_ids(params, call):
+    with pytest.raises(TypeError, match="token_ids must be an integer array"):
+        call(params, token_ids(1, 4).astype(np.float32), TINY)
+
+
+@CALLS
+def test_a_config_missing_keys(params, call):
+    config = {k: v for k, v in TINY.items() if k not in ("n_heads", "qkv_bias")}
+    with pytest.raises(ValueError, match=r"config is missing keys \['n_heads', 'qkv_bias'\]"):
+        call(params, token_ids(1, 4), config)
+
+
+def test_torch_ref_and_the_jax_constructor_refuse_a_config_missing_keys():
+    config = {k: v for k, v in TINY.items() if k != "emb_dim"}
+    with pytest.raises(ValueError, match=r"config is missing keys \['emb_dim'\]"):
+        torch_ref.GPTModel(config)
+    with pytest.raises(ValueError, match=r"config is missing keys \['emb_dim'\]"):
+        jax_attn.GPTModel(config, rngs=None)
+
+
+@CALLS
+def test_a_config_contradicting_the_weights(params, call):
+    config = TINY | {"n_layers": 3, "qkv_bias": False, "context_length": 20}
+    with pytest.raises(
+        ValueError, match=r"params do not fit GPTModel: missing keys \['trf_blocks\.2\."
+    ) as error:
+        call(params, token_ids(1, 4), config)
+    message = str(error.value)
+    assert "unexpected keys ['trf_blocks.0.att.W_key.bias'" in message
+    assert "'pos_emb.weight' has shape (16, 32), expected (20, 32)" in message
+
+
+@CALLS
+def test_heads_that_do_not_divide_the_width(params, call):
+    with pytest.raises(ValueError, match="emb_dim"):
+        call(params, token_ids(1, 4), TINY | {"n_heads": 3})
+
+
+def test_loading_bad_weights_into_a_jax_model_leaves_it_untouched(params):
+    model = jax_attn.GPTModel.from_params(params, TINY)
+    bad = dict(params) | {"out_head.weight": np.full((61, 32), np.nan, np.float32)}
+    with pytest.raises(ValueError, match=r"params\['out_head.weight'\] has non-finite values"):
+        model.load_params(bad)
+    del bad["final_norm.scale"]
+    with pytest.raises(ValueError, match=r"missing keys \['final_norm.scale'\]"):
+        model.load_params(bad)
+    actual = model.to_params()
+    assert all(np.array_equal(actual[name], params[name]) for name in params)

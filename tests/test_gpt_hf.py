@@ -1,0 +1,137 @@
+"""Hugging Face GPT-2 checkpoints: read with NumPy alone, written back, against transformers' forward."""
+
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+
+import jax_attn
+import numpy_attn
+import torch_ref
+from parity_tests.compare import compare_arrays
+from tests.gpt_cases import TINY, token_ids, torch_model
+
+
+def hf_model(seed: int = 0, **overrides) -> GPT2LMHeadModel:
+    """A random small GPT-2 (no dropout), as transformers initialises it under ``seed``."""
+    arguments = dict(
+        vocab_size=53, n_positions=20, n_embd=24, n_layer=2, n_head=3, bos_token_id=0, eos_token_id=0
+    )
+    arguments |= dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(GPT2Config(**arguments | overrides)).eval()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("gpt2")
+    model = hf_model()
+    model.save_pretrained(directory)
+    return model, directory
+
+
+def hf_logits(model: GPT2LMHeadModel, ids: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.tensor(ids)).logits.numpy()
+
+
+def test_a_saved_gpt2_loads_with_numpy_and_gives_transformers_logits(checkpoint):
+    model, directory = checkpoint
+    params, config = numpy_attn.load_hf_gpt2(directory)
+    assert config == {
+        "vocab_size": 53, "context_length": 20, "emb_dim": 24, "n_heads": 3, "n_layers": 2,
+        "drop_rate": 0.0, "qkv_bias": True,
+    }  # fmt: skip
+    ids = token_ids(2, 20, config)
+    expected = hf_logits(model, ids)
+    assert compare_arrays("logits", expected, numpy_attn.gpt_model(params, ids, config)).ok
+    assert compare_arrays("logits", expected, jax_attn.GPTModel.from_hf_gpt2(directory)(jnp.asarray(ids))).ok
+    # lm_head is tied to wte: the file holds wte alone, the weights format both
+    assert np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
+
+
+def test_an_untied_lm_head_is_read_from_the_file(tmp_path):
+    model = hf_model(seed=1, tie_word_embeddings=False)
+    model.save_pretrained(tmp_path)
+    params, config = numpy_attn.load_hf_gpt2(tmp_path)
+    assert not np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
+    ids = token_ids(1, 9, config)
+    assert compare_arrays("logits", hf_logits(model, ids), numpy_attn.gpt_model(params, ids, config)).ok
+
+
+@pytest.mark.parametrize("config", [TINY, TINY | {"qkv_bias": False}], ids=["qkv_bias", "no_qkv_bias"])
+def test_a_written_checkpoint_loads_in_transformers_and_gives_torch_ref_logits(tmp_path, config):
+    model = torch_model(config, seed=2)
+    params = torch_ref.to_params(model)
+    numpy_attn.save_hf_gpt2(tmp_path, params, config)
+    ids = token_ids(2, 16, config)
+    with torch.no_grad():
+        expected = model(torch.tensor(ids)).numpy()
+    assert compare_arrays("logits", expected, hf_logits(GPT2LMHeadModel.from_pretrained(tmp_path), ids)).ok
+    params_back, config_back = numpy_attn.load_hf_gpt2(tmp_path)
+    assert config_back == config | {"qkv_bias": True}
+    assert compare_arrays("logits", expected, numpy_attn.gpt_model(params_back, ids, config_back)).ok
+
+
+def test_the_jax_model_writes_a_checkpoint_transformers_loads(checkpoint, tmp_path):
+    model, directory = checkpoint
+    jax_attn.GPTModel.from_hf_gpt2(directory).save_hf_gpt2(tmp_path)
+    ids = token_ids(1, 20, {"vocab_size": 53})
+    expected = hf_logits(model, ids)
+    assert compare_arrays("logits", expected, hf_logits(GPT2LMHeadModel.from_pretrained(tmp_path), ids)).ok
+
+
+@pytest.mark.parametrize("missing", ["config.json", "model.safetensors"])
+def test_a_folder_missing_a_file_is_refused(checkpoint, tmp_path, missing):
+    _, directory = checkpoint
+    for name in ("config.json", "model.safetensors"):
+        if name != missing:
+            (tmp_path / name).write_bytes((directory / name).read_bytes())
+    with pytest.raises(ValueError, match=f"not a GPT-2 checkpoint folder: {missing} is missing"):
+        numpy_attn.load_hf_gpt2(tmp_path)
+
+
+def test_a_bert_checkpoint_is_refused(tmp_path):
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+    )
+    BertModel(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="holds a 'bert' model, not 'gpt2'"):
+        numpy_attn.load_hf_gpt2(tmp_path)
+    with pytest.raises(ValueError, match="holds a 'bert' model"):
+        jax_attn.GPTModel.from_hf_gpt2(tmp_path)
+
+
+def _copy_with_config(directory, target, **changes):
+    hf_config = json.loads((directory / "config.json").read_text()) | changes
+    (target / "config.json").write_text(json.dumps(hf_config))
+    (target / "model.safetensors").write_bytes((directory / "model.safetensors").read_bytes())
+
+
+def test_a_config_contradicting_the_weights_names_every_misfit(checkpoint, tmp_path):
+    _, directory = checkpoint
+    _copy_with_config(directory, tmp_path, n_layer=3, n_positions=32)
+    with pytest.raises(
+        ValueError, match=r"missing keys \['transformer\.h\.2\.attn.*mis-shaped keys: 'transformer\.wpe"
+    ):
+        numpy_attn.load_hf_gpt2(tmp_path)
+
+
+def test_an_unsupported_setting_is_refused(checkpoint, tmp_path):
+    _, directory = checkpoint
+    _copy_with_config(directory, tmp_path, activation_function="relu")
+    with pytest.raises(ValueError, match="activation_function='relu' is not supported"):
+        numpy_attn.load_hf_gpt2(tmp_path)
+
+
+def test_writing_checks_the_weights_against_the_config_first(tmp_path):
+    params = torch_ref.to_params(torch_model())
+    del params["final_norm.shift"]
+    with pytest.raises(ValueError, match=r"missing keys \['final_norm.shift'\]"):
+        numpy_attn.save_hf_gpt2(tmp_path / "out", params, TINY)
+    assert not os.path.exists(tmp_path / "out")  # nothing half-written

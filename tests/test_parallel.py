@@ -1,0 +1,245 @@
+"""jax_attn.parallel: sharded results equal single-device ones.
+
+The multi-device checks run once, in a subprocess with 8 host CPU devices
+(``tests/parallel_checks.py``); the tests here compare what it saved. The one-device cases
+(a ring of one, a mesh of one) and the bad-input errors run in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import AbstractMesh, AxisType
+from jax.sharding import PartitionSpec as P
+
+from jax_attn import GPTModel, MultiHeadAttention, attend
+from jax_attn.parallel import param_spec, ring_attention, shard_batch, shard_model
+from parity_tests.tolerances import tolerance_for
+from tests import parallel_checks
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def checks(tmp_path_factory) -> tuple[np.lib.npyio.NpzFile, dict]:
+    out = tmp_path_factory.mktemp("parallel")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(
+        [sys.executable, "-m", "tests.parallel_checks", str(out)], cwd=ROOT, env=env, check=True, timeout=600
+    )
+    return np.load(out / "arrays.npz"), json.loads((out / "measures.json").read_text())
+
+
+def assert_close(expected: np.ndarray, actual: np.ndarray, dtype=None) -> None:
+    rtol, atol = tolerance_for(dtype or expected.dtype, actual.dtype)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol + rtol * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("check", parallel_checks.CHECKS)
+def test_sharded_equals_single_device(checks, check):
+    arrays, _ = checks
+    expected, actual = arrays[f"{check}/expected"], arrays[f"{check}/actual"]
+    assert expected.shape == actual.shape
+    assert_close(expected, actual)
+
+
+@pytest.mark.parametrize("mesh", parallel_checks.RING_MESHES)
+def test_ring_output_is_sharded_over_tokens(checks, mesh):
+    _, measures = checks
+    _, _, axes, variants = parallel_checks.RING_MESHES[mesh]
+    expected = str(P(axes.get("batch_axis"), axes.get("head_axis"), "seq"))
+    for variant in variants:
+        assert measures[f"ring/{mesh}/{variant}/spec"] == expected
+
+
+def test_ring_memory_falls_with_the_ring(checks):
+    """Per-device temporaries, forward and backward, fall at least as 1/devices (the score block
+    is (T/P, T/P): they fall as 1/P^2)."""
+    _, measures = checks
+    for direction in ("forward", "backward"):
+        one = measures[f"ring_memory/1/{direction}"]
+        for size in parallel_checks.RING_SIZES[1:]:
+            assert measures[f"ring_memory/{size}/{direction}"] <= one / size
+
+
+def test_ring_never_holds_the_whole_sequence(checks):
+    """No array of the per-device program, forward or backward, has a T-long axis; the
+    single-device program does (the (T, T) scores)."""
+    _, measures = checks
+    num_tokens = parallel_checks.MEMORY_SHAPE[2]
+    assert num_tokens in measures["reference_dims"]
+    for size in parallel_checks.RING_SIZES[1:]:
+        assert max(measures[f"ring_dims/{size}"]) == num_tokens // size
+
+
+def test_data_parallel_gpt_memory_falls_with_devices(checks):
+    _, measures = checks
+    one = measures["gpt_memory/1"]
+    for size in parallel_checks.DATA_SIZES[1:]:
+        assert measures[f"gpt_memory/{size}"] <= 1.5 * one / size
+
+
+def test_gpt_weights_are_split_column_then_row(checks):
+    _, measures = checks
+    expected = {
+        "att.W_query.kernel": [None, "model"],  # column parallel: (in, out) split on out
+        "att.out_proj.kernel": ["model", None],  # row parallel: split on in
+        "ff.layers.0.bias": ["model"],
+        "ff.layers.2.kernel": ["model", None],
+        "tok_emb.embedding": [None, None],  # replicated
+    }
+    assert measures["gpt/data2_model4/specs"] == expected
+
+
+# one device, in this process
+
+
+def one_device_mesh(*names: str) -> jax.sharding.Mesh:
+    return jax.make_mesh((1,) * len(names), names, axis_types=(AxisType.Auto,) * len(names))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize(
+    "causal, padded, load_balance",
+    [(True, False, False), (True, True, True), (False, True, False)],  # as parallel_checks' variants
+)
+def test_ring_of_one_equals_attend(causal, padded, load_balance, dtype):
+    """Forward and gradients; half precision accumulates in float32 and comes back in its dtype."""
+    rng = np.random.default_rng(1)
+    queries, keys, values, weights = (jnp.asarray(rng.normal(size=(2, 3, 6, 4)), dtype) for _ in range(4))
+    padding_mask = jnp.asarray(rng.random((2, 6)) < 0.4) if padded else None
+    mesh = one_device_mesh("seq")
+
+    def single(q, k, v):
+        return attend(q, k, v, causal=causal, padding_mask=padding_mask)[0]
+
+    def ring(q, k, v):
+        return ring_attention(
+            q, k, v, mesh, causal=causal, padding_mask=padding_mask, load_balance=load_balance
+        )
+
+    expected, actual = single(queries, keys, values), ring(queries, keys, values)
+    assert actual.dtype == dtype
+    assert_close(np.asarray(expected, np.float32), np.asarray(actual, np.float32), dtype)
+    expected_grads, actual_grads = (
+        jax.grad(lambda q, k, v, f=f: (f(q, k, v) * weights).sum().astype(jnp.float32), argnums=(0, 1, 2))(
+            queries, keys, values
+        )
+        for f in (single, ring)
+    )
+    for expected, actual in zip(expected_grads, actual_grads, strict=True):
+        assert actual.dtype == dtype
+        assert_close(np.asarray(expected, np.float32), np.asarray(actual, np.float32), dtype)
+
+
+def test_ring_gives_zeros_for_a_fully_hidden_query():
+    """Query 0 of a causal ring sees only key 0; padding hides it: a zero row, zero gradients."""
+    queries = keys = values = jnp.ones((1, 1, 4, 2), jnp.float32)
+    padding_mask = jnp.asarray([[True, False, False, False]])
+    mesh = one_device_mesh("seq")
+    actual = ring_attention(queries, keys, values, mesh, padding_mask=padding_mask)
+    np.testing.assert_array_equal(np.asarray(actual[0, 0, 0]), [0.0, 0.0])
+    grad = jax.grad(lambda q: ring_attention(q, keys, values, mesh, padding_mask=padding_mask).sum())(queries)
+    assert np.isfinite(np.asarray(grad)).all()
+    np.testing.assert_array_equal(np.asarray(grad[0, 0, 0]), [0.0, 0.0])
+
+
+def test_mesh_of_one_runs_the_gpt_unchanged():
+    config = {
+        "vocab_size": 32, "context_length": 4, "emb_dim": 8, "n_heads": 2, "n_layers": 1,
+        "drop_rate": 0.0, "qkv_bias": False,
+    }  # fmt: skip
+    token_ids = jnp.asarray(np.random.default_rng(2).integers(0, 32, (2, 4)))
+    model = GPTModel(config, rngs=nnx.Rngs(0))
+    model.eval()
+    expected = model(token_ids)
+    mesh = one_device_mesh("data", "model")
+    actual = nnx.jit(lambda model, ids: model(ids))(shard_model(model, mesh), shard_batch(token_ids, mesh))
+    assert_close(np.asarray(expected), np.asarray(actual))
+
+
+# bad input
+
+SHAPE = (1, 2, 12, 4)  # (B, N, T, H)
+
+
+def test_ring_refuses_tokens_not_divisible_by_the_ring():
+    x = jnp.zeros(SHAPE)
+    with pytest.raises(
+        ValueError, match=r"T = 12 \(queries.shape\[2\]\) is not divisible by the size 8 of mesh axis 'seq'"
+    ):
+        ring_attention(x, x, x, AbstractMesh((8,), ("seq",)))
+    with pytest.raises(ValueError, match=r"T = 12 .* not divisible by twice the size 4 of mesh axis 'seq'"):
+        ring_attention(x, x, x, AbstractMesh((4,), ("seq",)), load_balance=True)
+
+
+@pytest.mark.parametrize("argument", ["axis_name", "batch_axis", "head_axis"])
+def test_ring_refuses_an_axis_not_in_the_mesh(argument):
+    x = jnp.zeros(SHAPE)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"{argument} 'tokens' is not an axis of the mesh; its axes are ('data', 'seq')"),
+    ):
+        ring_attention(x, x, x, AbstractMesh((1, 2), ("data", "seq")), **{argument: "tokens"})
+
+
+def test_ring_refuses_mismatched_shapes():
+    x = jnp.zeros(SHAPE)
+    mesh = AbstractMesh((2,), ("seq",))
+    with pytest.raises(ValueError, match=r"one \(B, N, T, H\) shape, got \(1, 2, 12, 4\), \(1, 2, 10, 4\)"):
+        ring_attention(x, jnp.zeros((1, 2, 10, 4)), x, mesh)
+    with pytest.raises(ValueError, match=r"padding_mask must be \(B, T\) = \(1, 12\), got \(1, 10\)"):
+        ring_attention(x, x, x, mesh, padding_mask=jnp.zeros((1, 10), bool))
+
+
+def test_sharding_refuses_axes_not_in_the_mesh_and_uneven_splits():
+    mesh = AbstractMesh((2, 4), ("data", "model"))
+    model = MultiHeadAttention(6, 6, 4, 0.0, num_heads=2, rngs=nnx.Rngs(0))
+    with pytest.raises(
+        ValueError,
+        match=re.escape("model_axis 'heads' is not an axis of the mesh; its axes are ('data', 'model')"),
+    ):
+        shard_model(model, mesh, model_axis="heads")
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "W_query.kernel of shape (6, 6): dimension 1 (6) is not divisible by the size 4 "
+            "of mesh axis 'model'"
+        ),
+    ):
+        param_spec("W_query.kernel", (6, 6), mesh)
+    with pytest.raises(
+        ValueError, match=re.escape("batch of shape (3, 4): B = 3 is not divisible by the size 2")
+    ):
+        shard_batch(jnp.zeros((3, 4)), mesh)
+
+
+@pytest.mark.parametrize(
+    "path, shape, expected",
+    [
+        ("trf_blocks.0.att.W_query.kernel", (8, 8), (None, "model")),  # column parallel: out axis
+        ("trf_blocks.0.att.W_value.bias", (8,), ("model",)),
+        ("Wqkv.kernel", (8, 24), (None, "model")),
+        ("trf_blocks.0.ff.layers.0.kernel", (8, 32), (None, "model")),
+        ("trf_blocks.0.att.out_proj.kernel", (8, 8), ("model", None)),  # row parallel: in axis
+        ("trf_blocks.0.att.out_proj.bias", (8,), ()),  # added after the all-reduce: replicated
+        ("Wo.kernel", (8, 8), ("model", None)),
+        ("trf_blocks.0.ff.layers.2.kernel", (32, 8), ("model", None)),
+        ("tok_emb.embedding", (32, 8), ()),
+        ("trf_blocks.0.norm1.scale", (8,), ()),
+        ("out_head.kernel", (8, 32), ()),
+    ],
+)
+def test_param_spec_by_path(path, shape, expected):
+    mesh = AbstractMesh((2, 2), ("data", "model"))
+    assert tuple(param_spec(path, shape, mesh)) == expected
