@@ -110,3 +110,14 @@ def test_dropout_is_off_in_eval_mode_and_on_in_train_mode():
     with_rng = numpy_attn.gpt_model(params, np.asarray(ids), config, rng=np.random.default_rng(0))
     keyed = jax_attn.gpt_model(params, ids, config, key=jax.random.key(0))
     assert not np.allclose(with_rng, expected) and not np.allclose(keyed, expected)
+
+
+def test_changing_later_tokens_leaves_earlier_logits_unchanged():
+    params = torch_ref.to_params(torch_model())
+    ids = token_ids(1, 12)
+    changed = ids.copy()
+    changed[:, 8:] = (changed[:, 8:] + 1) % TINY["vocab_size"]
+    expected = numpy_attn.gpt_model(params, ids, TINY)
+    actual = numpy_attn.gpt_model(params, changed, TINY)
+    assert compare_arrays("first 8 positions", expected[:, :8], actual[:, :8]).ok  # causal
+    assert not np.allclose(actual[:, 8:], expected[:, 8:])

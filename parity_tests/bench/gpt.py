@@ -209,8 +209,8 @@ def markdown_table(results: dict[str, Any]) -> str:
     for row in results["rows"]:
         prefill = row.get("prefill_tokens_per_s")
         cells = [
-            f"{prefill:,.0f}" if prefill is not None else "—",
-            f"{row['decode_tokens_per_s']:,.1f}",
+            f"{prefill:.3g}" if prefill is not None else "—",
+            f"{row['decode_tokens_per_s']:.3g}",
             "yes" if row["same_tokens_as_torch_ref"] else "no",
         ]
         lines.append(f"| {row['implementation']} | {' | '.join(cells)} |")
