@@ -7,10 +7,11 @@ weights handed to the function (``module.to_params()``), so both compute the sam
 calls are timed round-robin in every round: the function under ``jax.jit`` (the layer's
 constructor arguments static), the module under ``nnx.jit``, and the module under ``jax.jit``
 of ``nnx.merge`` (Flax's split/merge pattern, without ``nnx.jit``'s per-call graph walk). A
-round times ``--calls`` calls of each; the table gives the median time per call and the median
-of the per-round ratios module / function (below 1: the module is faster), and the ratio of the
-FLOPs that XLA's cost analysis counts in the two compiled programs. The two-dimensional
-classes (V1, V2) take one ``(T, D)`` sequence, the others ``(B, T, D)``.
+round times ``--calls`` calls of each (the order rotating from round to round); the table gives
+the median time per call and the median of the per-round ratios module / function (below 1:
+the module is faster), and the ratio of the FLOPs that XLA's cost analysis counts in the two
+compiled programs. The two-dimensional classes (V1, V2) take one ``(T, D)`` sequence, the
+others ``(B, T, D)``.
 """
 
 from __future__ import annotations
@@ -98,12 +99,15 @@ FUNCTION = {
 def time_calls(
     calls: dict[str, Callable[[], jax.Array]], rounds: int, per_round: int
 ) -> dict[str, list[float]]:
-    """Seconds per call of each, per round; every call runs once first (compilation)."""
+    """Seconds per call of each, per round; every call runs once first (compilation). Each
+    round starts with the next call, so that none always runs first."""
     for call in calls.values():
         call().block_until_ready()
     times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
+    names = list(calls)
+    for round_index in range(rounds):
+        for name in names[round_index % len(names) :] + names[: round_index % len(names)]:
+            call = calls[name]
             start = time.perf_counter()
             for _ in range(per_round):
                 out = call()

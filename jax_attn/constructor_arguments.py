@@ -58,9 +58,7 @@ def _primary_key(layer: str) -> str:
 
 
 def _evidence(layer: str, argument: str, params: Mapping[str, Any]) -> str:
-    """What in the weights fixes ``argument``: a shape, a bias present or absent, a head count."""
-    if argument == "num_heads":
-        return f"they hold {_held_heads(params)} heads"
+    """What in the weights fixes ``argument``: a shape, or a bias present or absent."""
     if argument.endswith("bias"):
         key = {"out_bias": "out_proj.bias", "bias": "Wqkv.bias"}.get(argument, "W_query.bias")
         key = "heads.0." + key if layer == "MultiHeadAttentionWrapper" else key
@@ -76,7 +74,7 @@ def _held_heads(params: Mapping[str, Any]) -> int:
 def _constructor_arguments(layer: str, params: Mapping[str, Any], **given: Any) -> dict[str, Any]:
     """Every argument in ``given``, plus the sizes and bias flags that ``params`` determine.
 
-    ``params`` is the layer's weights (any arrays; ``mask`` buffers are ignored). A given
+    ``params`` is the layer's weights (any arrays; causal-mask buffers are ignored). A given
     argument that contradicts the weights raises ValueError naming both values:
     ``d_in=8 contradicts the weights: W_query.weight has shape (4, 3), so d_in=3``.
     """
@@ -84,11 +82,9 @@ def _constructor_arguments(layer: str, params: Mapping[str, Any], **given: Any) 
         raise ValueError(f"unknown layer {layer!r}; known layers: {list(LAYERS)}")
     params = _without_buffers(layer, params)
     fields = _FROM_WEIGHTS[layer]
-    if "num_heads" in fields:  # the wrapper: one set of weights per head
-        num_heads = _held_heads(params)
-    else:
-        num_heads = given.get("num_heads", 1)
-    dims = infer_dims(layer, params, num_heads)
+    # the wrapper holds one set of weights per head (infer_dims names a num_heads that disagrees)
+    default_heads = _held_heads(params) if "num_heads" in fields else 1
+    dims = infer_dims(layer, params, given.get("num_heads", default_heads))
     arguments = dict(given)
     for argument, field in fields.items():
         inferred = getattr(dims, field)

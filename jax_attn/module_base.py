@@ -91,7 +91,7 @@ class AttentionModule(nnx.Module):
     @classmethod
     def from_params(cls, params: Mapping[str, Any], /, **arguments: Any) -> Self:
         """A module holding ``params``: the project's weights format (NumPy, JAX or torch arrays;
-        a torch ``state_dict()`` as it is, its ``mask`` buffers ignored), checked as
+        a torch ``state_dict()`` as it is, its causal-mask buffers ignored), checked as
         ``load_params`` does.
 
         ``arguments`` are the constructor's, by name: the sizes and bias flags are read from the
@@ -222,7 +222,7 @@ class AttentionModule(nnx.Module):
 
     def load_params(self, params: Mapping[str, Any]) -> Self:
         """Copy torch-format weights in (NumPy, JAX or torch arrays; a torch ``state_dict()``'s
-        ``mask`` buffers ignored), in place, and return the module.
+        causal-mask buffers ignored), in place, and return the module.
 
         Every key and shape is checked first (one error names every missing, unexpected and
         mis-shaped key), then every value must be finite; values are cast to the module's dtype

@@ -95,7 +95,7 @@ CONTRADICTIONS = {
     "SelfAttentionV1": ("d_in", 7, r"W_query has shape \(5, 8\)", 5),
     "SelfAttentionV2": ("d_out", 4, r"W_query.weight has shape \(8, 5\)", 8),
     "CausalAttention": ("qkv_bias", False, r"W_query.bias is present", True),
-    "MultiHeadAttentionWrapper": ("num_heads", 3, r"they hold 2 heads", 2),
+    "MultiHeadAttentionWrapper": ("d_out", 4, r"heads.0.W_query.weight has shape \(8, 5\)", 8),
     "MultiHeadAttention": ("d_in", 8, r"W_query.weight has shape \(8, 5\)", 5),
     "FusedSingleHeadAttention": ("hidden_size", 12, r"Wqkv.weight has shape \(6, 8\)", 8),
     "FusedMultiHeadAttention": ("bias", False, r"Wqkv.bias is present", True),
@@ -304,4 +304,3 @@ def test_signatures_are_the_torch_constructors_plus_flax_keywords(layer):
     module = getattr(jax_attn, layer).from_params(to_params(case.build_torch()), **case.kwargs())
     call = inspect.signature(module).parameters  # a module's signature is its call's
     assert next(iter(call)) == "x" and "return_steps" in call
-
