@@ -140,11 +140,10 @@ def _checked_arrays(params: Mapping[str, Any], suffix: str) -> dict[str, np.ndar
     for name, value in params.items():
         if not isinstance(name, str):
             raise TypeError(f"params keys must be str, got {name!r} ({type(name).__name__})")
-        if name in _RESERVED or "\0" in name:
-            raise ValueError(
-                f"params[{name!r}]: the names {list(_RESERVED)} are reserved by the weight files "
-                "and names may not hold a NUL character"
-            )
+        if name in _RESERVED:
+            raise ValueError(f"params[{name!r}]: the names {list(_RESERVED)} are reserved by weight files")
+        if "\0" in name:
+            raise ValueError(f"params[{name!r}]: names may not hold a NUL character (zip cuts them there)")
         check_array(f"params[{name!r}]", value)
         array = np.asarray(value)
         if array.ndim == 0:
