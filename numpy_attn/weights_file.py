@@ -140,11 +140,10 @@ def _checked_arrays(params: Mapping[str, Any], suffix: str) -> dict[str, np.ndar
     for name, value in params.items():
         if not isinstance(name, str):
             raise TypeError(f"params keys must be str, got {name!r} ({type(name).__name__})")
-        if name in _RESERVED or "\0" in name:
-            raise ValueError(
-                f"params[{name!r}]: the names {list(_RESERVED)} are reserved by the weight files "
-                "and names may not hold a NUL character"
-            )
+        if name in _RESERVED:
+            raise ValueError(f"params[{name!r}]: the names {list(_RESERVED)} are reserved by weight files")
+        if "\0" in name:
+            raise ValueError(f"params[{name!r}]: names may not hold a NUL character (zip cuts them there)")
         check_array(f"params[{name!r}]", value)
         check_numpy_dtype(f"params[{name!r}]", value)
         array = np.asarray(value)
@@ -164,10 +163,10 @@ def _checked_arrays(params: Mapping[str, Any], suffix: str) -> dict[str, np.ndar
     return arrays
 
 
-def _digest(entries: list[list[Any]], data: bytes | list[bytes]) -> str:
+def _digest(entries: list[list[Any]], chunks: list[bytes]) -> str:
     """SHA-256 of a file's entries (name, dtype, shape[, offsets]) and its data."""
     digest = hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode())
-    for chunk in [data] if isinstance(data, bytes) else data:
+    for chunk in chunks:
         digest.update(chunk)
     return digest.hexdigest()
 
@@ -185,7 +184,7 @@ def _safetensors_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     data = b"".join(array.tobytes() for array in arrays.values())
     header["__metadata__"] = {
         _RECORD_KEYS: json.dumps(list(arrays)),
-        _RECORD_DIGEST: _digest(_safetensors_entries(header), data),
+        _RECORD_DIGEST: _digest(_safetensors_entries(header), [data]),
     }
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the format pads the header to 8 bytes
@@ -248,10 +247,9 @@ def _is_index(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _check_shape(shape: Any, key: str, path: str) -> list[int]:
-    if not (isinstance(shape, (list, tuple)) and len(shape) <= _MAX_RANK and all(map(_is_index, shape))):
-        raise ValueError(f"{path}: tensor {key!r} has an invalid shape {shape!r}")
-    return list(shape)
+def _check_shape(shape: Any, key: str, path: str) -> None:
+    if not (isinstance(shape, list) and len(shape) <= _MAX_RANK and all(map(_is_index, shape))):
+        raise ValueError(f"{path}: tensor {key!r} has an invalid shape {_preview(shape)}")
 
 
 def _safetensors_entries(header: Mapping[str, Any]) -> list[list[Any]]:
@@ -322,7 +320,7 @@ def _parse_safetensors(blob: bytes, path: str) -> dict[str, np.ndarray]:
         )
     if _RECORD_KEYS in metadata or _RECORD_DIGEST in metadata:  # written by save_weights
         recorded = (metadata.get(_RECORD_KEYS), metadata.get(_RECORD_DIGEST))
-        if recorded != (json.dumps(list(header)), _digest(_safetensors_entries(header), data)):
+        if recorded != (json.dumps(list(header)), _digest(_safetensors_entries(header), [data])):
             raise ValueError(
                 f"{path} was altered: its names, dtypes, shapes, offsets or data do not match "
                 "the SHA-256 recorded when it was saved"
