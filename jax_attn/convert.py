@@ -21,9 +21,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["as_jax", "as_jax_params", "flax_value", "torch_name", "torch_value"]
+__all__ = ["as_jax", "as_jax_params", "flax_path", "flax_value", "torch_name", "torch_value"]
 
 Path = tuple[str | int, ...]
+
+
+def flax_path(name: str) -> Path:
+    """The Flax module path of a torch state_dict name (the inverse of ``torch_name``)."""
+    parts: list[str | int] = [int(p) if p.isdigit() else p for p in name.split(".")]
+    return (*parts[:-1], "kernel") if parts[-1] == "weight" else tuple(parts)
 
 
 def torch_name(path: Path) -> str:

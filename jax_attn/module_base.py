@@ -14,11 +14,10 @@ import numpy as np
 from flax import nnx
 
 from jax_attn.attend import attend
-from jax_attn.constructor_arguments import _constructor_arguments, _without_buffers
 from jax_attn.convert import as_jax_params, flax_value, torch_name, torch_value
 from jax_attn.heads import merge_heads, split_heads
 from numpy_attn.implementation import check_implementation
-from numpy_attn.spec import LAYERS, infer_dims, param_shapes
+from numpy_attn.spec import LAYERS, constructor_arguments, infer_dims, param_shapes, without_buffers
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     JAX_FLOATS,
@@ -29,7 +28,10 @@ from numpy_attn.validation import (
     check_size,
 )
 
-__all__ = ["AttentionModule", "torch_linear", "torch_uniform"]
+__all__ = ["MODULE_OPTIONS", "AttentionModule", "torch_linear", "torch_uniform"]
+
+# the constructor arguments of a Flax module that its torch class does not have
+MODULE_OPTIONS = ("dtype", "implementation", "block_size", "rngs")
 
 
 def torch_uniform(low: float, high: float) -> Callable[..., jax.Array]:
@@ -101,13 +103,13 @@ class AttentionModule(nnx.Module):
         the module draws dropout masks from its ``dropout`` stream in train mode; without, it
         starts in eval mode and has no stream.
         """
-        weights = as_jax_params(_without_buffers(cls.layer, params))
-        arguments = _constructor_arguments(cls.layer, weights, **arguments)
-        rngs = arguments.pop("rngs", None)
-        if "dropout" in inspect.signature(cls).parameters:
-            arguments.setdefault("dropout", 0.0)
-        arguments.setdefault("dtype", next(v.dtype for v in weights.values() if hasattr(v, "dtype")))
-        module = cls(**arguments, rngs=nnx.Rngs(0) if rngs is None else rngs)  # weights overwritten
+        options = {name: arguments.pop(name) for name in MODULE_OPTIONS if name in arguments}
+        weights = as_jax_params(without_buffers(cls.layer, params))
+        arguments = constructor_arguments(cls.layer, weights, **arguments)  # the torch class's
+        rngs = options.pop("rngs", None)
+        options.setdefault("dtype", next(v.dtype for v in weights.values() if hasattr(v, "dtype")))
+        # any stream builds the module: its weights are overwritten by load_params
+        module = cls(**arguments, **options, rngs=nnx.Rngs(0) if rngs is None else rngs)
         if rngs is None and hasattr(module, "deterministic"):
             module._init_dropout(None)
         return module.load_params(weights)
@@ -229,7 +231,7 @@ class AttentionModule(nnx.Module):
         (as torch's ``load_state_dict`` does). With ``to_params``, the only place where torch's
         layout becomes Flax's.
         """
-        params = as_jax_params(_without_buffers(self.layer, params))
+        params = as_jax_params(without_buffers(self.layer, params))
         variables = self._param_variables()
         expected = {name: torch_value(path, var[...]).shape for name, (path, var) in variables.items()}
         check_params(params, expected, layer=self.layer)

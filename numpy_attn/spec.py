@@ -48,6 +48,7 @@ __all__ = [
     "param_shapes",
     "parameter_names",
     "step_names",
+    "without_buffers",
 ]
 
 QKV = ("W_query", "W_key", "W_value")
@@ -307,6 +308,14 @@ def check_sizes(layer: str, arguments: Mapping[str, Any]) -> None:
         )
 
 
+def without_buffers(layer: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The weights of a torch ``state_dict()`` of ``layer``: its buffers (``mask``,
+    ``heads.{i}.mask``, ``causal_mask``) left out, every other key kept for the checks to name."""
+    check_mapping(params)
+    buffers = layer_spec(layer).buffers
+    return {name: value for name, value in params.items() if name.rsplit(".", 1)[-1] not in buffers}
+
+
 def constructor_arguments(layer: str, params: Mapping[str, Any], **given: Any) -> dict[str, Any]:
     """The full keyword arguments of the torch class ``layer``'s constructor for weights ``params``.
 
@@ -319,8 +328,7 @@ def constructor_arguments(layer: str, params: Mapping[str, Any], **given: Any) -
     missing, unexpected and mis-shaped weight; TypeError for an argument the class does not take.
     """
     spec = layer_spec(layer)
-    check_mapping(params)
-    weights = {k: v for k, v in params.items() if k.rsplit(".", 1)[-1] not in spec.buffers}
+    weights = without_buffers(layer, params)
     arguments = _read(spec, weights, given)
     missing = [name for name in spec.constructor if name not in arguments]
     if missing:
