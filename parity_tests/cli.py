@@ -4,7 +4,7 @@
     attn-parity trace CLASS [--framework numpy|jax|jax-jit|flax] [--dtype D] [--shape S]
     attn-parity walkthrough [--stage NAME] [--list]
     attn-parity heatmap CLASS [--out PATH]
-    attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--readme README.md]
+    attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--out DIR] [--readme README.md]
 
 Exit codes: 0 when everything compared matches, 1 when something does not, 2 for bad usage.
 """
@@ -176,6 +176,7 @@ def _bench(args: argparse.Namespace) -> int:
     from parity_tests.bench.output import markdown_table
 
     print(markdown_table(results))
+    print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 
@@ -213,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     heatmap.set_defaults(run=_heatmap)
 
     from parity_tests.bench.implementations import IMPLEMENTATIONS, SHAPES
+    from parity_tests.bench.output import SCRATCH_FOLDER
 
     bench = commands.add_parser("bench", help="time and memory of every implementation (slow)")
     bench.add_argument("--shape", nargs="+", default=list(SHAPES), choices=list(SHAPES))
@@ -222,7 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=5, help="round-robin rounds (medians)")
     bench.add_argument("--no-memory", action="store_true", help="skip the fresh-process memory runs")
     bench.add_argument("--no-decode", action="store_true", help="skip the KV-cache decoding runs")
-    bench.add_argument("--out", default="benchmarks", help="folder for results.json and results.png")
+    bench.add_argument(
+        "--out",
+        default=SCRATCH_FOLDER,
+        help=f"folder for results.json and results.png (default {SCRATCH_FOLDER}, gitignored: the committed "
+        "results in benchmarks/ change only when --out names them)",
+    )
     bench.add_argument("--readme", help="update this README's table between the bench markers")
     bench.set_defaults(run=_bench)
     return parser

@@ -76,3 +76,23 @@ def test_decode_speed_reports_both_paths():
     result = decode_speed("numpy", tokens=32, steps=2, rounds=1)
     assert result["cached_tokens_per_s"] > 0 and result["recompute_tokens_per_s"] > 0
     assert np.isclose(result["speedup"], result["cached_tokens_per_s"] / result["recompute_tokens_per_s"])
+
+
+def test_bench_writes_to_the_scratch_folder_unless_out_names_another(tmp_path, monkeypatch):
+    """A plain ``attn-parity bench`` leaves the committed benchmarks/ alone; ``--out`` chooses."""
+    from parity_tests import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("parity_tests.bench.run.gemm_peak", lambda: 100.0)  # skip the 4096^3 GEMMs
+    committed = tmp_path / "benchmarks" / "results.json"
+    committed.parent.mkdir()
+    committed.write_text("committed")
+    arguments = ["bench", "--shape", "B2_T6_d3to4", "--implementation", "torch_sdpa", "numpy_auto",
+                 "--rounds", "1", "--no-memory", "--no-decode"]  # fmt: skip
+    assert cli.main(arguments) == 0
+    assert committed.read_text() == "committed"
+    written = json.loads((tmp_path / "out" / "bench" / "results.json").read_text())
+    assert [row["implementation"] for row in written["results"]] == ["torch_sdpa", "numpy_auto"]
+    assert (tmp_path / "out" / "bench" / "results.png").read_bytes()[:4] == b"\x89PNG"
+    assert cli.main([*arguments, "--out", "benchmarks"]) == 0
+    assert json.loads(committed.read_text())["rounds"] == 1

@@ -6,8 +6,11 @@ import json
 import os
 from typing import Any
 
-__all__ = ["markdown_table", "update_readme", "write_chart", "write_json"]
+__all__ = ["SCRATCH_FOLDER", "markdown_table", "update_readme", "write_chart", "write_json"]
 
+# where ``attn-parity bench`` writes unless ``--out`` says otherwise (gitignored): a run never
+# replaces the committed results in benchmarks/ by accident
+SCRATCH_FOLDER = "out/bench"
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
