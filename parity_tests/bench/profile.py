@@ -155,9 +155,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shape", nargs="+", default=["B8_T1024", "B1_T4096"], choices=list(SHAPES))
     parser.add_argument("--rounds", type=int, default=3, help="round-robin rounds (medians)")
     args = parser.parse_args(argv)
-    rows = [row for shape in args.shape for row in profile_stages(shape, args.rounds)]
-    print(f"float32 GEMM peak: {rows[0]['gemm_peak_gflops']:.0f} GFLOP/s")
-    print(markdown_profile(rows))
+    for shape in args.shape:  # one table per shape, printed as soon as it is measured
+        rows = profile_stages(shape, args.rounds)
+        print(f"{shape}: float32 GEMM peak in the same process {rows[0]['gemm_peak_gflops']:.0f} GFLOP/s")
+        print(markdown_profile(rows), flush=True)
 
 
 if __name__ == "__main__":
