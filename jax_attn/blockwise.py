@@ -9,12 +9,15 @@ in cache: on a 2-core CPU at B=8, T=1024 and B=1, T=4096 this core is ~1.2x fast
 whose blocks span every head.
 Key blocks that the causal mask hides entirely are skipped with ``lax.switch``, which halves the
 work of causal attention and stays differentiable; the mask is applied only to blocks that hide
-some key (the diagonal blocks, or every block with padding). T and S need not divide by
-``block_size``: the last blocks are padded, and padded keys are hidden. Heads split from
-``(B, T, E)`` projections are read and written in that token-major layout, so that XLA copies
-no whole ``(B, N, T, H)`` array on the way in or out. ``blockwise_self_attention`` (the
-multi-head layers' blockwise path) starts from the layer input instead: each head's queries,
-keys and values are projected inside the loop over heads, so no whole projection exists.
+some key (the diagonal blocks, or every block with padding). Blocks never exceed the sequence
+and are cut as equal as possible (numpy_attn's ``fit_block_size``); when T or S does not divide
+into them, the last block is padded (by fewer rows than there are blocks) and padded keys are
+hidden. Heads split from ``(B, T, E)`` projections are read and written in that token-major
+layout, so that XLA copies no whole ``(B, N, T, H)`` array on the way in or out.
+``blockwise_self_attention`` (the multi-head layers' blockwise path) starts from the layer
+input instead: each head's queries, keys and values are projected inside the loop over heads,
+so no whole projection exists. numpy_attn's ``blockwise.py`` mirrors this module function for
+function (with the batch as one axis of every block instead of a loop).
 """
 
 from __future__ import annotations
@@ -27,21 +30,12 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.linear import linear
+from numpy_attn.blockwise import fit_block_size, token_major
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.validation import JAX_FLOATS, check_blockwise_args, check_self_attention_args
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention", "blockwise_self_attention"]
 
-
-
-def _token_major(x: jax.Array) -> jax.Array:
-    """``(..., T, H) -> (B, T, N, H)``: ``(B, N, T, H)`` swapped (a view of split heads), ``(B, T, H)``
-    and ``(T, H)`` with unit axes; more leading axes are folded into N."""
-    if x.ndim == 2:
-        return x[None, :, None, :]
-    if x.ndim == 3:
-        return x[:, :, None, :]
-    return jnp.swapaxes(x.reshape(x.shape[0], -1, *x.shape[-2:]), 1, 2)
 
 
 def _pad_to_blocks(x: jax.Array, block_size: int, axis: int) -> jax.Array:
@@ -81,17 +75,17 @@ def blockwise_attention(
         num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
         dropout=dropout, attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
     )  # fmt: skip
-    padded_queries = _pad_to_blocks(_token_major(queries), block_size, 1)  # (B, Tp, N, H)
-    padded_keys = _pad_to_blocks(_token_major(keys), block_size, 1)  # (B, Sp, N, H)
-    padded_values = _pad_to_blocks(_token_major(values), block_size, 1)  # (B, Sp, N, Hv)
+    major_queries = token_major(queries)  # (B, T, N, H)
+    major_keys = token_major(keys)  # (B, S, N, H)
+    major_values = token_major(values)  # (B, S, N, Hv)
 
     def head_inputs(b: jax.Array, n: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         def of_head(x: jax.Array) -> jax.Array:  # (B, L, N, H) -> this head's (L, H)
             return jax.lax.dynamic_slice(x, (b, 0, n, 0), (1, x.shape[1], 1, x.shape[3]))[0, :, 0]
 
-        return of_head(padded_queries), of_head(padded_keys), of_head(padded_values)
+        return of_head(major_queries), of_head(major_keys), of_head(major_values)
 
-    batch, _, num_heads, _ = padded_queries.shape
+    batch, _, num_heads, _ = major_queries.shape
     context_vec = _heads_blockwise(
         head_inputs, batch=batch, num_heads=num_heads, num_queries=num_queries, num_keys=num_keys,
         head_dim=values.shape[-1], dtype=queries.dtype, causal=causal, padding_mask=padding_mask,
@@ -137,7 +131,6 @@ def blockwise_self_attention(
         dropout=dropout, attn_keep_mask=attn_keep_mask,
         keep_shape=(batch, num_heads, num_tokens, num_tokens),
     )  # fmt: skip
-    padded_x = _pad_to_blocks(x, block_size, 1)  # (B, Tp, D): padded tokens are hidden keys
     # (3E, D) -> (N, 3H, D): head n's query, key and value rows, next to each other
     head_weights = jnp.swapaxes(weight.reshape(3, num_heads, head_dim, d_in), 0, 1)
     head_weights = head_weights.reshape(num_heads, 3 * head_dim, d_in)
@@ -145,8 +138,8 @@ def blockwise_self_attention(
 
     def head_inputs(b: jax.Array, n: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         head_bias = None if head_biases is None else head_biases[n].reshape(-1)  # (3H,)
-        projected = linear(padded_x[b], head_weights[n], head_bias)  # (Tp, 3H)
-        return tuple(jnp.split(projected, 3, axis=-1))  # queries, keys, values: 3 x (Tp, H)
+        projected = linear(x[b], head_weights[n], head_bias)  # (T, 3H)
+        return tuple(jnp.split(projected, 3, axis=-1))  # queries, keys, values: 3 x (T, H)
 
     context_vec = _heads_blockwise(
         head_inputs, batch=batch, num_heads=num_heads, num_queries=num_tokens, num_keys=num_tokens,
@@ -173,44 +166,50 @@ def _heads_blockwise(
     block_size: int,
 ) -> jax.Array:
     """The blockwise loops over every head: ``head_inputs(b, n)`` gives head (b, n)'s queries
-    ``(Tp, H)`` and keys and values ``(Sp, H)``, padded to whole blocks; returns the context in
-    token-major ``(B, T, N, Hv)`` layout."""
+    ``(T, H)`` and keys and values ``(S, H)``; returns the context in token-major
+    ``(B, T, N, Hv)`` layout."""
     dropping = dropout is not None and (key is not None or attn_keep_mask is not None)
-    padded_length = -(-num_queries // block_size) * block_size  # Tp
-    padded_keys = -(-num_keys // block_size) * block_size  # Sp
-    num_key_blocks = padded_keys // block_size
+    query_block_size = fit_block_size(block_size, num_queries)  # bq
+    key_block_size = fit_block_size(block_size, num_keys)  # bk (= bq when causal: T = S)
+    padded_length = -(-num_queries // query_block_size) * query_block_size  # Tp
+    padded_keys = -(-num_keys // key_block_size) * key_block_size  # Sp
+    num_key_blocks = padded_keys // key_block_size
     hidden = jnp.broadcast_to(jnp.arange(padded_keys) >= num_keys, (batch, padded_keys))  # (B, Sp)
     if padding_mask is not None:
-        hidden = hidden | _pad_to_blocks(padding_mask, block_size, -1)
+        hidden = hidden | _pad_to_blocks(padding_mask, key_block_size, -1)
     # without padding, only a causal diagonal block (or, without causality, a padded key) hides keys
-    mask_every_block = padding_mask is not None or (not causal and num_keys % block_size != 0)
+    mask_every_block = padding_mask is not None or (not causal and num_keys % key_block_size != 0)
     keep_mask = None
     if attn_keep_mask is not None:
         keep_mask = attn_keep_mask.reshape(batch, num_heads, num_queries, num_keys)
-        keep_mask = _pad_to_blocks(_pad_to_blocks(keep_mask, block_size, -1), block_size, -2)
-    positions = jnp.arange(block_size)
-    block = functools.partial(jax.lax.dynamic_slice_in_dim, slice_size=block_size)
+        keep_mask = _pad_to_blocks(_pad_to_blocks(keep_mask, key_block_size, -1), query_block_size, -2)
+    query_slice = functools.partial(jax.lax.dynamic_slice_in_dim, slice_size=query_block_size)
+    key_slice = functools.partial(jax.lax.dynamic_slice_in_dim, slice_size=key_block_size)
 
     def after_query(qi: jax.Array, ki: jax.Array) -> jax.Array:
         """(bq, bk) bool, True where key block ``ki``'s key comes after query block ``qi``'s query."""
-        return (ki * block_size + positions)[None, :] > (qi * block_size + positions)[:, None]
+        key_positions = ki * key_block_size + jnp.arange(key_block_size)
+        return key_positions[None, :] > (qi * query_block_size + jnp.arange(query_block_size))[:, None]
 
     def one_head(head: jax.Array, context_vec: jax.Array) -> jax.Array:
         b, n = head // num_heads, head % num_heads
-        head_queries, head_keys, head_values = head_inputs(b, n)  # (Tp, H), (Sp, H), (Sp, Hv)
+        head_queries, head_keys, head_values = head_inputs(b, n)  # (T, H), (S, H), (S, Hv)
         head_queries = head_queries * jnp.asarray(1 / head_queries.shape[-1] ** 0.5, dtype)
+        head_queries = _pad_to_blocks(head_queries, query_block_size, 0)  # (Tp, H)
+        head_keys = _pad_to_blocks(head_keys, key_block_size, 0)  # (Sp, H): padded keys are hidden
+        head_values = _pad_to_blocks(head_values, key_block_size, 0)  # (Sp, Hv)
         head_hidden = hidden[b]  # (Sp,)
         head_keep = None if keep_mask is None else keep_mask[b, n]  # (Tp, Sp)
         head_key = None if key is None else jax.random.fold_in(key, head)
 
         def one_query_block(qi: jax.Array, head_context: jax.Array) -> jax.Array:
-            query_block = block(head_queries, qi * block_size)  # (bq, H)
+            query_block = query_slice(head_queries, qi * query_block_size)  # (bq, H)
 
             def step(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array], masked: bool):
                 running_max, running_sum, acc = carry
-                scores = query_block @ block(head_keys, ki * block_size).T  # (bq, bk)
+                scores = query_block @ key_slice(head_keys, ki * key_block_size).T  # (bq, bk)
                 if masked:
-                    block_hidden = block(head_hidden, ki * block_size)[None, :]  # (1, bk)
+                    block_hidden = key_slice(head_hidden, ki * key_block_size)[None, :]  # (1, bk)
                     if causal:
                         block_hidden = block_hidden | after_query(qi, ki)  # (bq, bk)
                     scores = jnp.where(block_hidden, -jnp.inf, scores)
@@ -221,12 +220,13 @@ def _heads_blockwise(
                 running_sum = running_sum * correction + weights.sum(axis=-1, keepdims=True)
                 if dropping:
                     if head_keep is not None:
-                        keep = block(block(head_keep, qi * block_size, axis=0), ki * block_size, axis=1)
+                        query_rows = query_slice(head_keep, qi * query_block_size, axis=0)  # (bq, Sp)
+                        keep = key_slice(query_rows, ki * key_block_size, axis=1)  # (bq, bk)
                     else:
                         pair_key = jax.random.fold_in(head_key, qi * num_key_blocks + ki)
                         keep = jax.random.bernoulli(pair_key, 1 - dropout, weights.shape)
                     weights = weights * keep / (1 - dropout)
-                acc = acc * correction + weights @ block(head_values, ki * block_size)
+                acc = acc * correction + weights @ key_slice(head_values, ki * key_block_size)  # (bq, Hv)
                 return block_max, running_sum, acc
 
             def visit(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]):
@@ -240,18 +240,19 @@ def _heads_blockwise(
                 return jax.lax.switch(jnp.sign(ki - qi) + 1, branches, ki, carry)
 
             init = (
-                jnp.full((block_size, 1), -jnp.inf, dtype),
-                jnp.zeros((block_size, 1), dtype),
-                jnp.zeros((block_size, head_dim), dtype),
+                jnp.full((query_block_size, 1), -jnp.inf, dtype),
+                jnp.zeros((query_block_size, 1), dtype),
+                jnp.zeros((query_block_size, head_dim), dtype),
             )
             _, running_sum, acc = jax.lax.fori_loop(0, num_key_blocks, visit, init)
             result = acc * (1 / jnp.where(running_sum == 0, 1, running_sum))  # (bq, Hv)
-            return jax.lax.dynamic_update_slice_in_dim(head_context, result, qi * block_size, axis=0)
+            return jax.lax.dynamic_update_slice_in_dim(head_context, result, qi * query_block_size, axis=0)
 
         head_context = jnp.zeros((padded_length, head_dim), dtype)
-        head_context = jax.lax.fori_loop(0, padded_length // block_size, one_query_block, head_context)
-        return jax.lax.dynamic_update_slice(context_vec, head_context[None, :, None, :], (b, 0, n, 0))
+        num_query_blocks = padded_length // query_block_size
+        head_context = jax.lax.fori_loop(0, num_query_blocks, one_query_block, head_context)  # (Tp, Hv)
+        head_context = head_context[None, :num_queries, None, :]  # (1, T, 1, Hv)
+        return jax.lax.dynamic_update_slice(context_vec, head_context, (b, 0, n, 0))
 
-    context_vec = jnp.zeros((batch, padded_length, num_heads, head_dim), dtype)
-    context_vec = jax.lax.fori_loop(0, batch * num_heads, one_head, context_vec)  # (B, Tp, N, Hv)
-    return context_vec[:, :num_queries]
+    context_vec = jnp.zeros((batch, num_queries, num_heads, head_dim), dtype)
+    return jax.lax.fori_loop(0, batch * num_heads, one_head, context_vec)  # (B, T, N, Hv)

@@ -1,14 +1,22 @@
 """Blockwise attention: the same result as ``scaled_dot_product_attention`` in O(T) memory.
 
-Queries are taken ``block_size`` at a time and keys ``block_size`` at a time; a running maximum
-``m``, a running sum ``l`` and a running output ``acc`` per query (the "online softmax") replace
-the (T, S) weight matrix, and key blocks that the causal mask hides entirely are skipped, which
-halves the work of causal attention. Only (block_size, block_size) scores exist at any time.
-``blockwise_self_attention`` runs it one head at a time from the layer input, projecting each
-head's queries, keys and values as it goes (the multi-head layers' blockwise path).
+One head at a time (a loop over heads; the batch is one axis of every block), queries are taken
+``block_size`` at a time and, for each query block, keys ``block_size`` at a time; a running
+maximum ``m``, a running sum ``l`` and a running output ``acc`` per query (the "online softmax")
+replace the (T, S) weights, and key blocks that the causal mask hides entirely are skipped,
+which halves the work of causal attention. Only (B, block_size, block_size) scores exist at any
+time. Blocks never exceed the sequence and are cut as equal as possible (``fit_block_size``).
+Heads split from ``(B, T, E)`` projections are read and written in that token-major layout, so
+that merging the heads back is a view, not a copy. ``blockwise_self_attention`` (the
+multi-head layers' blockwise path) starts from the layer input instead: each head's queries,
+keys and values are projected inside the loop over heads, so no whole projection exists.
+jax_attn's ``blockwise.py`` mirrors this module function for function.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -16,8 +24,34 @@ from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.linear import linear
 from numpy_attn.validation import NUMPY_FLOATS, check_blockwise_args, check_self_attention_args
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention", "blockwise_self_attention"]
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "blockwise_attention",
+    "blockwise_self_attention",
+    "fit_block_size",
+    "token_major",
+]
 
+
+
+def fit_block_size(block_size: int, length: int) -> int:
+    """The block size used on a sequence of ``length``: as few blocks as ``block_size`` allows,
+    cut as equal as possible, so that a block never exceeds the sequence and the last one is
+    short by less than one row per block (1000 tokens, ``block_size=512``: two blocks of 500;
+    6 tokens, ``block_size=10**9``: one block of 6). Both packages use it, so that jax_attn,
+    which pads the last block, pads fewer than one row per block."""
+    num_blocks = max(1, -(-length // block_size))
+    return max(1, -(-length // num_blocks))
+
+
+def token_major(x: Any) -> Any:
+    """``(..., T, H) -> (B, T, N, H)``: ``(B, N, T, H)`` swapped (a view of split heads), ``(B, T, H)``
+    and ``(T, H)`` with unit axes; more leading axes are folded into N. NumPy or JAX arrays."""
+    if x.ndim == 2:
+        return x[None, :, None, :]
+    if x.ndim == 3:
+        return x[:, :, None, :]
+    return x.reshape(x.shape[0], -1, *x.shape[-2:]).swapaxes(1, 2)
 
 
 def blockwise_attention(
@@ -46,48 +80,25 @@ def blockwise_attention(
         num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
         dropout=dropout, attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
     )  # fmt: skip
-    scale = 1 / queries.shape[-1] ** 0.5
-    hidden_keys = None if padding_mask is None else padding_mask[:, None, None, :]  # (B, 1, 1, S)
-    dropping = dropout is not None and (rng is not None or attn_keep_mask is not None)
-    # laid out in memory as queries are (order "K"): for heads split from (B, T, E) projections,
-    # (B, T, N, H) memory, so that merging the heads back is a view, not a copy
-    context_vec = np.empty_like(queries, shape=queries.shape[:-1] + values.shape[-1:])
-    for q0 in range(0, num_queries, block_size):
-        q1 = min(q0 + block_size, num_queries)
-        query_block = queries[..., q0:q1, :] * np.asarray(scale, queries.dtype)  # (..., tq, H)
-        running_max = np.full((*query_block.shape[:-1], 1), -np.inf, dtype=queries.dtype)
-        running_sum = np.zeros_like(running_max)
-        acc = np.zeros(query_block.shape[:-1] + values.shape[-1:], dtype=queries.dtype)
-        last_key = q1 if causal else num_keys  # keys after the block's last query are all hidden
-        for k0 in range(0, min(last_key, num_keys), block_size):
-            k1 = min(k0 + block_size, num_keys)
-            scores = query_block @ np.swapaxes(keys[..., k0:k1, :], -1, -2)  # (..., tq, tk)
-            hidden = None
-            if causal and k1 - 1 > q0:  # a block on the diagonal
-                hidden = np.arange(k0, k1)[None, :] > np.arange(q0, q1)[:, None]  # (tq, tk)
-            if hidden_keys is not None:
-                block_padding = hidden_keys[..., k0:k1]
-                hidden = block_padding if hidden is None else hidden | block_padding
-            if hidden is not None:
-                np.copyto(scores, -np.inf, where=hidden)
-            block_max = np.maximum(running_max, scores.max(axis=-1, keepdims=True))
-            safe_max = np.where(block_max == -np.inf, 0, block_max)  # nothing seen yet: no shift
-            correction = np.exp(running_max - safe_max)
-            np.subtract(scores, safe_max, out=scores)
-            np.exp(scores, out=scores)  # unnormalised weights of this block
-            running_sum = running_sum * correction + scores.sum(axis=-1, keepdims=True)
-            if dropping:
-                keep = (
-                    attn_keep_mask[..., q0:q1, k0:k1]
-                    if attn_keep_mask is not None
-                    else rng.random(scores.shape) >= dropout
-                )
-                scores = scores * keep / (1 - dropout)
-            acc = acc * correction + scores @ values[..., k0:k1, :]
-            running_max = block_max
-        # the reciprocal of the sum, as in softmax; a query that saw no key keeps a zero output
-        context_vec[..., q0:q1, :] = acc * (1 / np.where(running_sum == 0, 1, running_sum))
-    return context_vec
+    major_queries = token_major(queries)  # (B, T, N, H)
+    major_keys = token_major(keys)  # (B, S, N, H)
+    major_values = token_major(values)  # (B, S, N, Hv)
+
+    def head_inputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return major_queries[:, :, n], major_keys[:, :, n], major_values[:, :, n]  # (B, T, H), ...
+
+    batch, _, num_heads, _ = major_queries.shape
+    context_vec = _heads_blockwise(
+        head_inputs, batch=batch, num_heads=num_heads, num_queries=num_queries, num_keys=num_keys,
+        head_dim=values.shape[-1], dtype=queries.dtype, causal=causal, padding_mask=padding_mask,
+        dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip  # (B, T, N, Hv)
+    if queries.ndim == 2:
+        return context_vec[0, :, 0]
+    if queries.ndim == 3:
+        return context_vec[:, :, 0]
+    # a view: the result is laid out in memory as heads split from (B, T, E) projections are
+    return np.swapaxes(context_vec, 1, 2).reshape(queries.shape[:-1] + values.shape[-1:])
 
 
 def blockwise_self_attention(
@@ -108,10 +119,10 @@ def blockwise_self_attention(
     ``weight`` is ``(3E, D)`` in torch's layout (the rows of W_query, then W_key, then W_value:
     note 003's ``Wqkv``), ``bias`` ``(3E,)`` or None; x is ``(B, T, D)``; returns the heads'
     context merged, ``(B, T, E)``. Equal to ``merge_heads(blockwise_attention(*(split_heads(p,
-    num_heads) for p in split_projection(x, weight, bias)), ...))`` with the same arguments
-    (other dropout draws from ``rng``), but one head at a time: each head's queries, keys and
-    values are projected ``(B, T, 3H)`` at a time, so that no ``(B, T, 3E)`` projection is
-    stored, and its context is written into the merged ``(B, T, E)`` array.
+    num_heads) for p in split_projection(x, weight, bias)), ...))`` with the same arguments (the
+    same dropout draws from ``rng``), but each head's queries, keys and values are projected
+    inside the loop over heads, ``(B, T, 3H)`` at a time: no ``(B, T, 3E)`` projection is ever
+    stored.
     """
     check_self_attention_args(
         x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=NUMPY_FLOATS
@@ -127,15 +138,83 @@ def blockwise_self_attention(
     head_weights = np.swapaxes(weight.reshape(3, num_heads, head_dim, d_in), 0, 1)
     head_weights = head_weights.reshape(num_heads, 3 * head_dim, d_in)
     head_biases = None if bias is None else np.swapaxes(bias.reshape(3, num_heads, head_dim), 0, 1)
-    context_vec = np.empty((batch, num_tokens, num_heads * head_dim), x.dtype)
-    for n in range(num_heads):
+
+    def head_inputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         head_bias = None if head_biases is None else head_biases[n].reshape(-1)  # (3H,)
-        projected = linear(x, head_weights[n], head_bias)[:, None]  # (B, 1, T, 3H)
-        head_context = blockwise_attention(
-            *np.split(projected, 3, axis=-1),  # queries, keys, values: 3 x (B, 1, T, H)
-            causal=causal, padding_mask=padding_mask, dropout=dropout, rng=rng,
-            attn_keep_mask=None if attn_keep_mask is None else attn_keep_mask[:, n : n + 1],
-            block_size=block_size,
-        )  # fmt: skip  # (B, 1, T, H)
-        context_vec[..., n * head_dim : (n + 1) * head_dim] = head_context[:, 0]
+        projected = linear(x, head_weights[n], head_bias)  # (B, T, 3H)
+        return tuple(np.split(projected, 3, axis=-1))  # queries, keys, values: 3 x (B, T, H)
+
+    context_vec = _heads_blockwise(
+        head_inputs, batch=batch, num_heads=num_heads, num_queries=num_tokens, num_keys=num_tokens,
+        head_dim=head_dim, dtype=x.dtype, causal=causal, padding_mask=padding_mask,
+        dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip  # (B, T, N, H)
+    return context_vec.reshape(batch, num_tokens, num_heads * head_dim)  # (B, T, E)
+
+
+def _heads_blockwise(
+    head_inputs: Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    *,
+    batch: int,
+    num_heads: int,
+    num_queries: int,
+    num_keys: int,
+    head_dim: int,
+    dtype: Any,
+    causal: bool,
+    padding_mask: np.ndarray | None,
+    dropout: float | None,
+    rng: np.random.Generator | None,
+    attn_keep_mask: np.ndarray | None,
+    block_size: int,
+) -> np.ndarray:
+    """The blockwise loops over every head: ``head_inputs(n)`` gives head n's queries
+    ``(B, T, H)`` and keys and values ``(B, S, H)``; returns the context in token-major
+    ``(B, T, N, Hv)`` layout."""
+    dropping = dropout is not None and (rng is not None or attn_keep_mask is not None)
+    query_block_size = fit_block_size(block_size, num_queries)  # bq
+    key_block_size = fit_block_size(block_size, num_keys)  # bk
+    hidden = None if padding_mask is None else padding_mask[:, None, :]  # (B, 1, S)
+    keep_mask = None
+    if attn_keep_mask is not None:
+        keep_mask = attn_keep_mask.reshape(batch, num_heads, num_queries, num_keys)
+    context_vec = np.empty((batch, num_queries, num_heads, head_dim), dtype)
+    for n in range(num_heads):
+        head_queries, head_keys, head_values = head_inputs(n)  # (B, T, H), (B, S, H), (B, S, Hv)
+        scale = np.asarray(1 / head_queries.shape[-1] ** 0.5, dtype)
+        for q0 in range(0, num_queries, query_block_size):
+            q1 = min(q0 + query_block_size, num_queries)
+            query_block = head_queries[:, q0:q1] * scale  # (B, bq, H)
+            running_max = np.full((batch, q1 - q0, 1), -np.inf, dtype=dtype)
+            running_sum = np.zeros_like(running_max)
+            acc = np.zeros((batch, q1 - q0, head_dim), dtype=dtype)
+            last_key = q1 if causal else num_keys  # keys after the block's last query are all hidden
+            for k0 in range(0, last_key, key_block_size):
+                k1 = min(k0 + key_block_size, num_keys)
+                scores = query_block @ np.swapaxes(head_keys[:, k0:k1], -1, -2)  # (B, bq, bk)
+                block_hidden = None
+                if causal and k1 - 1 > q0:  # a block on the diagonal
+                    block_hidden = np.arange(k0, k1)[None, :] > np.arange(q0, q1)[:, None]  # (bq, bk)
+                if hidden is not None:
+                    block_padding = hidden[..., k0:k1]  # (B, 1, bk)
+                    block_hidden = block_padding if block_hidden is None else block_hidden | block_padding
+                if block_hidden is not None:
+                    np.copyto(scores, -np.inf, where=block_hidden)
+                block_max = np.maximum(running_max, scores.max(axis=-1, keepdims=True))
+                safe_max = np.where(block_max == -np.inf, 0, block_max)  # nothing seen yet: no shift
+                correction = np.exp(running_max - safe_max)
+                np.subtract(scores, safe_max, out=scores)
+                np.exp(scores, out=scores)  # unnormalised weights of this block
+                running_sum = running_sum * correction + scores.sum(axis=-1, keepdims=True)
+                if dropping:
+                    keep = (
+                        keep_mask[:, n, q0:q1, k0:k1]
+                        if keep_mask is not None
+                        else rng.random(scores.shape) >= dropout
+                    )
+                    scores = scores * keep / (1 - dropout)
+                acc = acc * correction + scores @ head_values[:, k0:k1]  # (B, bq, Hv)
+                running_max = block_max
+            # the reciprocal of the sum, as in softmax; a query that saw no key keeps a zero output
+            context_vec[:, q0:q1, n] = acc * (1 / np.where(running_sum == 0, 1, running_sum))
     return context_vec

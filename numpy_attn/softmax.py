@@ -15,12 +15,13 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     propagates to its own slice.
     """
     x_acc = x.astype(np.float32) if x.dtype.itemsize < 4 else x
-    x_max = np.max(x_acc, axis=axis, keepdims=True)
-    x_max = np.where(x_max == -np.inf, 0, x_max)  # a fully masked slice: exp(-inf - 0) = 0
+    x_max = x_acc.max(axis=axis, keepdims=True)
+    x_max[x_max == -np.inf] = 0  # a fully masked slice: exp(-inf - 0) = 0
     unnormalized = np.exp(x_acc - x_max)
-    denominator = np.sum(unnormalized, axis=axis, keepdims=True)
+    denominator = unnormalized.sum(axis=axis, keepdims=True)
+    denominator[denominator == 0] = 1  # (a fully masked slice's zeros stay zeros)
     # times the reciprocal of the sum, as torch's CPU softmax kernel does
-    weights = unnormalized * (1 / np.where(denominator == 0, 1, denominator))
+    weights = unnormalized * (1 / denominator)
     return weights.astype(x.dtype, copy=False)
 
 

@@ -4,7 +4,7 @@
     attn-parity trace CLASS [--framework F] [--dtype D] [--shape S]
     attn-parity walkthrough [--stage NAME] [--list]
     attn-parity heatmap CLASS [--out PATH]
-    attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--out DIR]
+    attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--out DIR] [--readme FILE]
     attn-parity train-parity [--steps N] [--out PNG]
     attn-parity diff REF.py:NAME CAND.py:NAME --shape B,T,D [--seeds N] [--init K=V] [--heatmap PNG]
 

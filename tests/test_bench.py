@@ -76,3 +76,26 @@ def test_decode_speed_reports_both_paths():
     result = decode_speed("numpy", tokens=32, steps=2, rounds=1)
     assert result["cached_tokens_per_s"] > 0 and result["recompute_tokens_per_s"] > 0
     assert np.isclose(result["speedup"], result["cached_tokens_per_s"] / result["recompute_tokens_per_s"])
+
+
+def test_profile_times_every_stage_of_every_framework(monkeypatch):
+    from parity_tests.bench import profile
+
+    monkeypatch.setattr(profile, "gemm_peak", lambda: 100.0)  # skip the 4096^3 GEMMs
+    rows = profile.profile_stages("B2_T6_d3to4", rounds=2)
+    assert [(r["framework"], r["stage"]) for r in rows] == [
+        (framework, stage) for framework in ("torch", "numpy", "jax") for stage in profile.STAGES
+    ]
+    # B=2, T=6, D=3, E=4: QKV 2*2*6*3*12 = 864 FLOP, the core 2*2*36*4 = 576, the output 2*2*6*4*4 = 384
+    expected_flops = {
+        "QKV projection": 864,
+        "attention core": 576,
+        "output projection": 384,
+        "whole layer": 1824,
+    }
+    for row in rows:
+        assert row["median_s"] > 0 and row["cores_used"] >= 0
+        assert row["gflops"] == pytest.approx(expected_flops[row["stage"]] / row["median_s"] / 1e9)
+        assert row["pct_of_gemm_peak"] == pytest.approx(row["gflops"])  # a peak of 100 GFLOP/s
+    table = profile.markdown_profile(rows)
+    assert table.count("\n| B2_T6_d3to4 |") == 12 and "| numpy | attention core |" in table

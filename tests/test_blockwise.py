@@ -1,6 +1,7 @@
 """The blockwise (O(T)-memory) path equals the reference path and torch_ref, for every class."""
 
 import functools
+import re
 import tracemalloc
 
 import jax
@@ -16,6 +17,7 @@ from parity_tests.cases import DROPOUT_LAYERS, FUNCTION_NAMES, Case
 from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
 from parity_tests.gradients import torch_gradients
+from parity_tests.tolerances import TOLERANCES
 from torch_ref import to_params
 
 LAYERS = list(FUNCTION_NAMES)
@@ -340,3 +342,52 @@ def test_causal_blockwise_attention_needs_as_many_queries_as_keys_in_both_packag
             to_array(queries), to_array(keys), to_array(keys), block_size=4
         )
         assert not_causal.shape == (7, 4)
+
+
+@pytest.mark.parametrize(
+    ("block_size", "length", "expected"),
+    [
+        (256, 1024, 256),  # divides: unchanged
+        (512, 1000, 500),  # two blocks, cut equal: no padding
+        (4, 9, 3),  # three blocks of 3 instead of 4, 4, 1
+        (512, 6, 6),  # the sequence is shorter than one block
+        (10**9, 6, 6),
+        (1, 5, 1),
+    ],
+)
+def test_blocks_are_fitted_to_the_sequence(block_size, length, expected):
+    assert numpy_attn.blockwise.fit_block_size(block_size, length) == expected
+
+
+def array_sizes(jaxpr_text):
+    """Every axis length that occurs in a jaxpr's array types, e.g. ``f32[1,512,2,3]``."""
+    return {int(n) for dims in re.findall(r"\[([\d,]+)\]", jaxpr_text) for n in dims.split(",")}
+
+
+@pytest.mark.parametrize("block_size", [512, 10**9])
+def test_jax_blockwise_does_not_pad_a_short_sequence_to_the_block_size(block_size):
+    """T = 6 with ``block_size=512`` used to run on (512, 512) blocks (18x slower than one block of
+    6) and ``block_size=10**9`` ran out of memory: the block is clamped to the sequence."""
+    x, weight, bias = self_attention_inputs(tokens=6)
+    parts = numpy_attn.split_projection(x, weight, bias)
+    queries, keys, values = (numpy_attn.split_heads(p, 2) for p in parts)  # (B, N, T, H)
+    expected = numpy_attn.scaled_dot_product_attention(queries, keys, values, numpy_attn.causal_mask(6))
+    rtol, atol = TOLERANCES["float64"]
+    with jax_context("float64"):
+        core = functools.partial(jax_attn.blockwise_attention, causal=True, block_size=block_size)
+        layer = functools.partial(
+            jax_attn.blockwise_self_attention, num_heads=2, causal=True, block_size=block_size
+        )
+        for function, arguments, merge in (
+            (core, (queries, keys, values), numpy_attn.merge_heads),
+            (layer, (x, weight, bias), lambda context_vec: context_vec),
+        ):
+            jax_arguments = [jnp.asarray(a) for a in arguments]
+            sizes = array_sizes(str(jax.make_jaxpr(function)(*jax_arguments)))
+            assert max(sizes) == max(max(a.shape) for a in arguments)  # no axis longer than an input's
+            actual = merge(np.asarray(jax.jit(function)(*jax_arguments)))
+            np.testing.assert_allclose(actual, numpy_attn.merge_heads(expected), rtol=rtol, atol=atol)
+    actual = numpy_attn.blockwise_self_attention(
+        x, weight, bias, num_heads=2, causal=True, block_size=block_size
+    )
+    np.testing.assert_allclose(actual, numpy_attn.merge_heads(expected), rtol=1e-12, atol=1e-12)

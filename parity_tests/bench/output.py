@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-__all__ = ["markdown_table", "update_readme", "write_chart", "write_json"]
+__all__ = ["format_time", "markdown_table", "update_readme", "write_chart", "write_json"]
 
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 
@@ -16,7 +16,7 @@ def write_json(results: dict[str, Any], path: str | os.PathLike) -> None:
         json.dump(results, file, indent=2)
 
 
-def _time(seconds: float) -> str:
+def format_time(seconds: float) -> str:
     return (
         f"{seconds * 1e6:.1f} µs"
         if seconds < 1e-3
@@ -48,7 +48,7 @@ def markdown_table(results: dict[str, Any]) -> str:
         memory = row.get("extra_memory_bytes")
         memory = "" if memory is None else f"{memory / 2**30:.2f} GiB"
         lines.append(
-            f"| {row['shape']} | {row['implementation']} | {_time(row['median_s'])} | "
+            f"| {row['shape']} | {row['implementation']} | {format_time(row['median_s'])} | "
             f"{row['gflops']:.1f} | {row['pct_of_gemm_peak']:.0f} % | {ratio} | {memory} |"
         )
     if results["decode"]:
