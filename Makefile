@@ -22,10 +22,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q -m "not slow" -n auto
+	$(BIN)/python -m pytest -q -m "not slow" -n auto --dist loadgroup
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow -n auto
+	$(BIN)/python -m pytest -q -m slow -n auto --dist loadgroup
 
 report: $(STAMP)
 	$(BIN)/python -m parity_tests report

@@ -28,6 +28,8 @@ from parity_tests.tolerances import tolerance_for
 from tests import parallel_checks
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# every test here on one pytest-xdist worker: the 8-device subprocess then runs once, not once a worker
+pytestmark = pytest.mark.xdist_group("multi_device")
 
 
 @pytest.fixture(scope="module")
