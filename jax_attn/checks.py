@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from numpy_attn.spec import check_layer as _check_layer
-from numpy_attn.validation import JAX_FLOATS, check_context
+from numpy_attn.validation import JAX_FLOATS
 
 __all__ = ["check_key", "check_layer", "check_x64", "is_concrete"]
 
@@ -24,11 +24,7 @@ def is_concrete(params: Mapping[str, Any]) -> bool:
 
 def check_layer(layer: str, params: Mapping[str, Any], x: Any, **kwargs: Any) -> dict[str, Any]:
     """``numpy_attn.spec.check_layer``: the same errors, word for word (bfloat16 is accepted as
-    well), after numpy_attn's ``check_context`` of a ``context_length`` passed (the layer's
-    ``context_name``). Shapes and dtypes are checked at trace time; weight values only where
-    concrete."""
-    if "context_length" in kwargs:
-        check_context(kwargs.get("context_name", "context_length"), kwargs["context_length"])
+    well). Shapes and dtypes are checked at trace time; weight values only where concrete."""
     return _check_layer(layer, params, x, check_values=is_concrete(params), floating=JAX_FLOATS, **kwargs)
 
 

@@ -11,7 +11,6 @@ from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.linear import qkv_projections
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
-from numpy_attn.validation import check_context
 
 __all__ = ["causal_attention", "multi_head_attention_wrapper"]
 
@@ -36,7 +35,6 @@ def causal_attention(
     ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory) or
     ``"auto"``; the projections run as one matmul where ``fuses_projections`` says so.
     """
-    check_context("context_length", context_length)
     check_layer(
         "CausalAttention", params, x, context_length=context_length,
         dropouts={"dropout": dropout}, attn_keep_mask=attn_keep_mask,
@@ -97,7 +95,6 @@ def multi_head_attention_wrapper(
     ``attn_keep_mask`` is bool ``(B, N, T, S)``, True = keep; head i uses ``[:, i]``.
     Steps: each head's steps prefixed ``heads.{i}.``, then ``context_vec`` and ``output``.
     """
-    check_context("context_length", context_length)
     check_layer(
         "MultiHeadAttentionWrapper", params, x, num_heads=num_heads,
         context_length=context_length, dropouts={"dropout": dropout},

@@ -12,7 +12,6 @@ from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.linear import linear, split_projection
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
-from numpy_attn.validation import check_context
 
 __all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single_head_attention"]
 
@@ -115,7 +114,6 @@ def fused_causal_attention(
     output dropout) and ``output``. ``implementation``: ``"reference"`` (the notes' math),
     ``"blockwise"`` (O(T) memory) or ``"auto"``.
     """
-    check_context("context_size", context_size)
     check_layer(
         "FusedCausalAttention",
         params,

@@ -20,7 +20,7 @@ from numpy_attn.heads import merge_heads, split_heads
 from numpy_attn.linear import linear, qkv_projections
 from numpy_attn.masks import causal_mask
 from numpy_attn.spec import check_layer
-from numpy_attn.validation import check_context, check_padding_mask
+from numpy_attn.validation import check_padding_mask
 
 __all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
 
@@ -73,7 +73,6 @@ def multi_head_attention_decode(
     full causal pass gives at those positions (evaluation mode: no dropout). Prefill with the
     prompt, then call with one token.
     """
-    check_context("context_length", context_length)
     check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
     _check_room(cache, x.shape[1])
     x = np.asarray(x)  # arrays from any framework compute here
@@ -98,7 +97,6 @@ def fused_causal_attention_decode(
     ``padding_mask`` (bool ``(B, t)``, True = padding) marks new padding tokens, which stay
     hidden from every later query. Returns ``(output (B, t, D), new_cache)``, evaluation mode;
     the given cache is unchanged."""
-    check_context("context_size", context_size)
     check_layer("FusedCausalAttention", params, x, num_heads=num_heads, context_length=context_size,
                 context_name="context_size")  # fmt: skip
     if padding_mask is not None:

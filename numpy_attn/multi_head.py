@@ -11,7 +11,6 @@ from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.linear import linear, qkv_weights
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
-from numpy_attn.validation import check_context
 
 __all__ = ["multi_head_attention"]
 
@@ -37,7 +36,6 @@ def multi_head_attention(
     ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory) or
     ``"auto"``; the projections run as one matmul where ``fuses_projections`` says so.
     """
-    check_context("context_length", context_length)
     check_layer(
         "MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length,
         dropouts={"dropout": dropout}, attn_keep_mask=attn_keep_mask,

@@ -24,6 +24,7 @@ from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, check_implementation
 from numpy_attn.validation import (
     NUMPY_FLOATS,
     check_array,
+    check_context,
     check_context_length,
     check_divisible,
     check_dropout,
@@ -420,7 +421,8 @@ def check_layer(
     """Validate one layer call up front; return the constructor arguments known so far (those the
     weights imply, ``num_heads``, the defaults).
 
-    Checks, in order: ``implementation`` and ``block_size``, ``num_heads`` against the weights,
+    Checks, in order: the layer's ``context_length`` (named ``context_name``) is a positive int,
+    ``implementation`` and ``block_size``, ``num_heads`` against the weights,
     each dropout probability in ``dropouts`` (name -> p), the input's dtype (one of
     ``floating``), rank, non-empty axes and width, the weights' keys, shapes (every bad key
     named, from ``SPECS``) and dtype, ``T <= context_length`` and, with ``check_values``, that
@@ -429,6 +431,8 @@ def check_layer(
     ``out_keep_mask`` the output ``(B, T, D)``, ``padding_mask`` ``(B, S)`` (True = padding).
     """
     spec = layer_spec(layer)
+    if spec.context is not None:  # the classes whose mask buffer bounds T
+        check_context(context_name, context_length)
     check_implementation(implementation, block_size)
     arguments = _read(spec, params, {"num_heads": num_heads} if "num_heads" in spec.constructor else {})
     for name, p in (dropouts or {}).items():
