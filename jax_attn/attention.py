@@ -45,7 +45,9 @@ def scaled_dot_product_attention(
     dtype = queries.dtype
     compute = jnp.float32 if dtype.itemsize < 4 else dtype  # half precision: scores in float32
     queries_acc, keys_acc = queries.astype(compute, copy=False), keys.astype(compute, copy=False)
-    attn_scores = queries_acc @ jnp.swapaxes(keys_acc, -1, -2)  # (..., T, S)
+    # one contraction, no transposed keys: XLA would fold a transpose into the keys' projection,
+    # a dot contracting the weight's first axis, which XLA:CPU runs with its slow generic kernel
+    attn_scores = jnp.einsum("...th,...sh->...ts", queries_acc, keys_acc)  # (..., T, S)
     masked_scores = attn_scores if mask is None else jnp.where(mask, -jnp.inf, attn_scores)
     attn_weights = softmax(masked_scores / keys.shape[-1] ** 0.5, axis=-1)  # (..., T, S)
     attn_weights = attn_weights.astype(dtype, copy=False)
