@@ -59,13 +59,14 @@ def _numpy_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> 
     flat_x, projected, context = (
         x.reshape(b * t, d),
         np.empty((b * t, 3 * e), np.float32),
-        np.empty((b * t, e), np.float32),
+        rng.standard_normal((b * t, e), dtype=np.float32),  # the heads' context, merged
     )
     output = np.empty((b * t, e), np.float32)
     query_block, key_block, value_block = (
         rng.standard_normal((b, block, h), dtype=np.float32) for _ in range(3)
     )
-    scores, block_context = np.empty((b, block, block), np.float32), np.empty((b, block, h), np.float32)
+    scores = rng.uniform(0, 1, (b, block, block)).astype(np.float32)  # a block's weights
+    block_context = np.empty((b, block, h), np.float32)
     exp_blocks = round(n * t * t / 2 / (block * block))  # T x S/2 scores per head, in blocks
     shifted_scores = rng.uniform(-10, 0, (b, block, block)).astype(np.float32)  # scores minus their max
 
