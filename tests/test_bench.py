@@ -1,6 +1,7 @@
 """The benchmark suite's machinery on its tiny shape (no timing is asserted: timings are noisy)."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ from parity_tests.bench.implementations import IMPLEMENTATIONS, SHAPES, layer_fl
 from parity_tests.bench.output import README_END, README_START, markdown_table, update_readme, write_chart
 from parity_tests.bench.run import run_benchmark
 from parity_tests.compare import compare_arrays
+from parity_tests.tolerances import TOLERANCES
 
 
 @pytest.mark.parametrize("name", list(IMPLEMENTATIONS))
@@ -99,3 +101,71 @@ def test_profile_times_every_stage_of_every_framework(monkeypatch):
         assert row["pct_of_gemm_peak"] == pytest.approx(row["gflops"])  # a peak of 100 GFLOP/s
     table = profile.markdown_profile(rows)
     assert table.count("\n| B2_T6_d3to4 |") == 12 and "| numpy | attention core |" in table
+
+
+HLO = """HloModule jit_f, entry_computation_layout={(f32[4,8]{1,0})->f32[8,4]{1,0}}
+
+%fused_computation (param_0: f32[4,8]) -> f32[4,8] {
+  ROOT %dot.1 = f32[4,4]{1,0} dot(%param_0, %param_0), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+}
+
+ENTRY %main.2 (w.1: f32[8,8], x.1: f32[4,8]) -> f32[8,4] {
+  %w.1 = f32[8,8]{1,0} parameter(0), metadata={op_name="w"}
+  %x.1 = f32[4,8]{1,0} parameter(1), metadata={op_name="x"}
+  %constant.3 = f32[] constant(0)
+  %bitcast = f32[8,4]{1,0} bitcast(%x.1)
+  %dot = f32[8,4]{1,0} dot(%w.1, %x.1), lhs_contracting_dims={0}, rhs_contracting_dims={1}
+  %ynn_fusion = f32[4,8]{1,0} fusion(%x.1, %w.1), kind=kCustom, calls=%fused_computation, YNN
+  ROOT %exp_fusion = f32[8,4]{1,0} fusion(%dot), kind=kLoop, calls=%fused_computation.1
+}
+"""
+YNN = 'backend_config={"fusion_config":{"kind":"__ynn_fusion"}}'
+HLO = HLO.replace("YNN", YNN)
+
+
+def test_kernels_of_a_compiled_program_by_kind_and_shape():
+    from parity_tests.bench.hlo import kernel_difference, kernels
+
+    expected = {"dot f32[8,4]": 1, "__ynn_fusion f32[4,8]": 1, "kLoop f32[8,4]": 1}
+    actual = kernels(HLO)
+    assert actual == expected  # parameters, constants, bitcasts and fused computations' insides left out
+    assert kernel_difference(actual, actual) == "same"
+    ynn_only = re.sub(r"%dot = .*", f"%dot = f32[8,4]{{1,0}} fusion(%w.1), kind=kCustom, {YNN}", HLO)
+    assert kernel_difference(kernels(ynn_only), actual) == "+1x dot f32[8,4]; -1x __ynn_fusion f32[8,4]"
+
+
+def test_a_flax_module_compiles_to_the_kernels_of_its_function():
+    # SelfAttentionV2's (in, out) key kernel: scores written as queries @ keys.T let XLA fold the
+    # transpose into the keys' projection, a dot on the kernel's first axis that XLA:CPU ran with
+    # its generic kernel where the function's (out, in) weight got YNNPACK's
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    import jax_attn
+    from parity_tests.bench.hlo import kernel_difference, kernels
+
+    module = jax_attn.SelfAttentionV2(16, 16, rngs=nnx.Rngs(0))
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((8, 16)), jnp.float32)
+    params = {name: jnp.asarray(value) for name, value in module.to_params().items()}
+    graphdef, state = nnx.split(module)
+    module_program = jax.jit(lambda state, x: nnx.merge(graphdef, state)(x)).lower(state, x).compile()
+    function_program = jax.jit(jax_attn.self_attention_v2).lower(params, x).compile()
+    expected, actual = kernels(function_program.as_text()), kernels(module_program.as_text())
+    assert kernel_difference(expected, actual) == "same"
+
+
+def test_floor_of_the_small_call_computes_the_layer_and_is_timed_against_torch_sdpa():
+    from parity_tests.bench.floor import _numpy_small_floor, markdown_floor, measure_floor
+
+    shape = SHAPES["B2_T6_d3to4"]
+    params, x = make_inputs(shape)
+    expected = make_call("numpy_reference", shape, params, x)()
+    actual = _numpy_small_floor(shape, params, x)()
+    rtol, atol = TOLERANCES["float32"]
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
+    rows = measure_floor("B2_T6_d3to4", rounds=1)
+    assert rows[0]["what"] == "torch SDPA layer" and rows[0]["ratio"] == 1.0
+    assert all(row["median_s"] > 0 for row in rows)
+    table = markdown_floor(rows)
+    assert "| B2_T6_d3to4 | numpy layer (auto) |" in table and "<= 25 us" in table and "<= 40 us" in table
