@@ -120,7 +120,10 @@ def _jax_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> Ca
                     weights = jnp.exp(jnp.einsum("th,sh->ts", query_block, key_block))  # (bq, bk)
                     return acc + weights @ value_block  # (bq, H)
 
-                acc = jax.lax.fori_loop(0, qi + 1, step, jnp.zeros((block, h), x.dtype))  # causal blocks
+                def visit(ki: jax.Array, acc: jax.Array) -> jax.Array:  # causal: later key blocks skipped
+                    return jax.lax.cond(ki <= qi, step, lambda _, unchanged: unchanged, ki, acc)
+
+                acc = jax.lax.fori_loop(0, num_blocks, visit, jnp.zeros((block, h), x.dtype))  # (bq, H)
                 return jax.lax.dynamic_update_slice_in_dim(head_context, acc, qi * block, axis=0)
 
             head_context = jax.lax.fori_loop(0, num_blocks, one_query_block, jnp.zeros((t, h), x.dtype))
