@@ -8,11 +8,14 @@ named as in the module's ``state_dict``.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from parity_tests.locate.trace import Trace, split_result, user_stack
+import numpy as np
+
+from parity_tests.locate.trace import Trace, cotangent_for, split_result, user_stack
 
 __all__ = ["capture_torch", "torch_module_of"]
 
@@ -51,10 +54,18 @@ def _numpy(tensor: Any) -> Any:
     return tensor.numpy()
 
 
-def capture_torch(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Trace:
-    """Run ``fn(*args, **kwargs)`` (tensors in, under ``torch.no_grad``) recording every tensor it
-    computes; the trace's leaves ``input0``, ``input1``... are the positional tensor arguments, its
-    ``output`` the record of the output (see ``split_result``), its ``steps`` those the code recorded."""
+def capture_torch(
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], gradient_seed: int | None = None
+) -> Trace:
+    """Run ``fn(*args, **kwargs)`` (tensors in, under ``torch.no_grad`` unless differentiating)
+    recording every tensor it computes; the trace's leaves ``input0``, ``input1``... are the
+    positional tensor arguments (a dict of tensors, the weights, gives one leaf per key), its
+    ``output`` the record of the output (see ``split_result``), its ``steps`` those the code
+    recorded.
+
+    With ``gradient_seed``, autograd runs too (floating inputs require grad) and a tensor hook on
+    every recorded value fills ``trace.cotangents`` for the loss ``sum(output * cotangent)``
+    (``cotangent_for``); a hook placed before an in-place update sees the value before it."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_flatten
@@ -78,12 +89,36 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                 "leaf", _numpy(tensor), _dtype(tensor), "?", leaf=leaf, stack=_user_stack()
             )
             alive.append(tensor)
+            hook(produced[key], tensor)
         return produced[key]
 
+    differentiate = gradient_seed is not None
+    hooked: list[tuple[int, Any]] = []  # (record index, tensor) whose cotangent autograd gives
+
+    def keep(index: int, grad: Any) -> None:
+        if grad is not None:  # None: an undefined gradient, zero
+            trace.cotangents[index] = _numpy(grad)
+
+    def hook(index: int, tensor: Any) -> None:
+        if differentiate and tensor.requires_grad and tensor.is_floating_point():
+            if tensor.grad_fn is None:
+                hooked.append((index, tensor))  # a leaf: its gradient comes from autograd.grad
+            else:  # zeros unless autograd reaches it
+                trace.cotangents[index] = np.zeros(trace.records[index].shape, np.float32)
+                tensor.register_hook(functools.partial(keep, index))
+
     for position, arg in enumerate(args):
+        for key, value in arg.items() if isinstance(arg, dict) else ():
+            if isinstance(value, torch.Tensor):
+                names[id(value)] = key
+                if differentiate and value.is_floating_point():
+                    value.requires_grad_(True)
         if isinstance(arg, torch.Tensor):
+            if differentiate and arg.is_floating_point():
+                arg.requires_grad_(True)
             produced[id(arg)] = trace.add("input", _numpy(arg), _dtype(arg), "input", leaf=f"input{position}")
             alive.append(arg)
+            hook(produced[id(arg)], arg)
 
     class Recorder(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -110,6 +145,7 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                     stack=_user_stack(),
                 )
                 alive.append(tensor)
+                hook(produced[id(tensor)], tensor)
             return result
 
     def enter(mod, _inputs):
@@ -122,12 +158,17 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
 
     handles = [register_module_forward_pre_hook(enter), register_module_forward_hook(leave)]
     try:
-        with torch.no_grad(), Recorder():
+        with torch.set_grad_enabled(differentiate), Recorder():
             result = fn(*args, **kwargs)
     finally:
         for handle in handles:
             handle.remove()
     output, steps = split_result(result)
     trace.output = index_of(output)
+    if differentiate and output.requires_grad:
+        cotangent = torch.from_numpy(cotangent_for(output, gradient_seed)).to(output.dtype)
+        leaves = [tensor for _, tensor in hooked]
+        grads = torch.autograd.grad(output, leaves, cotangent, allow_unused=True, materialize_grads=True)
+        trace.cotangents.update((index, _numpy(g)) for (index, _), g in zip(hooked, grads, strict=True))
     trace.name_steps({k: v for k, v in steps.items() if k != "output"})
     return trace

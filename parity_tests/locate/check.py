@@ -15,7 +15,7 @@ from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture
 from parity_tests.locate.trace import Trace
 
-__all__ = ["compare_traces", "locate", "locate_shapes"]
+__all__ = ["compare_traces", "locate", "locate_shapes", "sizes_of"]
 
 
 def locate(
@@ -60,7 +60,8 @@ def locate_shapes(
     return reports
 
 
-def _sizes(reference: Trace, rules: dict[int, tuple[int, ...]]) -> dict[str, int]:
+def sizes_of(reference: Trace, rules: dict[int, tuple[int, ...]]) -> dict[str, int]:
+    """Sizes of the run by axis name (``tokens``, ``batch``, ``feature``, ``head``, ``head_dim``)."""
     first_input = next((r for r in reference.records if r.leaf and r.leaf.startswith("input")), None)
     sizes: dict[str, int] = {}
     if first_input is not None and first_input.value.ndim >= 2:
@@ -95,7 +96,7 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     named = [r for r in expected.records[diverging.index :] if r.step] if expected.steps else []
     first = named[0].step if named else diverging.op
     rtol, atol = tolerance_of(blamed, counterpart)
-    sizes = _sizes(expected, alignment.rules)
+    sizes = sizes_of(expected, alignment.rules)
     report = LocateReport(
         False,
         first,
