@@ -22,7 +22,7 @@ from parity_tests.locate.layout import in_layout, split_rules
 from parity_tests.locate.trace import Record, Trace
 from parity_tests.tolerances import tolerance_for
 
-__all__ = ["Alignment", "Match", "align", "blame_location", "close", "tolerance_of"]
+__all__ = ["Alignment", "Match", "align", "blame_location", "close", "layout_classes", "tolerance_of"]
 
 _VERY_NEGATIVE = -1e4  # a fill at or below this (-1e9, finfo.min) stands for -inf
 
@@ -239,7 +239,7 @@ def _weight_derived(trace: Trace) -> set[int]:
     return {r.index for r in trace.records if r.leaf is None and kind[r.index] == {"weight"}}
 
 
-def _layout_classes(trace: Trace, rules) -> list[int]:
+def layout_classes(trace: Trace, rules) -> list[int]:
     """Each reference record's class: records that are layout changes of their input share one."""
     classes = list(range(len(trace.records)))
     for record in trace.records:
@@ -295,7 +295,7 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         result.blamed = candidate.output
     else:
         result.blamed = bad_c[0]
-    classes = _layout_classes(reference, rules)
+    classes = layout_classes(reference, rules)
     result.counterpart = _counterpart(result, result.blamed, bad_r, classes)
     _reroute(result, bad_r, classes)
     result.shown = result.blamed

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.align import Alignment, _layout_classes, align, close, tolerance_of
+from parity_tests.locate.align import Alignment, align, close, layout_classes, tolerance_of
 from parity_tests.locate.causes import axis_names
 from parity_tests.locate.check import compare_traces, sizes_of
 from parity_tests.locate.layout import in_layout
@@ -123,7 +123,7 @@ def _groups(alignment: Alignment) -> list[_Group]:
     holding the same reference value is no new holder (a reshape of it, a stopped copy)."""
     reference, candidate = alignment.reference, alignment.candidate
     used = _ancestors(reference, reference.output)
-    classes = _layout_classes(reference, alignment.rules)
+    classes = layout_classes(reference, alignment.rules)
     first: dict[int, int] = {}
     for index in sorted(used):
         if index in reference.cotangents:
