@@ -52,11 +52,16 @@ def _is_array(value: Any) -> bool:
 
 
 def capture_jax(
-    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], gradient_seed: int | None = None
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    gradient_seed: int | None = None,
+    keep_masks: Sequence[np.ndarray] | None = None,
 ) -> Trace:
     """Trace ``fn(*args, **kwargs)`` and evaluate it recording every equation's outputs; with
     ``gradient_seed``, also the cotangent of every floating value for the loss
-    ``sum(output * cotangent_for(output, gradient_seed))``."""
+    ``sum(output * cotangent_for(output, gradient_seed))``; with ``keep_masks`` (a reference's
+    dropout keep-masks, in order), its random keep-masks replaced by them."""
     import functools
     import sys
 
@@ -87,14 +92,14 @@ def capture_jax(
     closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*arrays)
     names = [_leaf_name(paths[i], position) for position, i in enumerate(traced)]
     trace = Trace("jax")
-    outs = _run(closed, arrays, names, _Recording(trace))
+    outs = _run(closed, arrays, names, _Recording(trace, keep_masks))
     n_out = len(jax.tree_util.tree_leaves(out_shape[0]))
     trace.output = outs[0][1]
     step_names = steps_tree[-1] if steps_tree else []
     values = [np.asarray(v) for v, _ in outs[n_out:]]
     trace.name_steps({k: v for k, v in zip(step_names, values, strict=True) if k != "output"})
     if gradient_seed is not None:
-        _cotangents(trace, closed, arrays, names, cotangent_for(outs[0][0], gradient_seed))
+        _cotangents(trace, closed, arrays, names, cotangent_for(outs[0][0], gradient_seed), keep_masks)
     return trace
 
 
@@ -109,7 +114,12 @@ def _run(closed: Any, arrays: Sequence[Any], names: Sequence[str], recorder: Any
 
 
 def _cotangents(
-    trace: Trace, closed: Any, arrays: Sequence[Any], names: Sequence[str], cotangent: Any
+    trace: Trace,
+    closed: Any,
+    arrays: Sequence[Any],
+    names: Sequence[str],
+    cotangent: Any,
+    keep_masks: Sequence[np.ndarray] | None,
 ) -> None:
     """Fill ``trace.cotangents`` (and ``trace.custom_rules``) by the probing pass."""
     import jax
@@ -117,7 +127,7 @@ def _cotangents(
 
     floating = [r for r in trace.records if r.value.dtype.kind == "f"]
     probes = {r.index: jnp.zeros(r.value.shape, r.value.dtype) for r in floating}
-    probing = _Probing(probes)
+    probing = _Probing(probes, keep_masks)
     output, backward = jax.vjp(lambda p: _run(closed, arrays, names, probing.reset(p))[0][0], probes)
     (grads,) = backward(jnp.asarray(cotangent, output.dtype))
     trace.cotangents = {index: np.asarray(grad) for index, grad in grads.items()}
@@ -126,31 +136,72 @@ def _cotangents(
     trace.custom_rules = dict(probing.computed)
 
 
-class _Recording:
-    """The capture pass: every value goes into ``trace``."""
+_RANDOM = ("random_bits", "random_wrap", "random_seed", "random_fold_in", "random_split", "threefry2x32")
 
-    def __init__(self, trace: Trace) -> None:
+
+class _Recorder:
+    """What both passes share: values computed from random bits are tracked (``random``), and a
+    random boolean (a dropout keep-mask drawn by ``bernoulli`` or a ``uniform`` comparison) is
+    replaced by the next of ``keep_masks`` (the reference's, True = kept) of its size, negated
+    when the port's draw is a drop-mask (its share of True nearer the reference's dropped share)."""
+
+    def __init__(self, keep_masks: Sequence[np.ndarray] | None) -> None:
+        self.keep_masks, self.random = list(keep_masks or []), set()
+
+    def plain(self, name: str, values: list, sources: tuple[int, ...], stack: tuple) -> list[tuple[Any, int]]:
+        random = name in _RANDOM or any(i in self.random for i in sources)
+        if random:
+            values = [self._injected(value) for value in values]
+        outs = [self.record(name, value, sources, stack) for value in values]
+        if random:
+            self.random.update(i for _, i in outs)
+        return outs
+
+    def _injected(self, value: Any) -> Any:
+        import jax.numpy as jnp
+
+        if value.dtype != bool:
+            return value
+        found = next((i for i, m in enumerate(self.keep_masks) if m.size == value.size), None)
+        if found is None:
+            return value
+        keep = self.keep_masks.pop(found).reshape(value.shape)
+        drawn = float(np.mean(np.asarray(value)))
+        return jnp.asarray(keep if abs(drawn - keep.mean()) <= abs(drawn - (1 - keep.mean())) else ~keep)
+
+
+class _Recording(_Recorder):
+    """The capture pass: every value goes into ``trace`` (a PRNG key as its key data)."""
+
+    def __init__(self, trace: Trace, keep_masks: Sequence[np.ndarray] | None = None) -> None:
+        super().__init__(keep_masks)
         self.trace = trace
 
     def record(
         self, op: str, value: Any, sources: tuple[int, ...] = (), stack: tuple = (), leaf=None, location="?"
     ) -> tuple[Any, int]:
+        import jax
+
         dtype = str(value.dtype)
-        return value, self.trace.add(op, np.asarray(value), dtype, location, sources, leaf=leaf, stack=stack)
+        key = jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
+        data = jax.random.key_data(value) if key else value
+        return value, self.trace.add(op, np.asarray(data), dtype, location, sources, leaf=leaf, stack=stack)
 
     def custom_call(self, eqn: Any, invals: list, outs: list, first: int) -> list:
         return outs
 
 
-class _Probing:
+class _Probing(_Recorder):
     """The gradient pass: the ``i``-th value recorded gets ``probes[i]`` added; a custom rule's call
     is bound whole (its own gradient rule applies): ``computed`` maps the records of its call to it,
     ``inside`` holds those that are not its results (no cotangent of their own)."""
 
-    def __init__(self, probes: dict[int, Any]) -> None:
-        self.probes, self.count, self.inside, self.computed = probes, 0, set(), {}
+    def __init__(self, probes: dict[int, Any], keep_masks: Sequence[np.ndarray] | None) -> None:
+        self.masks = keep_masks
+        self.reset(probes)
 
     def reset(self, probes: dict[int, Any]) -> _Probing:
+        super().__init__(self.masks)
         self.probes, self.count, self.inside, self.computed = probes, 0, set(), {}
         return self
 
@@ -226,7 +277,7 @@ def _evaluate(
             values = eqn.primitive.bind(*[v for v, _ in invals], **eqn.params)
             values = values if eqn.primitive.multiple_results else [values]
             sources = tuple(i for _, i in invals if i is not None)
-            outs = [recorder.record(name, value, sources, stack) for value in values]
+            outs = recorder.plain(name, values, sources, stack)
         for var, out in zip(eqn.outvars, outs, strict=True):
             env[var] = out
     return [read(v) for v in jaxpr.outvars]

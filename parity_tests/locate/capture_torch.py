@@ -19,6 +19,8 @@ from parity_tests.locate.trace import Trace, cotangent_for, split_result, user_s
 
 __all__ = ["capture_torch", "torch_module_of"]
 
+_DROPOUTS = ("dropout", "dropout_", "feature_dropout", "alpha_dropout")  # their keep-masks are recorded
+
 
 def torch_module_of(fn: Any) -> Any:
     """The ``nn.Module`` behind ``fn`` (itself, a ``functools.partial`` of it, a bound ``forward``),
@@ -62,6 +64,9 @@ def capture_torch(
     positional tensor arguments (a dict of tensors, the weights, gives one leaf per key), its
     ``output`` the record of the output (see ``split_result``), its ``steps`` those the code
     recorded.
+
+    Each dropout that drops (train mode) adds its keep-mask to ``trace.keep_masks`` (True = kept:
+    the same draw, from the same generator state, on a tensor of ones).
 
     With ``gradient_seed``, autograd runs too (floating inputs require grad) and a tensor hook on
     every recorded value fills ``trace.cotangents`` for the loss ``sum(output * cotangent)``
@@ -123,15 +128,30 @@ def capture_torch(
     class Recorder(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            result = func(*args, **kwargs)
-            inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
             name = getattr(func, "__name__", str(func))
+            keep = None
+            if name in _DROPOUTS and args and isinstance(args[0], torch.Tensor):
+                before = torch.random.get_rng_state()
+                result = func(*args, **kwargs)
+                after = torch.random.get_rng_state()
+                torch.random.set_rng_state(before)  # the same draw on ones is the keep-mask
+                with torch.no_grad():
+                    keep = func(torch.ones_like(args[0]), *args[1:], **kwargs).cpu().numpy() != 0
+                torch.random.set_rng_state(after)
+            else:
+                result = func(*args, **kwargs)
+            inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
             outputs = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
             if name == "__setitem__":
                 outputs = inputs[:1]
             in_place = (name.endswith("_") and not name.endswith("__")) or name == "__setitem__"
             input_ids = {id(t) for t in inputs}
             sources = tuple(index_of(t) for t in inputs)
+            if keep is not None and outputs and outputs[0] is not inputs[0]:  # it dropped (train mode)
+                trace.keep_masks.append(keep)  # a record too: the candidate's injected mask matches it
+                module = module_stack[-1] if module_stack else None
+                mask = trace.add("keep_mask", keep, "bool", "?", sources[:1], module, stack=_user_stack())
+                sources = (*sources, mask)
             for tensor in outputs:
                 if id(tensor) in input_ids and not in_place:
                     continue  # an alias of an input (contiguous() of a contiguous tensor)

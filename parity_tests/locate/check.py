@@ -33,11 +33,14 @@ def locate(
     Each is a torch module or function, a JAX function, jitted callable or NNX module, or a NumPy
     function (the framework is read from the callable, or given); ``inputs`` is one array or a tuple
     of positional arguments from any framework; ``params`` (the weights format) goes first to the
-    callables that are not modules. A torch reference runs in eval mode unless ``train``.
+    callables that are not modules. A torch reference runs in eval mode unless ``train``; then the
+    keep-masks of its dropouts are given to a JAX candidate in place of its own random draws (the
+    boolean of its ``bernoulli`` or ``uniform`` comparison, matched by size in order), so both
+    sides drop the same entries.
     """
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     expected = capture(reference, args, params, reference_framework, train)
-    actual = capture(candidate, args, params, candidate_framework, train)
+    actual = capture(candidate, args, params, candidate_framework, train, keep_masks=expected.keep_masks)
     return compare_traces(expected, actual)
 
 

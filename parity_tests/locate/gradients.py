@@ -41,20 +41,22 @@ def locate_gradients(
     seed: int = 0,
     reference_framework: str | None = None,
     candidate_framework: str | None = None,
+    train: bool = False,
 ) -> LocateReport:
     """Compare the gradients of ``candidate`` with those of ``reference`` value by value.
 
     Takes what ``locate`` takes (torch modules and functions, JAX functions, ``jax.jit``/``nnx.jit``
     callables, NNX modules; ``params`` for those that are not modules); the torch reference runs in
-    eval mode. The loss is ``sum(output * cotangent)`` for a standard normal cotangent drawn from
+    eval mode unless ``train`` (then its dropout keep-masks are injected as in ``locate``). The loss
+    is ``sum(output * cotangent)`` for a standard normal cotangent drawn from
     ``seed``. When the forward pass already diverges, its report is returned (with that cause
     first). Otherwise ``first_divergence`` names the reference operation whose input's cotangent
     the candidate gets wrong and ``candidate_location`` the candidate line whose backward computes
     it. A NumPy candidate or reference raises TypeError: NumPy has no gradients.
     """
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-    expected = capture(reference, args, params, reference_framework, gradient_seed=seed)
-    actual = capture(candidate, args, params, candidate_framework, gradient_seed=seed)
+    expected = capture(reference, args, params, reference_framework, train, seed)
+    actual = capture(candidate, args, params, candidate_framework, train, seed, expected.keep_masks)
     return compare_cotangents(expected, actual)
 
 

@@ -151,11 +151,13 @@ def capture(
     framework: str | None = None,
     train: bool = False,
     gradient_seed: int | None = None,
+    keep_masks: Sequence[Any] | None = None,
 ) -> Trace:
     """Run ``fn`` on ``inputs`` (converted to its framework; ``params`` first when ``fn`` is not a
     module) and capture every value it computes. A torch module runs in eval mode unless ``train``.
     With ``gradient_seed``, also every value's cotangent (``Trace.cotangents``): torch and JAX only,
-    NumPy has no gradients (TypeError)."""
+    NumPy has no gradients (TypeError). ``keep_masks`` (a torch reference's dropout keep-masks,
+    ``Trace.keep_masks``) replace a JAX callable's random keep-masks."""
     from parity_tests.locate.capture_jax import capture_jax
     from parity_tests.locate.capture_numpy import capture_numpy
     from parity_tests.locate.capture_torch import capture_torch, torch_module_of
@@ -179,6 +181,8 @@ def capture(
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):  # a buggy port may well make NaN
             warnings.simplefilter("ignore")
+            if framework == "jax" and keep_masks:
+                return capture_jax(fn, args, kwargs, gradient_seed, keep_masks)
             if gradient_seed is None:
                 return capture_fn(fn, args, kwargs)
             return capture_fn(fn, args, kwargs, gradient_seed)

@@ -97,6 +97,7 @@ class Trace:
     steps: dict[str, Any] = field(default_factory=dict)
     cotangents: dict[int, np.ndarray] = field(default_factory=dict)
     custom_rules: dict[int, CustomRule] = field(default_factory=dict)
+    keep_masks: list[np.ndarray] = field(default_factory=list)
 
     def add(
         self,
