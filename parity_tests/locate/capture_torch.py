@@ -56,6 +56,29 @@ def _numpy(tensor: Any) -> Any:
     return tensor.numpy()
 
 
+def _opened(mode: Any, func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """Run ``F.multi_head_attention_forward`` (``nn.MultiheadAttention``'s one function) with
+    ``mode`` on inside it, so that its steps (in-projection, scores, softmax, context,
+    out-projection) are recorded one by one instead of as one opaque op: its own
+    ``has_torch_function`` check, which would hand the whole call to ``mode`` again, answers
+    False for the call. It computes the attention weights even when not asked for them (its
+    explicit path rather than one fused ``scaled_dot_product_attention``), and returns None
+    for them then, as asked."""
+    import torch.nn.functional as F
+
+    asked = kwargs.get("need_weights", True)
+    if not (kwargs.get("is_causal") and kwargs.get("attn_mask") is None):  # that path needs a mask
+        kwargs = {**kwargs, "need_weights": True}
+    check = F.has_torch_function
+    F.has_torch_function = lambda *_args: False
+    try:
+        with mode:
+            output, weights = func(*args, **kwargs)
+    finally:
+        F.has_torch_function = check
+    return output, weights if asked else None
+
+
 def capture_torch(
     fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], gradient_seed: int | None = None
 ) -> Trace:
@@ -128,6 +151,8 @@ def capture_torch(
     class Recorder(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if func is torch.nn.functional.multi_head_attention_forward:
+                return _opened(self, func, args, kwargs)
             name = getattr(func, "__name__", str(func))
             keep = None
             if name in _DROPOUTS and args and isinstance(args[0], torch.Tensor):
