@@ -56,8 +56,12 @@ def test_a_correct_port_matches(need_weights, tmp_path):
             "context = (weights @ v).transpose(0, 2, 1, 3).reshape(b, t, d)",
             "context = (weights @ v).reshape(b, t, d)",
         ),
+        (  # the reference scales its queries: scores scaled once more are no legitimate layout
+            "scores = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(d // num_heads)",
+            "scores = q @ k.transpose(0, 1, 3, 2) / (d // num_heads)",
+        ),
     ],
-    ids=["softmax_over_queries", "values_from_key_weights", "heads_merged_without_transpose"],
+    ids=["softmax_over_queries", "values_from_key_weights", "merged_without_transpose", "scale_not_root"],
 )
 def test_a_bug_inside_is_located_on_its_line(line, planted, tmp_path):
     reference, params = torch_mha(need_weights=False)
