@@ -52,14 +52,20 @@ def locate_shapes(
     seeds: Sequence[int] = (0,),
     dtype: str = "float32",
     params: Mapping[str, Any] | None = None,
+    train: bool = False,
+    gradients: bool = False,
 ) -> dict[tuple[tuple[int, ...], int], LocateReport]:
     """``locate`` on a standard normal input of each shape and seed: bugs that show only past a
-    block size or at odd head counts. Returns the reports keyed by ``(shape, seed)``."""
+    block size or at odd head counts (``locate_gradients`` with ``gradients``; ``train`` as for
+    ``locate``). Returns the reports keyed by ``(shape, seed)``."""
+    from parity_tests.locate.gradients import locate_gradients
+
+    check = locate_gradients if gradients else locate
     reports = {}
     for shape in shapes:
         for seed in seeds:
             x = np.random.default_rng(seed).standard_normal(tuple(shape)).astype(dtype)
-            reports[(tuple(shape), seed)] = locate(reference, candidate, x, params=params)
+            reports[(tuple(shape), seed)] = check(reference, candidate, x, params=params, train=train)
     return reports
 
 
