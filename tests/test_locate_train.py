@@ -1,13 +1,16 @@
-"""Train mode: the torch reference's dropout keep-masks are injected into a JAX candidate, so both
-drop the same entries; a dropout bug is then located on its line."""
+"""Train mode: the torch reference's dropout keep-masks are injected into a JAX candidate (or drawn
+by a NumPy candidate's Generator), so both drop the same entries; a dropout bug is then located on
+its line."""
 
 import functools
 
 import jax
+import numpy as np
 import pytest
 import torch
 
 import jax_attn
+import numpy_attn
 from parity_tests.locate import locate, locate_gradients
 from parity_tests.locate.run import capture
 from tests.ports.catalogue import D_MODEL, HERE, NUM_HEADS, inputs, load
@@ -80,3 +83,29 @@ def test_gradients_in_train_mode_use_the_same_masks(tmp_path):
     report = locate_gradients(ref, user_port(source, tmp_path), inputs(), params=to_params(ref), train=True)
     assert not report.ok
     assert report.candidate_location == f"{tmp_path / 'jax_dropout_mha.py'}:15", f"\n{report}"
+
+
+NUMPY_SOURCE = (HERE / "numpy_dropout_mha.py").read_text()
+NUMPY_KEEP_LINE = "weights = weights * keep / (1.0 - dropout)"
+
+
+def numpy_port(source, directory):
+    return functools.partial(load("numpy_dropout_mha", source, directory).mha, rng=np.random.default_rng(1))
+
+
+def test_the_project_numpy_class_draws_the_reference_masks():
+    ref = dropping_reference()
+    port = functools.partial(
+        numpy_attn.multi_head_attention, num_heads=NUM_HEADS, context_length=16, dropout=DROPOUT,
+        rng=np.random.default_rng(1),
+    )  # fmt: skip
+    assert locate(ref, port, inputs(), params=to_params(ref), train=True).ok  # it keeps u >= p
+
+
+def test_a_numpy_port_keeping_low_draws_agrees_and_its_scale_bug_is_located(tmp_path):
+    ref = dropping_reference()
+    assert locate(ref, numpy_port(NUMPY_SOURCE, tmp_path), inputs(), params=to_params(ref), train=True).ok
+    source = NUMPY_SOURCE.replace(NUMPY_KEEP_LINE, "weights = weights * keep * dropout")
+    report = locate(ref, numpy_port(source, tmp_path), inputs(), params=to_params(ref), train=True)
+    line = NUMPY_SOURCE.splitlines().index(f"    {NUMPY_KEEP_LINE}") + 1
+    assert report.candidate_location == f"{tmp_path / 'numpy_dropout_mha.py'}:{line}", f"\n{report}"

@@ -12,7 +12,7 @@ from parity_tests.locate.align import align, blame_location, tolerance_of
 from parity_tests.locate.causes import axis_names, read_causes
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
-from parity_tests.locate.run import capture
+from parity_tests.locate.run import capture, framework_of
 from parity_tests.locate.trace import Trace
 
 __all__ = ["compare_traces", "locate", "locate_shapes", "sizes_of"]
@@ -35,13 +35,20 @@ def locate(
     of positional arguments from any framework; ``params`` (the weights format) goes first to the
     callables that are not modules. A torch reference runs in eval mode unless ``train``; then the
     keep-masks of its dropouts are given to a JAX candidate in place of its own random draws (the
-    boolean of its ``bernoulli`` or ``uniform`` comparison, matched by size in order), so both
-    sides drop the same entries.
+    boolean of its ``bernoulli`` or ``uniform`` comparison, matched by size in order), or drawn
+    by the ``np.random.Generator`` a NumPy candidate is given (both ways of reading uniform draws
+    tried: ``u >= p`` and ``u < 1 - p`` keep), so both sides drop the same entries.
     """
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     expected = capture(reference, args, params, reference_framework, train)
-    actual = capture(candidate, args, params, candidate_framework, train, keep_masks=expected.keep_masks)
-    return compare_traces(expected, actual)
+    masks = expected.keep_masks
+    actual = capture(candidate, args, params, candidate_framework, train, keep_masks=masks)
+    report = compare_traces(expected, actual)
+    if report.ok or not masks or (candidate_framework or framework_of(candidate)) != "numpy":
+        return report
+    low = capture(candidate, args, params, candidate_framework, train, keep_masks=masks, kept_high=False)
+    other = compare_traces(expected, low)  # a port keeping low draws (u < 1 - p)
+    return other if other.ok or len(other.verified) > len(report.verified) else report
 
 
 def locate_shapes(

@@ -152,12 +152,15 @@ def capture(
     train: bool = False,
     gradient_seed: int | None = None,
     keep_masks: Sequence[Any] | None = None,
+    kept_high: bool = True,
 ) -> Trace:
     """Run ``fn`` on ``inputs`` (converted to its framework; ``params`` first when ``fn`` is not a
     module) and capture every value it computes. A torch module runs in eval mode unless ``train``.
     With ``gradient_seed``, also every value's cotangent (``Trace.cotangents``): torch and JAX only,
     NumPy has no gradients (TypeError). ``keep_masks`` (a torch reference's dropout keep-masks,
-    ``Trace.keep_masks``) replace a JAX callable's random keep-masks."""
+    ``Trace.keep_masks``) replace a JAX callable's random keep-masks, or are drawn by the NumPy
+    ``Generator`` passed to a NumPy callable (``kept_high``: which draws keep, see
+    ``capture_numpy``)."""
     from parity_tests.locate.capture_jax import capture_jax
     from parity_tests.locate.capture_numpy import capture_numpy
     from parity_tests.locate.capture_torch import capture_torch, torch_module_of
@@ -183,6 +186,8 @@ def capture(
             warnings.simplefilter("ignore")
             if framework == "jax" and keep_masks:
                 return capture_jax(fn, args, kwargs, gradient_seed, keep_masks)
+            if framework == "numpy" and keep_masks:
+                return capture_numpy(fn, args, kwargs, keep_masks, kept_high)
             if gradient_seed is None:
                 return capture_fn(fn, args, kwargs)
             return capture_fn(fn, args, kwargs, gradient_seed)
