@@ -22,7 +22,16 @@ from parity_tests.locate.layout import in_layout, split_rules
 from parity_tests.locate.trace import Record, Trace
 from parity_tests.tolerances import tolerance_for
 
-__all__ = ["Alignment", "Match", "align", "blame_location", "close", "layout_classes", "tolerance_of"]
+__all__ = [
+    "Alignment",
+    "Match",
+    "align",
+    "ancestors",
+    "blame_location",
+    "close",
+    "layout_classes",
+    "tolerance_of",
+]
 
 _VERY_NEGATIVE = -1e4  # a fill at or below this (-1e9, finfo.min) stands for -inf
 
@@ -205,7 +214,8 @@ def _match(c: Record, r: Record, rules, scales, fingerprints) -> Match | None:
     return Match(r.index, "scale", s) if close(s * view, c.value, rtol, atol, fill=True) else None
 
 
-def _ancestors(trace: Trace, start: int) -> set[int]:
+def ancestors(trace: Trace, start: int) -> set[int]:
+    """``start`` and every record it is computed from."""
     seen, stack = set(), [start]
     while stack:
         index = stack.pop()
@@ -219,7 +229,7 @@ def _good(trace: Trace, matched: set[int]) -> tuple[set[int], set[int]]:
     """(records on the way to the output, those of them that are good)."""
     if trace.output is None:
         return set(), set()
-    on_path = _ancestors(trace, trace.output)
+    on_path = ancestors(trace, trace.output)
     consumers: dict[int, list[int]] = {}
     for record in trace.records:
         for source in record.inputs:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.align import Alignment, align, close, layout_classes, tolerance_of
+from parity_tests.locate.align import Alignment, align, ancestors, close, layout_classes, tolerance_of
 from parity_tests.locate.causes import axis_names
 from parity_tests.locate.check import compare_traces, sizes_of
 from parity_tests.locate.layout import in_layout
@@ -81,16 +81,6 @@ def compare_cotangents(expected: Trace, actual: Trace) -> LocateReport:
         return LocateReport(True, verified=list(dict.fromkeys(verified)))
 
 
-def _ancestors(trace: Trace, start: int) -> set[int]:
-    seen, stack = set(), [start]
-    while stack:
-        index = stack.pop()
-        if index not in seen:
-            seen.add(index)
-            stack.extend(trace.records[index].inputs)
-    return seen
-
-
 @dataclass
 class _Group:
     """The candidate values holding one reference value first (``holders``: none computed from
@@ -124,13 +114,13 @@ def _groups(alignment: Alignment) -> list[_Group]:
     first record, whose cotangent gathers every use); a candidate value computed from another
     holding the same reference value is no new holder (a reshape of it, a stopped copy)."""
     reference, candidate = alignment.reference, alignment.candidate
-    used = _ancestors(reference, reference.output)
+    used = ancestors(reference, reference.output)
     classes = layout_classes(reference, alignment.rules)
     first: dict[int, int] = {}
     for index in sorted(used):
         if index in reference.cotangents:
             first.setdefault(classes[index], index)
-    path = _ancestors(candidate, candidate.output)
+    path = ancestors(candidate, candidate.output)
     inherited: dict[int, set[int]] = {}
     groups: dict[int, _Group] = {}
     for record in candidate.records:
@@ -155,7 +145,7 @@ def _consumer(trace: Trace, holders: list[int]) -> int:
     """The operation whose backward gave the ``holders`` their cotangents: their only consumer on
     the way to the output, else the first that changes gradients by nature (a stop, a cast, a
     custom rule), else the first."""
-    path, held = _ancestors(trace, trace.output), set(holders)
+    path, held = ancestors(trace, trace.output), set(holders)
     consumers = [r for r in trace.records[holders[0] + 1 :] if held & set(r.inputs) and r.index in path]
     blocking = [
         r for r in consumers if r.index in trace.custom_rules or any(r.op.startswith(op) for op in _BLOCKING)
