@@ -48,11 +48,12 @@ def locate_gradients(
     Takes what ``locate`` takes (torch modules and functions, JAX functions, ``jax.jit``/``nnx.jit``
     callables, NNX modules; ``params`` for those that are not modules); the torch reference runs in
     eval mode unless ``train`` (then its dropout keep-masks are injected as in ``locate``). The loss
-    is ``sum(output * cotangent)`` for a standard normal cotangent drawn from
-    ``seed``. When the forward pass already diverges, its report is returned (with that cause
-    first). Otherwise ``first_divergence`` names the reference operation whose input's cotangent
-    the candidate gets wrong and ``candidate_location`` the candidate line whose backward computes
-    it. A NumPy candidate or reference raises TypeError: NumPy has no gradients.
+    is ``sum(output * cotangent)`` for a standard normal cotangent drawn from ``seed``. When the
+    forward pass already diverges, its report is returned (with that cause first). Otherwise
+    ``first_divergence`` (``"gradient of <step or op>"``) names the reference value whose
+    cotangent the candidate gets wrong, ``reference_location`` its line, ``candidate_location``
+    the candidate line whose backward computes it (the worst entry, causes and heatmap as in
+    ``locate``). A NumPy candidate or reference raises TypeError: NumPy has no gradients.
     """
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     expected = capture(reference, args, params, reference_framework, train, seed)
@@ -83,8 +84,9 @@ def compare_cotangents(expected: Trace, actual: Trace) -> LocateReport:
 
 @dataclass
 class _Group:
-    """The candidate values holding one reference value first (``holders``: none computed from
-    another holding it), whose cotangents must add up to the reference value's ``expected``."""
+    """The candidate values holding reference record ``reference`` first (``holders``, each with
+    its scale: none computed from another holding it), whose cotangents must add up to the
+    reference value's."""
 
     alignment: Alignment
     reference: int
@@ -142,8 +144,8 @@ def _groups(alignment: Alignment) -> list[_Group]:
 
 
 def _consumer(trace: Trace, holders: list[int]) -> int:
-    """The operation whose backward gave the ``holders`` their cotangents: their only consumer on
-    the way to the output, else the first that changes gradients by nature (a stop, a cast, a
+    """The operation whose backward gave the ``holders`` their cotangents: among their consumers
+    on the way to the output, the first that changes gradients by nature (a stop, a cast, a
     custom rule), else the first."""
     path, held = ancestors(trace, trace.output), set(holders)
     consumers = [r for r in trace.records[holders[0] + 1 :] if held & set(r.inputs) and r.index in path]
