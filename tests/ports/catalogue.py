@@ -340,10 +340,16 @@ GRADIENT_BUGS = [
         'values = jax.lax.stop_gradient(linear(params, "W_value", x))',
     ),
     B(
+        "grad_weights_stopped_in_the_helper",
+        "jax_mha",
+        'return x @ params[f"{name}.weight"].T + params[f"{name}.bias"]',
+        'return x @ jax.lax.stop_gradient(params[f"{name}.weight"]).T + params[f"{name}.bias"]',
+    ),
+    B(
         "grad_integer_cast_of_the_input",
         "jax_mha",
-        'queries = linear(params, "W_query", x)',
-        'queries = linear(params, "W_query", x.astype(jnp.int32).astype(x.dtype))',
+        'values = linear(params, "W_value", x)',  # x feeds the query and key projections first
+        'values = linear(params, "W_value", x.astype(jnp.int32).astype(x.dtype))',
     ),
     B(
         "grad_jitted_stop_gradient_on_keys",
