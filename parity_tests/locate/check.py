@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.align import align, blame_location, tolerance_of
+from parity_tests.locate.align import Alignment, align, blame_location, tolerance_of
 from parity_tests.locate.causes import axis_names, read_causes
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
@@ -95,6 +95,39 @@ def _label(trace: Trace, index: int) -> str:
     return record.step or record.op
 
 
+def _one_op_span(alignment: Alignment) -> list[str]:
+    """The candidate lines computing, from values found equal, the one reference operation the
+    blamed value should have equalled (a softmax written over three lines): from the blamed record
+    along its consumers up to the one joining a found-equal value that the reference's next
+    operation also takes (the values a softmax's weights meet). Empty when the reference
+    operation's inputs are not all found equal, or its next operation takes no other value."""
+    reference, candidate = alignment.reference, alignment.candidate
+    if alignment.rerouted_from is not None or alignment.blamed is None:
+        return []
+    found = {m.reference: c for c in alignment.verified for m in alignment.matches.get(c, [])}
+    target = reference.records[alignment.counterpart]
+    if any(s not in found for s in target.inputs if reference.records[s].leaf is None):
+        return []
+    partners = {  # the other computed values the reference's next operations take
+        s
+        for r in reference.records
+        if target.index in r.inputs
+        for s in r.inputs
+        if s != target.index and reference.records[s].leaf is None
+    }
+    joining = {found[s] for s in partners if s in found}
+    if not joining:
+        return []
+    chain, lines = {alignment.blamed}, [candidate.records[alignment.blamed].location]
+    for record in candidate.records[alignment.blamed + 1 :]:
+        if chain & set(record.inputs):
+            if joining & set(record.inputs):
+                return list(dict.fromkeys(lines))
+            chain.add(record.index)
+            lines.append(record.location)
+    return []
+
+
 def compare_traces(expected: Trace, actual: Trace) -> LocateReport:
     """The report for two captured traces (see ``locate``)."""
     with np.errstate(all="ignore"):  # NaN and inf in a diverging value are data, not errors
@@ -126,6 +159,12 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         expected_dtype=counterpart.dtype,
         actual_dtype=blamed.dtype,
     )
+    span = _one_op_span(alignment)
+    if len(span) > 1:
+        report.causes.append(
+            f"the reference computes lines {', '.join(span)} in one operation ({counterpart.op}) from "
+            "values found equal: the bug may be on any of them, not only the first"
+        )
     laid_out = in_layout(blamed.value, counterpart.shape, alignment.rules)
     misrouted = [m for m in alignment.matches.get(blamed.index, []) if m.kind == "exact"]
     if misrouted:
