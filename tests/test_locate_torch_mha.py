@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from parity_tests.locate import locate
+from parity_tests.locate import locate, locate_gradients
 from parity_tests.locate.run import capture
 from parity_tests.tolerances import tolerance_for
 from tests.ports.catalogue import HERE, inputs, load
@@ -71,4 +71,17 @@ def test_a_bug_inside_is_located_on_its_line(line, planted, tmp_path):
     x = inputs()
     report = locate(reference, port.mha, (x, x, x), params=params)
     assert not report.ok
+    assert report.candidate_location == f"{tmp_path / 'jax_torch_mha.py'}:{number}", f"\n{report}"
+
+
+def test_its_gradients_are_compared_step_by_step(tmp_path):
+    reference, params = torch_mha(need_weights=False)
+    x = inputs()
+    port = load("jax_torch_mha", SOURCE, tmp_path)
+    assert locate_gradients(reference, port.mha, (x, x, x), params=params).ok
+    line = "weights = jax.nn.softmax(scores, axis=-1)"
+    stopped = SOURCE.replace(line, "weights = jax.lax.stop_gradient(jax.nn.softmax(scores, axis=-1))")
+    stopped_port = load("jax_torch_mha", stopped, tmp_path)
+    report = locate_gradients(reference, stopped_port.mha, (x, x, x), params=params)
+    number = SOURCE.splitlines().index(f"    {line}") + 1
     assert report.candidate_location == f"{tmp_path / 'jax_torch_mha.py'}:{number}", f"\n{report}"

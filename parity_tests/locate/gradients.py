@@ -114,7 +114,8 @@ def _groups(alignment: Alignment) -> list[_Group]:
     """One group per reference value the output uses differentiably and the candidate holds, the
     latest held first (backward order). Layout changes of one reference value count as one (its
     first record, whose cotangent gathers every use); a candidate value computed from another
-    holding the same reference value is no new holder (a reshape of it, a stopped copy)."""
+    holding the same reference value is no new holder (a reshape of it, a stopped copy), and one
+    holding several reference values by coincidence (zero biases) holds none."""
     reference, candidate = alignment.reference, alignment.candidate
     used = ancestors(reference, reference.output)
     classes = layout_classes(reference, alignment.rules)
@@ -128,13 +129,15 @@ def _groups(alignment: Alignment) -> list[_Group]:
     for record in candidate.records:
         above = set().union(*(inherited.get(s, set()) for s in record.inputs))
         own: dict[int, float] = {}
+        exact: set[int] = set()
         for match in alignment.matches.get(record.index, []):
             cls = classes[match.reference]
             if match.kind != "negated" and cls in first and match.reference in used:
                 own.setdefault(cls, match.scale)
+                exact |= {cls} if match.kind == "exact" else set()
         inherited[record.index] = above | set(own)
-        if record.index not in path or record.index not in candidate.cotangents:
-            continue
+        if record.index not in path or record.index not in candidate.cotangents or len(exact) > 1:
+            continue  # equal to several reference values (zeros, say): which cotangent is its own?
         for cls, scale in own.items():
             if cls not in above:
                 group = groups.setdefault(cls, _Group(alignment, first[cls]))
