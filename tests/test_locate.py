@@ -11,7 +11,7 @@ import torch
 
 from parity_tests.locate import capture, locate
 from parity_tests.locate.run import framework_of
-from tests.ports.catalogue import BUGS, PORTS, inputs, load, plant, reference
+from tests.ports.catalogue import BUGS, HERE, PORTS, inputs, load, plant, reference
 from torch_ref import MultiHeadAttention, to_params
 
 PORTS_DIR = pathlib.Path(__file__).parent / "ports"
@@ -292,3 +292,17 @@ def test_the_reference_runs_in_eval_mode_and_keeps_its_mode(tmp_path):
     port = load("numpy_mha", (PORTS_DIR / "numpy_mha.py").read_text(), tmp_path).mha
     assert locate(ref, port, inputs(), params=params).ok  # dropout off: no random draw to match
     assert ref.training
+
+
+def test_a_bug_inside_lines_the_reference_computes_in_one_op_names_all_of_them(tmp_path):
+    source = (HERE / "numpy_mha.py").read_text()
+    planted_source = source.replace(
+        "    return e / e.sum(axis=axis, keepdims=True)", "    return e / e.sum(axis=-2, keepdims=True)"
+    )
+    ref = reference("torch_ref")
+    port = load("numpy_mha", planted_source, tmp_path)
+    report = locate(ref, port.mha, inputs(), params=to_params(ref))
+    lines = ", ".join(f"{tmp_path / 'numpy_mha.py'}:{n}" for n in (7, 8, 9))  # the three softmax lines
+    assert f"the reference computes lines {lines} in one operation (softmax)" in "\n".join(report.causes)
+    single, _ = planted("np_scale_by_d_out", tmp_path)  # a bug in one line: no such cause
+    assert not any("in one operation" in cause for cause in single.causes)

@@ -1,6 +1,7 @@
 """The bug catalogue: every bug planted in an uninstrumented user-style port is caught on its line,
 and the ports without bugs pass."""
 
+import numpy as np
 import pytest
 
 from parity_tests.locate import locate
@@ -8,12 +9,13 @@ from tests.ports.catalogue import BUGS, HERE, PORTS, WITHOUT_PARAMS, inputs, loa
 from torch_ref import to_params
 
 
-def run_port(port, source, directory):
+def run_port(port, source, directory, x=None):
     kind, build = PORTS[port]
     ref = reference(kind)
     params = to_params(ref)
     candidate = build(load(port, source, directory), params)
-    return locate(ref, candidate, inputs(), params=None if port in WITHOUT_PARAMS else params)
+    x = inputs() if x is None else x
+    return locate(ref, candidate, x, params=None if port in WITHOUT_PARAMS else params)
 
 
 @pytest.mark.parametrize("bug", BUGS, ids=[b.name for b in BUGS])
@@ -30,3 +32,32 @@ def test_the_ports_without_bugs_pass(port, tmp_path):
     report = run_port(port, (HERE / f"{port}.py").read_text(), tmp_path)
     assert report.ok, f"\n{report}"
     assert report.verified  # the lines found equal to the reference's values
+
+
+COLLIDING = (2, 4, 8)  # B == N == 2 and T == H == 4: axes of equal size
+
+
+def colliding_inputs():
+    return np.random.default_rng(0).standard_normal(COLLIDING).astype(np.float32)
+
+
+@pytest.mark.parametrize("port", list(PORTS))
+def test_the_ports_without_bugs_pass_when_axis_sizes_collide(port, tmp_path):
+    report = run_port(port, (HERE / f"{port}.py").read_text(), tmp_path, colliding_inputs())
+    assert report.ok, f"\n{report}"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "np_heads_merged_without_transpose",  # (T, N) merged as (N, T), N == B
+        "jax_values_split_without_transpose",  # (T, N, H) read as (N, T, H)
+        "jax_weights_transposed_in_context",  # (T, S) used as (S, T)
+    ],
+)
+def test_a_bug_swapping_axes_of_equal_size_is_located_on_its_line(name, tmp_path):
+    bug = next(b for b in BUGS if b.name == name)
+    source, line = plant(bug)
+    report = run_port(bug.port, source, tmp_path, colliding_inputs())
+    assert not report.ok
+    assert report.candidate_location == f"{tmp_path / bug.port}.py:{line}", f"\n{report}"

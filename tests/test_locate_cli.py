@@ -45,3 +45,19 @@ def test_a_bug_past_a_block_size_shows_only_at_longer_inputs(tmp_path):
     assert {r.candidate_location for r in reports.values() if not r.ok} == {
         f"{tmp_path / 'blocked.py'}:{line}"
     }
+
+
+def test_diff_gradients_names_the_line_stopping_them(tmp_path, capsys):
+    line = "    att = jax.nn.softmax(att, axis=-1)"
+    planted = "    att = jax.lax.stop_gradient(jax.nn.softmax(att, axis=-1))"
+    source = (HERE / "jax_fused.py").read_text().replace(line, planted)
+    (tmp_path / "port.py").write_text(source)
+    number = source.splitlines().index(planted) + 1
+    port = f"{tmp_path / 'port.py'}:attention"
+    args = ["diff", REFERENCE, port, *INIT, "--shape", "2,5,8", "--width", "400"]
+    assert main(args) == 0  # the forward pass is right
+    assert main([*args, "--gradients"]) == 1
+    assert f"{tmp_path / 'port.py'}:{number}" in capsys.readouterr().out
+    numpy_port = ["diff", REFERENCE, f"{HERE / 'numpy_fused.py'}:attention", *INIT, "--shape", "2,5,8"]
+    assert main([*numpy_port, "--gradients"]) == 2
+    assert "no gradients" in capsys.readouterr().err

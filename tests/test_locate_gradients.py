@@ -1,24 +1,83 @@
-"""Gradient parity of an uninstrumented JAX port against the torch reference."""
+"""Gradient parity of uninstrumented ports: the first backward operation that goes wrong is located
+on its line (a stop_gradient, an integer cast, a detached value, a custom_vjp/custom_jvp rule), and
+the correct ports in every style (plain, jitted, NNX, nnx.jit, torch, custom rules) pass."""
 
-from parity_tests.locate.gradients import locate_gradients
-from tests.ports.catalogue import HERE, inputs, load, reference
+import numpy as np
+import pytest
+
+from parity_tests.locate import locate, locate_gradients
+from tests.ports.catalogue import (
+    GRADIENT_BUGS,
+    GRADIENT_PORTS,
+    HERE,
+    INTEGER_INPUTS,
+    WITHOUT_PARAMS,
+    inputs,
+    integer_inputs,
+    load,
+    plant,
+    reference,
+)
 from torch_ref import to_params
 
-SOURCE = (HERE / "jax_mha.py").read_text()
+
+def run_port(port, source, directory, x, check=locate_gradients):
+    kind, build = GRADIENT_PORTS[port]
+    ref = reference(kind)
+    params = to_params(ref)
+    candidate = build(load(port, source, directory), params)
+    return check(ref, candidate, x, params=None if port in WITHOUT_PARAMS else params)
 
 
-def test_a_correct_port_has_the_reference_gradients(tmp_path):
-    ref = reference("torch_ref")
-    report = locate_gradients(ref, load("jax_mha", SOURCE, tmp_path).mha, inputs(), to_params(ref))
-    assert report.ok, f"\n{report}"
-    assert [row.step for row in report.rows][:2] == ["out_proj.bias", "out_proj.weight"]
-    assert report.rows[-1].step == "x"
-
-
-def test_a_port_right_forward_and_wrong_backward_is_caught_at_its_weight(tmp_path):
-    ref = reference("torch_ref")
-    line = '    values = linear(params, "W_value", x)'
-    source = SOURCE.replace(line, '    values = jax.lax.stop_gradient(linear(params, "W_value", x))')
-    report = locate_gradients(ref, load("jax_mha_stopped", source, tmp_path).mha, inputs(), to_params(ref))
+@pytest.mark.parametrize("bug", GRADIENT_BUGS, ids=[b.name for b in GRADIENT_BUGS])
+def test_planted_backward_bug_is_located_on_its_line(bug, tmp_path):
+    source, line = plant(bug)
+    x = integer_inputs() if bug.name in INTEGER_INPUTS else inputs()
+    assert run_port(bug.port, source, tmp_path, x, check=locate).ok  # the forward pass is right
+    report = run_port(bug.port, source, tmp_path, x)
     assert not report.ok
-    assert report.first_divergence == "W_value.bias"  # backward order: the value projection first
+    expected, actual = f"{tmp_path / bug.port}.py:{line}", report.candidate_location
+    assert actual == expected, f"\n{report}"
+    assert report.first_divergence.startswith("gradient of")
+    assert report.expected != report.actual
+
+
+@pytest.mark.parametrize("port", list(GRADIENT_PORTS))
+def test_the_ports_without_bugs_have_the_reference_gradients(port, tmp_path):
+    report = run_port(port, (HERE / f"{port}.py").read_text(), tmp_path, inputs())
+    assert report.ok, f"\n{report}"
+
+
+def test_a_stopped_gradient_is_explained_and_its_entry_shown(tmp_path):
+    bug = GRADIENT_BUGS[0]
+    source, _ = plant(bug)
+    report = run_port(bug.port, source, tmp_path, inputs())
+    assert report.first_divergence == "gradient of values"  # the reference's step name
+    assert report.reference_location.endswith("torch_ref/multi_head.py:53")
+    assert report.actual == 0.0 and report.expected != 0.0
+    assert "stops the gradient" in report.causes[0]
+    worst = np.unravel_index(np.argmax(np.abs(report.expected_value)), report.expected_value.shape)
+    assert report.worst_index == tuple(int(i) for i in worst)
+
+
+def test_a_custom_rule_off_by_a_factor_reads_the_factor(tmp_path):
+    bug = next(b for b in GRADIENT_BUGS if b.name == "grad_custom_jvp_scale_not_square_root")
+    source, _ = plant(bug)
+    report = run_port(bug.port, source, tmp_path, inputs())
+    assert "custom_jvp_call rule" in report.causes[0]
+    assert report.causes[1] == "the cotangent is the reference's times 0.5"  # 1/4 for 1/sqrt(4)
+
+
+def test_a_forward_divergence_is_reported_first(tmp_path):
+    source = (HERE / "jax_mha.py").read_text().replace("/ jnp.sqrt(head_dim)", "/ head_dim")
+    report = run_port("jax_mha", source, tmp_path, inputs())
+    assert not report.ok
+    assert report.causes[0].startswith("the forward pass already diverges")
+    assert not report.first_divergence.startswith("gradient of")
+
+
+def test_numpy_has_no_gradients(tmp_path):
+    ref = reference("torch_ref")
+    port = load("numpy_mha", (HERE / "numpy_mha.py").read_text(), tmp_path)
+    with pytest.raises(TypeError, match="NumPy, which has no gradients"):
+        locate_gradients(ref, port.mha, inputs(), params=to_params(ref))

@@ -6,8 +6,9 @@ NumPy: the arrays each of the user's lines produces), aligns them by value acros
 differences (layouts, where the scale is applied, finite or infinite fills, dtypes), and returns a
 ``LocateReport`` naming the first divergence, the candidate's and the reference's ``path:line``,
 the worst entry and the causes the numbers show. ``locate_shapes`` runs it over several shapes
-and seeds, ``locate_gradients`` compares gradients weight by weight, ``map_weights`` maps a torch
-``state_dict`` onto an NNX module.
+and seeds, ``locate_gradients`` names the first backward operation whose gradients diverge (the
+cotangent of every captured value compared), ``map_weights`` maps a torch ``state_dict`` onto an
+NNX module.
 """
 
 from parity_tests.locate.check import compare_traces, locate, locate_shapes

@@ -22,7 +22,16 @@ from parity_tests.locate.layout import in_layout, split_rules
 from parity_tests.locate.trace import Record, Trace
 from parity_tests.tolerances import tolerance_for
 
-__all__ = ["Alignment", "Match", "align", "blame_location", "close", "tolerance_of"]
+__all__ = [
+    "Alignment",
+    "Match",
+    "align",
+    "ancestors",
+    "blame_location",
+    "close",
+    "layout_classes",
+    "tolerance_of",
+]
 
 _VERY_NEGATIVE = -1e4  # a fill at or below this (-1e9, finfo.min) stands for -inf
 
@@ -43,7 +52,8 @@ class Alignment:
     """``matches[c]``: what candidate record ``c`` matches; ``blamed``: the candidate record where
     the candidate first goes wrong; ``diverging``: the first reference record no candidate value
     reproduces; ``shown``: the value of the blamed line shown in the report (its last operation's);
-    ``counterpart``: the reference record the shown value should have equalled."""
+    ``counterpart``: the reference record the shown value should have equalled; ``scaled``: the
+    reference records computed after its scale was applied."""
 
     reference: Trace
     candidate: Trace
@@ -57,6 +67,7 @@ class Alignment:
     good: set[int] = field(default_factory=set)
     rerouted_from: int | None = None
     shown: int | None = None
+    scaled: set[int] = field(default_factory=set)
 
 
 def _comparable(record: Record) -> bool:
@@ -131,25 +142,43 @@ def _scale_between(reference: _Fingerprint, value: _Fingerprint) -> float | None
     return value.largest_kept / reference.largest_kept
 
 
-def _reference_scales(trace: Trace, rules: dict[int, tuple[int, ...]], prints: dict) -> list[float]:
+def _reference_scales(
+    trace: Trace, rules: dict[int, tuple[int, ...]], prints: dict, side: str = "r"
+) -> tuple[list[float], set[int]]:
     """Scales the reference applies (a value ``s`` times its input), or ``H**-0.5`` for the head
-    sizes ``H`` its reshapes show when it applies none (an opaque reference)."""
-    scales = []
+    sizes ``H`` its reshapes show when it applies none (an opaque reference); and the records
+    computed after a scale was applied (the scaling records and what they feed). ``side`` is
+    the trace's key in ``prints``: ``"c"`` reads the candidate's."""
+    scales, scaling = [], set()
     for record in trace.records:
         for source in record.inputs:
             r = trace.records[source].value
-            if r.shape == record.value.shape and ("r", record.index) in prints and r.dtype.kind == "f":
-                s = _scale_between(prints[("r", source)], prints[("r", record.index)])
+            if r.shape == record.value.shape and (side, record.index) in prints and r.dtype.kind == "f":
+                s = _scale_between(prints[(side, source)], prints[(side, record.index)])
                 if s is not None and abs(s - 1) > 1e-3 and close(s * r, record.value, 1e-5, 1e-6, True):
                     scales.append(s)
+                    scaling.add(record.index)
     if not scales:
         scales = [h**-0.5 for parts in rules.values() if len(parts) == 2 for h in parts[-1:]]
-    return scales
+    scaled: set[int] = set()
+    for record in trace.records:
+        if record.index in scaling or any(source in scaled for source in record.inputs):
+            scaled.add(record.index)
+    return scales, scaled
 
 
 def _match(c: Record, r: Record, rules, scales, fingerprints) -> Match | None:
     """How candidate record ``c`` holds reference record ``r``'s numbers, if it does. The
-    fingerprints decide which comparisons are worth making; the comparisons decide."""
+    fingerprints decide which comparisons are worth making; the comparisons decide. ``scales``
+    is ``(factors, scaled, scaled_c)``: a candidate value may hold ``r`` times a factor where
+    ``r`` is computed before the reference's scale (the candidate scales earlier), or divided by
+    it where ``r`` is among ``scaled`` and ``c`` is not among ``scaled_c`` (the candidate scales
+    later: it has not scaled yet), never scaled twice."""
+    factors, scaled, scaled_c = scales
+    if r.index in scaled:
+        scales = [] if c.index in scaled_c else [1 / f for f in factors]
+    else:
+        scales = factors
     if c.value.size != r.value.size or not _comparable(r):
         return None
     rtol, atol = tolerance_of(c, r)
@@ -185,7 +214,8 @@ def _match(c: Record, r: Record, rules, scales, fingerprints) -> Match | None:
     return Match(r.index, "scale", s) if close(s * view, c.value, rtol, atol, fill=True) else None
 
 
-def _ancestors(trace: Trace, start: int) -> set[int]:
+def ancestors(trace: Trace, start: int) -> set[int]:
+    """``start`` and every record it is computed from."""
     seen, stack = set(), [start]
     while stack:
         index = stack.pop()
@@ -199,7 +229,7 @@ def _good(trace: Trace, matched: set[int]) -> tuple[set[int], set[int]]:
     """(records on the way to the output, those of them that are good)."""
     if trace.output is None:
         return set(), set()
-    on_path = _ancestors(trace, trace.output)
+    on_path = ancestors(trace, trace.output)
     consumers: dict[int, list[int]] = {}
     for record in trace.records:
         for source in record.inputs:
@@ -239,7 +269,7 @@ def _weight_derived(trace: Trace) -> set[int]:
     return {r.index for r in trace.records if r.leaf is None and kind[r.index] == {"weight"}}
 
 
-def _layout_classes(trace: Trace, rules) -> list[int]:
+def layout_classes(trace: Trace, rules) -> list[int]:
     """Each reference record's class: records that are layout changes of their input share one."""
     classes = list(range(len(trace.records)))
     for record in trace.records:
@@ -265,11 +295,12 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     rules = split_rules(pairs)
     fingerprints = {("r", r.index): _fingerprint(r.value) for r in reference.records if _comparable(r)}
     fingerprints.update({("c", c.index): _fingerprint(c.value) for c in candidate.records if _comparable(c)})
-    scales = _reference_scales(reference, rules, fingerprints)
+    factors, scaled = _reference_scales(reference, rules, fingerprints)
+    scales = (factors, scaled, _reference_scales(candidate, rules, fingerprints, "c")[1])
     by_size: dict[int, list[Record]] = {}
     for r in reference.records:
         by_size.setdefault(r.value.size, []).append(r)
-    result = Alignment(reference, candidate, rules)
+    result = Alignment(reference, candidate, rules, scaled=scaled)
     for c in candidate.records:
         if not _comparable(c):
             continue
@@ -295,7 +326,7 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         result.blamed = candidate.output
     else:
         result.blamed = bad_c[0]
-    classes = _layout_classes(reference, rules)
+    classes = layout_classes(reference, rules)
     result.counterpart = _counterpart(result, result.blamed, bad_r, classes)
     _reroute(result, bad_r, classes)
     result.shown = result.blamed
@@ -348,8 +379,19 @@ def _input_classes(result: Alignment, record: Record, classes: list[int]) -> set
 def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list[int]) -> int:
     """The reference value the blamed candidate value should have equalled: among the diverging
     reference values it can be laid out as, the one computed from most of the same values, the
-    earliest on ties; else the first diverging reference value."""
+    earliest on ties; else the first diverging reference value. A value computed from one that
+    holds a reference value unscaled (the candidate scales later) should equal that value."""
     record = result.candidate.records[blamed]
+    unscaled = [
+        m.reference
+        for source in record.inputs
+        for m in result.matches.get(source, [])
+        if m.kind == "scale"
+        and m.reference in result.scaled
+        and result.reference.records[m.reference].shape == record.shape
+    ]
+    if unscaled:
+        return unscaled[0]
     compatible = [
         r
         for r in bad_r

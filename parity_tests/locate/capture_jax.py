@@ -6,6 +6,11 @@ array leaves of the arguments become the jaxpr's inputs, everything else (static
 ``num_heads`` or ``return_steps``) is closed over, so jitted callables see plain Python values.
 The interpreter descends into ``jit``/``pjit``, ``closed_call``, ``custom_jvp_call``,
 ``custom_vjp_call``, ``remat``, the taken branch of ``cond`` and each iteration of ``scan``.
+
+With a gradient seed, the same interpreter runs a second time under ``jax.vjp`` adding a zero
+"probe" to every floating value it records: the gradient with respect to a record's probe is the
+cotangent of that value (``Trace.cotangents``). Custom rules are kept: a ``custom_vjp``/
+``custom_jvp`` call is bound whole, and the values inside it have no cotangent of their own.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.trace import Trace, split_result, user_stack
+from parity_tests.locate.trace import CustomRule, Trace, cotangent_for, split_result, user_stack
 
 __all__ = ["capture_jax"]
 
@@ -46,8 +51,17 @@ def _is_array(value: Any) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (bool, int, float))
 
 
-def capture_jax(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Trace:
-    """Trace ``fn(*args, **kwargs)`` and evaluate it recording every equation's outputs."""
+def capture_jax(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    gradient_seed: int | None = None,
+    keep_masks: Sequence[np.ndarray] | None = None,
+) -> Trace:
+    """Trace ``fn(*args, **kwargs)`` and evaluate it recording every equation's outputs; with
+    ``gradient_seed``, also the cotangent of every floating value for the loss
+    ``sum(output * cotangent_for(output, gradient_seed))``; with ``keep_masks`` (a reference's
+    dropout keep-masks, in order), its random keep-masks replaced by them."""
     import functools
     import sys
 
@@ -76,23 +90,149 @@ def capture_jax(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, A
 
     arrays = [jax.numpy.asarray(leaves[i]) for i in traced]
     closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*arrays)
+    names = [_leaf_name(paths[i], position) for position, i in enumerate(traced)]
     trace = Trace("jax")
-    env: dict[Any, tuple[Any, int]] = {}
-    for position, (var, i, array) in enumerate(zip(closed.jaxpr.invars, traced, arrays, strict=True)):
-        name = _leaf_name(paths[i], position)
-        env[var] = (array, trace.add("input", np.asarray(array), str(array.dtype), "input", leaf=name))
-    for var, const in zip(closed.jaxpr.constvars, closed.consts, strict=True):
-        env[var] = (
-            const,
-            trace.add("leaf", np.asarray(const), str(const.dtype), "constant", leaf="constant"),
-        )
-    outs = _evaluate(closed.jaxpr, env, trace, ())
+    outs = _run(closed, arrays, names, _Recording(trace, keep_masks))
     n_out = len(jax.tree_util.tree_leaves(out_shape[0]))
     trace.output = outs[0][1]
     step_names = steps_tree[-1] if steps_tree else []
     values = [np.asarray(v) for v, _ in outs[n_out:]]
     trace.name_steps({k: v for k, v in zip(step_names, values, strict=True) if k != "output"})
+    if gradient_seed is not None:
+        _cotangents(trace, closed, arrays, names, cotangent_for(outs[0][0], gradient_seed), keep_masks)
     return trace
+
+
+def _run(closed: Any, arrays: Sequence[Any], names: Sequence[str], recorder: Any) -> list[tuple[Any, int]]:
+    """Evaluate the closed jaxpr on ``arrays`` (its inputs, named ``names``) with ``recorder``."""
+    env: dict[Any, tuple[Any, int]] = {}
+    for var, array, name in zip(closed.jaxpr.invars, arrays, names, strict=True):
+        env[var] = recorder.record("input", array, leaf=name, location="input")
+    for var, const in zip(closed.jaxpr.constvars, closed.consts, strict=True):
+        env[var] = recorder.record("leaf", const, leaf="constant", location="constant")
+    return _evaluate(closed.jaxpr, env, recorder, ())
+
+
+def _cotangents(
+    trace: Trace,
+    closed: Any,
+    arrays: Sequence[Any],
+    names: Sequence[str],
+    cotangent: Any,
+    keep_masks: Sequence[np.ndarray] | None,
+) -> None:
+    """Fill ``trace.cotangents`` (and ``trace.custom_rules``) by the probing pass."""
+    import jax
+    import jax.numpy as jnp
+
+    floating = [r for r in trace.records if r.value.dtype.kind == "f"]
+    probes = {r.index: jnp.zeros(r.value.shape, r.value.dtype) for r in floating}
+    probing = _Probing(probes, keep_masks)
+    output, backward = jax.vjp(lambda p: _run(closed, arrays, names, probing.reset(p))[0][0], probes)
+    (grads,) = backward(jnp.asarray(cotangent, output.dtype))
+    trace.cotangents = {index: np.asarray(grad) for index, grad in grads.items()}
+    for index in probing.inside:
+        trace.cotangents.pop(index, None)
+    trace.custom_rules = dict(probing.computed)
+
+
+_RANDOM = ("random_bits", "random_wrap", "random_seed", "random_fold_in", "random_split", "threefry2x32")
+
+
+class _Recorder:
+    """What both passes share: values computed from random bits are tracked (``random``), and a
+    random boolean (a dropout keep-mask drawn by ``bernoulli`` or a ``uniform`` comparison) is
+    replaced by the next of ``keep_masks`` (the reference's, True = kept) of its size, negated
+    when the port's draw is a drop-mask (its share of True nearer the reference's dropped share)."""
+
+    def __init__(self, keep_masks: Sequence[np.ndarray] | None) -> None:
+        self.keep_masks, self.random = list(keep_masks or []), set()
+
+    def plain(self, name: str, values: list, sources: tuple[int, ...], stack: tuple) -> list[tuple[Any, int]]:
+        random = name in _RANDOM or any(i in self.random for i in sources)
+        if random:
+            values = [self._injected(value) for value in values]
+        outs = [self.record(name, value, sources, stack) for value in values]
+        if random:
+            self.random.update(i for _, i in outs)
+        return outs
+
+    def _injected(self, value: Any) -> Any:
+        import jax.numpy as jnp
+
+        if value.dtype != bool:
+            return value
+        found = next((i for i, m in enumerate(self.keep_masks) if m.size == value.size), None)
+        if found is None:
+            return value
+        keep = self.keep_masks.pop(found).reshape(value.shape)
+        drawn = float(np.mean(np.asarray(value)))
+        return jnp.asarray(keep if abs(drawn - keep.mean()) <= abs(drawn - (1 - keep.mean())) else ~keep)
+
+
+class _Recording(_Recorder):
+    """The capture pass: every value goes into ``trace`` (a PRNG key as its key data)."""
+
+    def __init__(self, trace: Trace, keep_masks: Sequence[np.ndarray] | None = None) -> None:
+        super().__init__(keep_masks)
+        self.trace = trace
+
+    def record(
+        self, op: str, value: Any, sources: tuple[int, ...] = (), stack: tuple = (), leaf=None, location="?"
+    ) -> tuple[Any, int]:
+        import jax
+
+        dtype = str(value.dtype)
+        key = jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
+        data = jax.random.key_data(value) if key else value
+        return value, self.trace.add(op, np.asarray(data), dtype, location, sources, leaf=leaf, stack=stack)
+
+    def custom_call(self, eqn: Any, invals: list, outs: list, first: int) -> list:
+        return outs
+
+
+class _Probing(_Recorder):
+    """The gradient pass: the ``i``-th value recorded gets ``probes[i]`` added; a custom rule's call
+    is bound whole (its own gradient rule applies): ``computed`` maps the records of its call to it,
+    ``inside`` holds those that are not its results (no cotangent of their own)."""
+
+    def __init__(self, probes: dict[int, Any], keep_masks: Sequence[np.ndarray] | None) -> None:
+        self.masks = keep_masks
+        self.reset(probes)
+
+    def reset(self, probes: dict[int, Any]) -> _Probing:
+        super().__init__(self.masks)
+        self.probes, self.count, self.inside, self.computed = probes, 0, set(), {}
+        return self
+
+    def record(
+        self, op: str, value: Any, sources: tuple[int, ...] = (), stack: tuple = (), leaf=None, location="?"
+    ) -> tuple[Any, int]:
+        index, self.count = self.count, self.count + 1
+        return self._probed(value, index), index
+
+    def _probed(self, value: Any, index: int | None) -> Any:
+        probe = self.probes.get(index)
+        return value if probe is None else value + probe.astype(value.dtype)
+
+    def custom_call(self, eqn: Any, invals: list, outs: list, first: int) -> list:
+        if not eqn.primitive.name.startswith("custom"):
+            return outs
+        params = eqn.primitive.get_bind_params(eqn.params)
+        values = eqn.primitive.bind(*[v for v, _ in invals], **params)
+        values = values if eqn.primitive.multiple_results else [values]
+        given = {i for _, i in invals}
+        rule = CustomRule(
+            eqn,
+            tuple((None if i is not None else v, i) for v, i in invals),
+            tuple(i for _, i in outs),
+        )
+        self.computed.update((i, rule) for i in range(first, self.count))
+        self.inside.update(i for i in range(first, self.count) if i not in rule.outputs)
+        return [
+            (value if index in given else self._probed(value, index), index)
+            for value, (_, index) in zip(values, outs, strict=True)
+        ]
 
 
 def _call_module(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -109,10 +249,10 @@ def _leaf_name(path: str, position: int) -> str:
 
 
 def _evaluate(
-    jaxpr: Any, env: dict[Any, tuple[Any, int]], trace: Trace, caller: tuple[tuple[str, str], ...]
+    jaxpr: Any, env: dict[Any, tuple[Any, int]], recorder: Any, caller: tuple[tuple[str, str], ...]
 ) -> list[tuple[Any, int]]:
-    """Evaluate ``jaxpr`` with ``env`` (var -> (value, record index)) holding its inputs; ``caller``
-    is the stack of the equation calling it."""
+    """Evaluate ``jaxpr`` with ``env`` (var -> (value, record index)) holding its inputs, each value
+    going through ``recorder``; ``caller`` is the stack of the equation calling it."""
     from jax.extend.core import Literal
 
     def read(var):
@@ -125,41 +265,37 @@ def _evaluate(
         name = eqn.primitive.name
         stack = _stack(eqn, caller)
         if name in _CALLS and _CALLS[name] in eqn.params:
-            outs = _call(eqn.params[_CALLS[name]], invals, trace, stack)
+            first = getattr(recorder, "count", 0)
+            outs = _call(eqn.params[_CALLS[name]], invals, recorder, stack)
+            outs = recorder.custom_call(eqn, invals, outs, first)
         elif name == "cond":
             branch = eqn.params["branches"][int(invals[0][0])]
-            outs = _call(branch, invals[1:], trace, stack)
+            outs = _call(branch, invals[1:], recorder, stack)
         elif name == "scan":
-            outs = _scan(eqn, invals, trace, stack)
+            outs = _scan(eqn, invals, recorder, stack)
         else:
             values = eqn.primitive.bind(*[v for v, _ in invals], **eqn.params)
             values = values if eqn.primitive.multiple_results else [values]
             sources = tuple(i for _, i in invals if i is not None)
-            outs = [
-                (value, trace.add(name, np.asarray(value), str(value.dtype), "?", sources, stack=stack))
-                for value in values
-            ]
+            outs = recorder.plain(name, values, sources, stack)
         for var, out in zip(eqn.outvars, outs, strict=True):
             env[var] = out
     return [read(v) for v in jaxpr.outvars]
 
 
 def _call(
-    called: Any, invals: list[tuple[Any, int]], trace: Trace, stack: tuple[tuple[str, str], ...]
+    called: Any, invals: list[tuple[Any, int]], recorder: Any, stack: tuple[tuple[str, str], ...]
 ) -> list[tuple[Any, int]]:
     """Evaluate a called jaxpr (closed or open) on the caller's values."""
     jaxpr, consts = (called.jaxpr, called.consts) if hasattr(called, "consts") else (called, [])
     env = dict(zip(jaxpr.invars, invals, strict=True))
     for var, const in zip(jaxpr.constvars, consts, strict=True):
-        env[var] = (
-            const,
-            trace.add("leaf", np.asarray(const), str(const.dtype), "constant", leaf="constant"),
-        )
-    return _evaluate(jaxpr, env, trace, stack)
+        env[var] = recorder.record("leaf", const, leaf="constant", location="constant")
+    return _evaluate(jaxpr, env, recorder, stack)
 
 
 def _scan(
-    eqn: Any, invals: list[tuple[Any, int]], trace: Trace, stack: tuple[tuple[str, str], ...]
+    eqn: Any, invals: list[tuple[Any, int]], recorder: Any, stack: tuple[tuple[str, str], ...]
 ) -> list[tuple[Any, int]]:
     """Run a scan's body once per iteration, recording each iteration's values."""
     import jax.numpy as jnp
@@ -171,7 +307,7 @@ def _scan(
     steps = range(length - 1, -1, -1) if params["reverse"] else range(length)
     for step in steps:
         x_slices = [(value[step], index) for value, index in xs]
-        outs = _call(params["jaxpr"], [*consts, *carry, *x_slices], trace, stack)
+        outs = _call(params["jaxpr"], [*consts, *carry, *x_slices], recorder, stack)
         carry, y = outs[:n_carry], outs[n_carry:]
         ys.append(y)
     if params["reverse"]:
@@ -180,7 +316,5 @@ def _scan(
     for column in zip(*ys, strict=True) if ys else []:
         value = jnp.stack([v for v, _ in column])
         sources = tuple(i for _, i in column if i is not None)
-        stacked.append(
-            (value, trace.add("scan", np.asarray(value), str(value.dtype), "?", sources, stack=stack))
-        )
+        stacked.append(recorder.record("scan", value, sources, stack))
     return [*carry, *stacked]

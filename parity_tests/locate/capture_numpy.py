@@ -139,10 +139,62 @@ class _LineRecorder:
                     self.record(array, frame, line, sources, source_text)
 
 
-def capture_numpy(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Trace:
+class _KeepMaskGenerator(np.random.Generator):
+    """A ``Generator`` whose uniform draws (``random``) of a keep-mask's size make that mask: kept
+    entries draw ``1 - 2**-24`` and dropped ones 0 when ``kept_high`` (a port keeping
+    ``u >= p``), the other way round otherwise (a port keeping ``u < 1 - p``);
+    ``binomial(1, q, size)`` gives the mask itself. Other draws come from the generator it
+    replaces, whose stream it shares."""
+
+    def __init__(self, base: np.random.Generator, masks: Sequence[np.ndarray], kept_high: bool) -> None:
+        super().__init__(base.bit_generator)
+        self.masks, self.kept_high = list(masks), kept_high
+
+    def _mask(self, size: Any) -> np.ndarray | None:
+        shape = (size,) if isinstance(size, int) else tuple(size or ())
+        found = next((i for i, m in enumerate(self.masks) if m.size == int(np.prod(shape))), None)
+        return None if found is None else self.masks.pop(found).reshape(shape)
+
+    def random(self, size: Any = None, dtype: Any = np.float64, out: Any = None) -> Any:
+        keep = self._mask(size) if out is None else None
+        if keep is None:
+            return super().random(size, dtype, out)
+        high, low = 1 - 2.0**-24, 0.0
+        return np.where(keep, *((high, low) if self.kept_high else (low, high))).astype(dtype)
+
+    def binomial(self, n: Any, p: Any, size: Any = None) -> Any:
+        keep = self._mask(size) if np.all(np.asarray(n) == 1) else None
+        return super().binomial(n, p, size) if keep is None else keep.astype(np.int64)
+
+
+def _with_keep_masks(fn: Any, args: Sequence[Any], masks: Sequence[np.ndarray], kept_high: bool) -> tuple:
+    """``(fn, args)`` with every ``np.random.Generator`` among the arguments (a partial's
+    included) replaced by a ``_KeepMaskGenerator`` drawing ``masks``."""
+
+    def swap(value: Any) -> Any:
+        replace = isinstance(value, np.random.Generator)
+        return _KeepMaskGenerator(value, masks, kept_high) if replace else value
+
+    if isinstance(fn, functools.partial):
+        fn = functools.partial(
+            fn.func, *map(swap, fn.args), **{k: swap(v) for k, v in fn.keywords.items()}
+        )
+    return fn, [swap(arg) for arg in args]
+
+
+def capture_numpy(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    keep_masks: Sequence[np.ndarray] | None = None,
+    kept_high: bool = True,
+) -> Trace:
     """Run ``fn(*args, **kwargs)`` under ``sys.settrace``, recording the arrays each of the user's
     lines produces; leaves ``input0``, ``input1``... are the positional array arguments (a dict of
-    arrays, the weights, gives one leaf per key)."""
+    arrays, the weights, gives one leaf per key). With ``keep_masks`` (a torch reference's dropout
+    keep-masks), a ``Generator`` passed to ``fn`` draws them (see ``_KeepMaskGenerator``)."""
+    if keep_masks:
+        fn, args = _with_keep_masks(fn, args, keep_masks, kept_high)
     trace = Trace("numpy")
     recorder = _LineRecorder(trace)
     for position, arg in enumerate(args):

@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.align import align, blame_location, tolerance_of
+from parity_tests.locate.align import Alignment, align, blame_location, tolerance_of
 from parity_tests.locate.causes import axis_names, read_causes
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
-from parity_tests.locate.run import capture
+from parity_tests.locate.run import capture, framework_of
 from parity_tests.locate.trace import Trace
 
-__all__ = ["compare_traces", "locate", "locate_shapes"]
+__all__ = ["compare_traces", "locate", "locate_shapes", "sizes_of"]
 
 
 def locate(
@@ -33,12 +33,22 @@ def locate(
     Each is a torch module or function, a JAX function, jitted callable or NNX module, or a NumPy
     function (the framework is read from the callable, or given); ``inputs`` is one array or a tuple
     of positional arguments from any framework; ``params`` (the weights format) goes first to the
-    callables that are not modules. A torch reference runs in eval mode unless ``train``.
+    callables that are not modules. A torch reference runs in eval mode unless ``train``; then the
+    keep-masks of its dropouts are given to a JAX candidate in place of its own random draws (the
+    boolean of its ``bernoulli`` or ``uniform`` comparison, matched by size in order), or drawn
+    by the ``np.random.Generator`` a NumPy candidate is given (both ways of reading uniform draws
+    tried: ``u >= p`` and ``u < 1 - p`` keep), so both sides drop the same entries.
     """
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     expected = capture(reference, args, params, reference_framework, train)
-    actual = capture(candidate, args, params, candidate_framework, train)
-    return compare_traces(expected, actual)
+    masks = expected.keep_masks
+    actual = capture(candidate, args, params, candidate_framework, train, keep_masks=masks)
+    report = compare_traces(expected, actual)
+    if report.ok or not masks or (candidate_framework or framework_of(candidate)) != "numpy":
+        return report
+    low = capture(candidate, args, params, candidate_framework, train, keep_masks=masks, kept_high=False)
+    other = compare_traces(expected, low)  # a port keeping low draws (u < 1 - p)
+    return other if other.ok or len(other.verified) > len(report.verified) else report
 
 
 def locate_shapes(
@@ -49,18 +59,25 @@ def locate_shapes(
     seeds: Sequence[int] = (0,),
     dtype: str = "float32",
     params: Mapping[str, Any] | None = None,
+    train: bool = False,
+    gradients: bool = False,
 ) -> dict[tuple[tuple[int, ...], int], LocateReport]:
     """``locate`` on a standard normal input of each shape and seed: bugs that show only past a
-    block size or at odd head counts. Returns the reports keyed by ``(shape, seed)``."""
+    block size or at odd head counts (``locate_gradients`` with ``gradients``; ``train`` as for
+    ``locate``). Returns the reports keyed by ``(shape, seed)``."""
+    from parity_tests.locate.gradients import locate_gradients
+
+    check = locate_gradients if gradients else locate
     reports = {}
     for shape in shapes:
         for seed in seeds:
             x = np.random.default_rng(seed).standard_normal(tuple(shape)).astype(dtype)
-            reports[(tuple(shape), seed)] = locate(reference, candidate, x, params=params)
+            reports[(tuple(shape), seed)] = check(reference, candidate, x, params=params, train=train)
     return reports
 
 
-def _sizes(reference: Trace, rules: dict[int, tuple[int, ...]]) -> dict[str, int]:
+def sizes_of(reference: Trace, rules: dict[int, tuple[int, ...]]) -> dict[str, int]:
+    """Sizes of the run by axis name (``tokens``, ``batch``, ``feature``, ``head``, ``head_dim``)."""
     first_input = next((r for r in reference.records if r.leaf and r.leaf.startswith("input")), None)
     sizes: dict[str, int] = {}
     if first_input is not None and first_input.value.ndim >= 2:
@@ -76,6 +93,39 @@ def _sizes(reference: Trace, rules: dict[int, tuple[int, ...]]) -> dict[str, int
 def _label(trace: Trace, index: int) -> str:
     record = trace.records[index]
     return record.step or record.op
+
+
+def _one_op_span(alignment: Alignment) -> list[str]:
+    """The candidate lines computing, from values found equal, the one reference operation the
+    blamed value should have equalled (a softmax written over three lines): from the blamed record
+    along its consumers up to the one joining a found-equal value that the reference's next
+    operation also takes (the values a softmax's weights meet). Empty when the reference
+    operation's inputs are not all found equal, or its next operation takes no other value."""
+    reference, candidate = alignment.reference, alignment.candidate
+    if alignment.rerouted_from is not None or alignment.blamed is None:
+        return []
+    found = {m.reference: c for c in alignment.verified for m in alignment.matches.get(c, [])}
+    target = reference.records[alignment.counterpart]
+    if any(s not in found for s in target.inputs if reference.records[s].leaf is None):
+        return []
+    partners = {  # the other computed values the reference's next operations take
+        s
+        for r in reference.records
+        if target.index in r.inputs
+        for s in r.inputs
+        if s != target.index and reference.records[s].leaf is None
+    }
+    joining = {found[s] for s in partners if s in found}
+    if not joining:
+        return []
+    chain, lines = {alignment.blamed}, [candidate.records[alignment.blamed].location]
+    for record in candidate.records[alignment.blamed + 1 :]:
+        if chain & set(record.inputs):
+            if joining & set(record.inputs):
+                return list(dict.fromkeys(lines))
+            chain.add(record.index)
+            lines.append(record.location)
+    return []
 
 
 def compare_traces(expected: Trace, actual: Trace) -> LocateReport:
@@ -95,7 +145,7 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     named = [r for r in expected.records[diverging.index :] if r.step] if expected.steps else []
     first = named[0].step if named else diverging.op
     rtol, atol = tolerance_of(blamed, counterpart)
-    sizes = _sizes(expected, alignment.rules)
+    sizes = sizes_of(expected, alignment.rules)
     report = LocateReport(
         False,
         first,
@@ -109,6 +159,12 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         expected_dtype=counterpart.dtype,
         actual_dtype=blamed.dtype,
     )
+    span = _one_op_span(alignment)
+    if len(span) > 1:
+        report.causes.append(
+            f"the reference computes lines {', '.join(span)} in one operation ({counterpart.op}) from "
+            "values found equal: the bug may be on any of them, not only the first"
+        )
     laid_out = in_layout(blamed.value, counterpart.shape, alignment.rules)
     misrouted = [m for m in alignment.matches.get(blamed.index, []) if m.kind == "exact"]
     if misrouted:

@@ -3,8 +3,10 @@
 ``NAME`` is a function, a module instance or a class in the file; a class is built with
 ``--init KEY=VALUE`` (after ``torch.manual_seed(--seed)``). A torch reference's weights (its
 ``state_dict`` without buffers, as NumPy) go first to a candidate function; ``--option KEY=VALUE``
-are keyword arguments for the candidate. Exit 0 when every shape matches, 1 when one does not, 2 for
-bad usage.
+are keyword arguments for the candidate; ``--gradients`` compares the gradients (the first
+diverging backward operation), ``--train`` runs the reference in train mode with its dropout
+keep-masks given to a JAX candidate. Exit 0 when every shape matches, 1 when one does not, 2 for
+bad usage (a NumPy port with ``--gradients`` included).
 """
 
 from __future__ import annotations
@@ -79,7 +81,14 @@ def _diff(args: argparse.Namespace) -> int:
     params = _weights(reference)
     if options:
         candidate = functools.partial(candidate, **options)
-    reports = locate_shapes(reference, candidate, args.shape, seeds=args.seeds, params=params)
+    try:
+        reports = locate_shapes(
+            reference, candidate, args.shape, seeds=args.seeds, params=params,
+            train=args.train, gradients=args.gradients,
+        )  # fmt: skip
+    except TypeError as error:  # NumPy has no gradients
+        print(f"attn-parity diff: {error}", file=sys.stderr)
+        return 2
     from rich.console import Console
 
     console = Console(width=args.width or (None if sys.stdout.isatty() else 150), highlight=False)
@@ -115,6 +124,8 @@ def add_diff_parser(commands: Any) -> None:
     diff.add_argument("--seed", type=int, default=0, help="torch seed for building a reference class")
     diff.add_argument("--init", action="append", default=[], help="KEY=VALUE for the reference class")
     diff.add_argument("--option", action="append", default=[], help="KEY=VALUE for the candidate")
+    diff.add_argument("--gradients", action="store_true", help="compare the gradients")
+    diff.add_argument("--train", action="store_true", help="reference in train mode, its dropout masks given")
     diff.add_argument("--heatmap", help="PNG of the first diverging tensor's error")
     diff.add_argument("--width", type=int, help="console width")
     diff.set_defaults(run=_diff)

@@ -150,14 +150,27 @@ def capture(
     params: Mapping[str, Any] | None = None,
     framework: str | None = None,
     train: bool = False,
+    gradient_seed: int | None = None,
+    keep_masks: Sequence[Any] | None = None,
+    kept_high: bool = True,
 ) -> Trace:
     """Run ``fn`` on ``inputs`` (converted to its framework; ``params`` first when ``fn`` is not a
-    module) and capture every value it computes. A torch module runs in eval mode unless ``train``."""
+    module) and capture every value it computes. A torch module runs in eval mode unless ``train``.
+    With ``gradient_seed``, also every value's cotangent (``Trace.cotangents``): torch and JAX only,
+    NumPy has no gradients (TypeError). ``keep_masks`` (a torch reference's dropout keep-masks,
+    ``Trace.keep_masks``) replace a JAX callable's random keep-masks, or are drawn by the NumPy
+    ``Generator`` passed to a NumPy callable (``kept_high``: which draws keep, see
+    ``capture_numpy``)."""
     from parity_tests.locate.capture_jax import capture_jax
     from parity_tests.locate.capture_numpy import capture_numpy
     from parity_tests.locate.capture_torch import capture_torch, torch_module_of
 
     framework = framework or framework_of(fn)
+    if gradient_seed is not None and framework == "numpy":
+        raise TypeError(
+            f"capture: {getattr(fn, '__name__', type(fn).__name__)} computes with NumPy, which has no "
+            "gradients: gradient parity needs a torch or JAX callable"
+        )
     dtype = _dtype_of(fn, framework, inputs)
     args = [_convert(v, framework, dtype) for v in inputs]
     if params is not None and not _holds_weights(fn):
@@ -171,7 +184,13 @@ def capture(
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):  # a buggy port may well make NaN
             warnings.simplefilter("ignore")
-            return capture_fn(fn, args, kwargs)
+            if framework == "jax" and keep_masks:
+                return capture_jax(fn, args, kwargs, gradient_seed, keep_masks)
+            if framework == "numpy" and keep_masks:
+                return capture_numpy(fn, args, kwargs, keep_masks, kept_high)
+            if gradient_seed is None:
+                return capture_fn(fn, args, kwargs)
+            return capture_fn(fn, args, kwargs, gradient_seed)
     finally:
         if module is not None:
             module.train(was_training)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Record", "Trace", "is_user_file", "split_result", "user_stack"]
+__all__ = ["CustomRule", "Record", "Trace", "cotangent_for", "is_user_file", "split_result", "user_stack"]
 
 _LIBRARY_DIRS = tuple(
     os.path.realpath(p) + os.sep
@@ -72,14 +72,32 @@ class Record:
         return tuple(self.value.shape)
 
 
+@dataclass(frozen=True)
+class CustomRule:
+    """A JAX ``custom_vjp``/``custom_jvp`` call whose own rule gives its inputs' cotangents:
+    ``eqn`` the equation; ``inputs`` ``(literal, record index)`` per operand (the literal where the
+    operand is no record); ``outputs`` the record indexes of its results."""
+
+    eqn: Any
+    inputs: tuple[tuple[Any, int | None], ...]
+    outputs: tuple[int | None, ...]
+
+
 @dataclass
 class Trace:
-    """The records of one run in execution order (inputs precede what they feed) and its output."""
+    """The records of one run in execution order (inputs precede what they feed) and its output.
+    A capture with a gradient seed also holds ``cotangents`` (record index -> the gradient of
+    ``sum(output * cotangent_for(output, seed))`` with respect to that value, for the floating
+    values the output depends on differentiably) and, in JAX, ``custom_rules`` (the index of each
+    record computed inside a custom rule's call -> that call: its values have no cotangent)."""
 
     framework: str
     records: list[Record] = field(default_factory=list)
     output: int | None = None
     steps: dict[str, Any] = field(default_factory=dict)
+    cotangents: dict[int, np.ndarray] = field(default_factory=dict)
+    custom_rules: dict[int, CustomRule] = field(default_factory=dict)
+    keep_masks: list[np.ndarray] = field(default_factory=list)
 
     def add(
         self,
@@ -112,6 +130,12 @@ class Trace:
                     if np.array_equal(record.value, expected, equal_nan=True):
                         record.step = name
                         break
+
+
+def cotangent_for(output: Any, seed: int) -> np.ndarray:
+    """The seeded standard normal cotangent for ``output``'s shape, in float32 (the same numbers
+    for every framework and output dtype)."""
+    return np.random.default_rng(seed).standard_normal(tuple(output.shape)).astype(np.float32)
 
 
 def split_result(result: Any) -> tuple[Any, dict[str, Any]]:

@@ -317,3 +317,63 @@ BUGS = [
         "att = jnp.where(keep.T[None, None], att, -jnp.inf)",
     ),
 ]
+
+# Gradient parity: ports whose forward pass is right and whose backward pass is not. ``locate_gradients``
+# must report the planted line. NumPy ports have no gradients.
+GRADIENT_PORTS = {
+    **{port: spec for port, spec in PORTS.items() if not port.startswith("numpy")},
+    "jax_custom_rules": ("torch_ref", lambda module, params: module.mha),
+}
+INTEGER_INPUTS = {"grad_integer_cast_of_the_input"}  # planted where an integer cast is exact
+
+
+def integer_inputs(seed: int = 0) -> np.ndarray:
+    """Integer-valued inputs: casting them to integers and back changes no value, only gradients."""
+    return np.round(4 * inputs(seed))
+
+
+GRADIENT_BUGS = [
+    B(
+        "grad_stop_gradient_on_values",
+        "jax_mha",
+        'values = linear(params, "W_value", x)',
+        'values = jax.lax.stop_gradient(linear(params, "W_value", x))',
+    ),
+    B(
+        "grad_weights_stopped_in_the_helper",
+        "jax_mha",
+        'return x @ params[f"{name}.weight"].T + params[f"{name}.bias"]',
+        'return x @ jax.lax.stop_gradient(params[f"{name}.weight"]).T + params[f"{name}.bias"]',
+    ),
+    B(
+        "grad_integer_cast_of_the_input",
+        "jax_mha",
+        'values = linear(params, "W_value", x)',  # x feeds the query and key projections first
+        'values = linear(params, "W_value", x.astype(jnp.int32).astype(x.dtype))',
+    ),
+    B(
+        "grad_jitted_stop_gradient_on_keys",
+        "jax_jit_mha",
+        'k = (x @ wk + params["W_key.bias"]).reshape(b, t, num_heads, h)',
+        'k = jax.lax.stop_gradient(x @ wk + params["W_key.bias"]).reshape(b, t, num_heads, h)',
+    ),
+    B("grad_nnx_detached_values", "nnx_mha", "v = self.value(x)", "v = jax.lax.stop_gradient(self.value(x))"),
+    B(
+        "grad_custom_vjp_bwd_without_the_sum",
+        "jax_custom_rules",
+        "return (weights * (grad - jnp.sum(grad * weights, axis=-1, keepdims=True)),)",
+        "return (weights * grad,)",
+    ),
+    B(
+        "grad_custom_jvp_scale_not_square_root",
+        "jax_custom_rules",
+        "return scaled(scores, head_dim), d_scores / jnp.sqrt(head_dim)",
+        "return scaled(scores, head_dim), d_scores / head_dim",
+    ),
+    B(
+        "grad_torch_keys_detached",
+        "torch_sdpa",
+        "y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+        "y = F.scaled_dot_product_attention(q, k.detach(), v, is_causal=True)",
+    ),
+]
