@@ -18,6 +18,9 @@ file holds:
   member (``__attn_parity__``) and a SHA-256 of every byte before it in the zip comment. Files
   from elsewhere, without the record, are checked structurally.
 
+A safetensors file's ``__metadata__`` also says ``"format": "pt"``, as torch's own files do: the
+weights are torch's ``state_dict`` in torch's layout, and transformers 4.x loads no file without it.
+
 Weights are float16, float32, float64 (and bfloat16 in safetensors, with ``ml_dtypes``
 loaded); integer, bool, complex and object arrays are refused, on saving and on loading.
 Big-endian floats are stored little-endian, as safetensors requires, and loaded in the
@@ -57,6 +60,7 @@ _NAMES = {code: name for name, code in _CODES.items()}
 _NPZ_FLOATS = ["float64", "float32", "float16"]  # .npy has no bfloat16
 _RECORD_KEYS = "attn_parity.keys"  # safetensors __metadata__: the key list, as JSON
 _RECORD_DIGEST = "attn_parity.sha256"  # ... and the digest of the header's entries and data
+_FORMAT = {"format": "pt"}  # safetensors __metadata__: torch's layout and names (transformers 4.x needs it)
 _NPZ_RECORD = "__attn_parity__"  # the .npz member holding the key list and the digest
 _RESERVED = ("__metadata__", _NPZ_RECORD)
 _MAX_HEADER = 100_000_000  # the safetensors format's own bound on the JSON header
@@ -183,6 +187,7 @@ def _safetensors_bytes(arrays: dict[str, np.ndarray]) -> bytes:
         offset += array.nbytes
     data = b"".join(array.tobytes() for array in arrays.values())
     header["__metadata__"] = {
+        **_FORMAT,
         _RECORD_KEYS: json.dumps(list(arrays)),
         _RECORD_DIGEST: _digest(_safetensors_entries(header), [data]),
     }
