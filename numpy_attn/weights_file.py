@@ -324,10 +324,11 @@ def _parse_safetensors(blob: bytes, path: str) -> dict[str, np.ndarray]:
             f"the file holds {len(data)}"
         )
     if _RECORD_KEYS in metadata or _RECORD_DIGEST in metadata:  # written by save_weights
-        recorded = (metadata.get(_RECORD_KEYS), metadata.get(_RECORD_DIGEST))
-        if recorded != (json.dumps(list(header)), _digest(_safetensors_entries(header), [data])):
+        recorded = (metadata.pop(_RECORD_KEYS, None), metadata.pop(_RECORD_DIGEST, None), metadata)
+        expected = (json.dumps(list(header)), _digest(_safetensors_entries(header), [data]))
+        if recorded not in ((*expected, _FORMAT), (*expected, {})):  # files from before the format tag
             raise ValueError(
-                f"{path} was altered: its names, dtypes, shapes, offsets or data do not match "
+                f"{path} was altered: its names, dtypes, shapes, offsets, data or metadata do not match "
                 "the SHA-256 recorded when it was saved"
             )
     return {key: params[key] for key in header}  # in the header's order
