@@ -78,11 +78,11 @@ class AttentionModule(nnx.Module):
     ``dropout`` stream of the ``nnx.Rngs`` it was built with (or the ``rngs`` passed to a call).
     A module built by ``from_params`` without ``rngs`` starts in eval mode and has no stream.
 
-    Steps: with ``return_steps=True`` a call returns ``(output, steps)`` and sows every step
-    (``self.sow(nnx.Intermediate, name, value)``; the wrapper's heads sow theirs under
-    ``heads.{i}``): ``nnx.capture(module, nnx.Intermediate)(x, return_steps=True)`` collects
-    them, and outside ``nnx.capture`` they stay on the module until
-    ``nnx.pop(module, nnx.Intermediate)``.
+    Steps: with ``return_steps=True`` a call returns ``(output, steps)``; inside ``nnx.capture``
+    it also sows every step (``self.sow(nnx.Intermediate, name, value)``; the wrapper's heads sow
+    theirs under ``heads.{i}``), so that ``nnx.capture(module, nnx.Intermediate)(x,
+    return_steps=True)`` collects them. Outside ``nnx.capture`` nothing is sown (Flax 0.12
+    deprecates sowing there): the module's state stays as it was.
     """
 
     layer: ClassVar[str]
@@ -200,8 +200,9 @@ class AttentionModule(nnx.Module):
         if not return_steps:
             return output
         steps = Steps(**steps, output=output)
-        for name, value in steps.items():
-            self.sow(nnx.Intermediate, name, value)
+        if hasattr(self, "__captures__"):  # inside nnx.capture: as Module.sow tells, the one place it sows
+            for name, value in steps.items():
+                self.sow(nnx.Intermediate, name, value)
         return output, Steps(**(sown or {}), **steps)
 
     def _param_variables(self) -> dict[str, tuple[tuple[Any, ...], nnx.Param]]:
