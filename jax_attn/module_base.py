@@ -16,6 +16,7 @@ from flax import nnx
 from jax_attn.attend import attend
 from jax_attn.convert import as_jax_params, flax_value, torch_name, torch_value
 from jax_attn.heads import merge_heads, split_heads
+from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import check_implementation
 from numpy_attn.spec import LAYERS, constructor_arguments, infer_dims, param_shapes, without_buffers
 from numpy_attn.steps import Steps
@@ -165,25 +166,20 @@ class AttentionModule(nnx.Module):
         queries: jax.Array,
         keys: jax.Array,
         values: jax.Array,
+        masking: Masking = Masking(),
+        dropout: AttnDropout = AttnDropout(),
         *,
         num_heads: int | None = None,
-        causal: bool = False,
-        padding_mask: jax.Array | None = None,
-        dropout: float | None = None,
-        key: jax.Array | None = None,
-        attn_keep_mask: jax.Array | None = None,
         return_steps: bool = False,
     ) -> tuple[jax.Array, Steps]:
         """``(context_vec, steps)``: ``jax_attn.attend`` of the projections (``(..., T, E)``;
-        split into ``num_heads`` heads and merged back if given) with the module's
-        implementation; steps are ``queries``, ``keys``, ``values``, attend's and
-        ``context_vec``, when ``return_steps``."""
+        split into ``num_heads`` heads and merged back if given) on the module's compute path;
+        steps are ``queries``, ``keys``, ``values``, attend's and ``context_vec``, when
+        ``return_steps``."""
         heads = (lambda a: a) if num_heads is None else (lambda a: split_heads(a, num_heads))
         context_vec, attention_steps = attend(
             heads(queries), heads(keys), heads(values),  # (..., N, T, H) with num_heads
-            causal=causal, padding_mask=padding_mask, dropout=dropout, key=key,
-            attn_keep_mask=attn_keep_mask, implementation=self.implementation,
-            block_size=self.block_size, return_steps=return_steps,
+            masking, dropout, ComputePath(self.implementation, self.block_size), return_steps,
         )  # fmt: skip
         if num_heads is not None:
             context_vec = merge_heads(context_vec)  # (B, T, E)

@@ -24,6 +24,7 @@ from flax import nnx
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.dropout import dropout as apply_dropout
 from jax_attn.module_base import AttentionModule, torch_linear, torch_uniform
+from numpy_attn.attend_options import AttnDropout, Masking
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     check_context_length,
@@ -156,11 +157,10 @@ class CausalAttention(AttentionModule):
         queries = self.W_query(x)  # (B, T, E)
         keys = self.W_key(x)  # (B, T, E)
         values = self.W_value(x)  # (B, T, E)
+        dropout = AttnDropout(self.dropout, self._dropout_key(deterministic, rngs), attn_keep_mask)
         context_vec, steps = self._attention(
-            queries, keys, values, causal=True, dropout=self.dropout,
-            key=self._dropout_key(deterministic, rngs), attn_keep_mask=attn_keep_mask,
-            return_steps=return_steps,
-        )  # fmt: skip  # (B, T, E)
+            queries, keys, values, Masking(causal=True), dropout, return_steps=return_steps
+        )  # (B, T, E)
         return self._finish(context_vec, steps, return_steps)
 
 
@@ -290,9 +290,9 @@ class MultiHeadAttention(AttentionModule):
         queries = self.W_query(x)  # (B, T, E)
         keys = self.W_key(x)  # (B, T, E)
         values = self.W_value(x)  # (B, T, E)
+        dropout = AttnDropout(self.dropout, self._dropout_key(deterministic, rngs), attn_keep_mask)
         context_vec, steps = self._attention(
-            queries, keys, values, num_heads=self.num_heads, causal=True, dropout=self.dropout,
-            key=self._dropout_key(deterministic, rngs), attn_keep_mask=attn_keep_mask,
+            queries, keys, values, Masking(causal=True), dropout, num_heads=self.num_heads,
             return_steps=return_steps,
         )  # fmt: skip  # (B, T, E)
         output = self.out_proj(context_vec)  # (B, T, E)
@@ -419,8 +419,10 @@ class FusedCausalAttention(AttentionModule):
         attn_key, out_key = (None, None) if key is None else jax.random.split(key)
         queries, keys, values = jnp.split(self.Wqkv(jnp.asarray(x)), 3, axis=-1)  # 3 x (B, T, D)
         context_vec, steps = self._attention(
-            queries, keys, values, num_heads=self.num_heads, causal=True, padding_mask=padding_mask,
-            dropout=self.attn_drop, key=attn_key, attn_keep_mask=attn_keep_mask, return_steps=return_steps,
+            queries, keys, values,
+            Masking(causal=True, padding_mask=padding_mask),
+            AttnDropout(self.attn_drop, attn_key, attn_keep_mask),
+            num_heads=self.num_heads, return_steps=return_steps,
         )  # fmt: skip  # (B, T, D)
         projected = self.Wo(context_vec)  # (B, T, D)
         output = apply_dropout(projected, self.out_drop, key=out_key, keep_mask=out_keep_mask)

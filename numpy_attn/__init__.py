@@ -23,6 +23,7 @@ harness derive from it.
 """
 
 from numpy_attn.attend import attend, attend_heads
+from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.attention import scaled_dot_product_attention
 from numpy_attn.blockwise import blockwise_attention, blockwise_self_attention
 from numpy_attn.causal import causal_attention, multi_head_attention_wrapper
@@ -68,8 +69,11 @@ __all__ = [
     "LAYERS",
     "SPECS",
     "STEP_DOCS",
+    "AttnDropout",
+    "ComputePath",
     "KVCache",
     "LayerDims",
+    "Masking",
     "Steps",
     "attend",
     "attend_heads",
