@@ -18,7 +18,13 @@ from jax_attn.convert import as_jax_params, flax_value, torch_name, torch_value
 from jax_attn.heads import merge_heads, split_heads
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import check_implementation
-from numpy_attn.spec import LAYERS, constructor_arguments, infer_dims, param_shapes, without_buffers
+from numpy_attn.spec import (
+    LAYERS,
+    check_weights,
+    constructor_arguments,
+    parameter_names,
+    without_buffers,
+)
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     JAX_FLOATS,
@@ -212,11 +218,7 @@ class AttentionModule(nnx.Module):
             name: np.asarray(torch_value(path, variable[...]))
             for name, (path, variable) in self._param_variables().items()
         }
-        dims = infer_dims(self.layer, params, self.num_heads)
-        order = param_shapes(
-            self.layer, d_in=dims.d_in, d_out=dims.d_out, num_heads=dims.num_heads,
-            qkv_bias=dims.qkv_bias, out_bias=dims.out_bias,
-        )  # fmt: skip
+        order = parameter_names(self.layer, **check_weights(self.layer, params, self.num_heads))
         return {name: params[name] for name in order}
 
     def load_params(self, params: Mapping[str, Any]) -> Self:

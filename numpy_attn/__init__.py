@@ -54,12 +54,10 @@ from numpy_attn.softmax import softmax, softmax_naive
 from numpy_attn.spec import (
     LAYERS,
     SPECS,
-    LayerDims,
     check_layer,
     constructor_arguments,
-    infer_dims,
-    param_shapes,
     parameter_names,
+    parameter_shapes,
 )
 from numpy_attn.steps import STEP_DOCS, Steps
 from numpy_attn.weights_file import load_weights, save_weights
@@ -72,7 +70,6 @@ __all__ = [
     "AttnDropout",
     "ComputePath",
     "KVCache",
-    "LayerDims",
     "Masking",
     "Steps",
     "attend",
@@ -96,7 +93,6 @@ __all__ = [
     "gpt_model",
     "gpt_model_decode",
     "gpt_param_shapes",
-    "infer_dims",
     "init_gpt_cache",
     "init_kv_cache",
     "layer_norm",
@@ -107,8 +103,8 @@ __all__ = [
     "multi_head_attention",
     "multi_head_attention_decode",
     "multi_head_attention_wrapper",
-    "param_shapes",
     "parameter_names",
+    "parameter_shapes",
     "qkv_projections",
     "qkv_weights",
     "save_hf_gpt2",

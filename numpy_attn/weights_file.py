@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.spec import LAYERS, infer_dims, param_shapes
-from numpy_attn.validation import check_array, check_finite, check_mapping, check_numpy_dtype, check_params
+from numpy_attn.spec import check_weights
+from numpy_attn.validation import check_array, check_finite, check_mapping, check_numpy_dtype
 
 __all__ = ["load_weights", "save_weights"]
 
@@ -113,14 +113,7 @@ def load_weights(
     if len(dtypes) > 1:
         raise TypeError(f"{name} mixes dtypes {sorted(dtypes)}; weights share one dtype")
     if layer is not None:
-        if layer not in LAYERS:
-            raise ValueError(f"unknown layer {layer!r}; known layers: {list(LAYERS)}")
-        dims = infer_dims(layer, params, num_heads)
-        expected = param_shapes(
-            layer, d_in=dims.d_in, d_out=dims.d_out, num_heads=dims.num_heads,
-            qkv_bias=dims.qkv_bias, out_bias=dims.out_bias,
-        )  # fmt: skip
-        check_params(params, expected, layer=layer)
+        check_weights(layer, params, num_heads)
     check_finite(params)
     return params
 

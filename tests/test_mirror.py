@@ -35,8 +35,8 @@ from parity_tests.frameworks import jax_context
 from torch_ref import to_params
 
 NUMPY_ONLY = {
-    "IMPLEMENTATIONS", "LAYERS", "SPECS", "STEP_DOCS", "LayerDims", "Steps", "check_layer",
-    "constructor_arguments", "infer_dims", "param_shapes", "parameter_names", "load_weights", "save_weights",
+    "IMPLEMENTATIONS", "LAYERS", "SPECS", "STEP_DOCS", "Steps", "check_layer",
+    "constructor_arguments", "parameter_names", "parameter_shapes", "load_weights", "save_weights",
     "gpt_param_shapes", "check_gpt_params", "load_hf_gpt2", "save_hf_gpt2",
 }  # fmt: skip
 JAX_ONLY = {*SPECS, "GPTModel"}  # the Flax modules
