@@ -14,20 +14,23 @@ import numpy as np
 from flax import nnx
 
 from jax_attn.attend import attend
-from jax_attn.convert import as_jax_params, flax_value, torch_name, torch_value
+from jax_attn.convert import as_jax_params, flax_path, flax_value, torch_name, torch_value
 from jax_attn.heads import merge_heads, split_heads
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import check_implementation
 from numpy_attn.spec import (
-    LAYERS,
+    check_masks,
+    check_sizes,
     check_weights,
     constructor_arguments,
+    layer_spec,
     parameter_names,
     without_buffers,
 )
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     JAX_FLOATS,
+    check_context_length,
     check_dropout,
     check_finite,
     check_input,
@@ -35,10 +38,11 @@ from numpy_attn.validation import (
     check_size,
 )
 
-__all__ = ["MODULE_OPTIONS", "AttentionModule", "torch_linear", "torch_uniform"]
+__all__ = ["MODULE_OPTIONS", "AttentionModule", "torch_linear", "torch_qkv", "torch_uniform"]
 
 # the constructor arguments of a Flax module that its torch class does not have
 MODULE_OPTIONS = ("dtype", "implementation", "block_size", "rngs")
+SIZES = ("d_in", "d_out", "hidden_size", "num_heads")  # constructor arguments that are positive sizes
 
 
 def torch_uniform(low: float, high: float) -> Callable[..., jax.Array]:
@@ -65,6 +69,14 @@ def torch_linear(d_in: int, d_out: int, bias: bool, dtype: Any, rngs: nnx.Rngs) 
         bias_init=init,
         rngs=rngs,
     )
+
+
+def torch_qkv(
+    d_in: int, d_out: int, bias: bool, dtype: Any, rngs: nnx.Rngs
+) -> tuple[nnx.Linear, nnx.Linear, nnx.Linear]:
+    """``W_query``, ``W_key``, ``W_value``: three ``torch_linear`` from d_in to d_out, drawn in
+    that order (the torch classes' three ``nn.Linear``)."""
+    return tuple(torch_linear(d_in, d_out, bias, dtype, rngs) for _ in range(3))
 
 
 class _Signature:
@@ -121,16 +133,30 @@ class AttentionModule(nnx.Module):
             module._init_dropout(None)
         return module.load_params(weights)
 
-    def _init_common(self, implementation: str, block_size: int, **sizes: int) -> None:
-        """Check and keep what every module has; ``sizes`` are positive integers, checked only."""
-        for name, size in sizes.items():
-            check_size(name, size)
+    def _init_layer(
+        self, arguments: Mapping[str, Any], implementation: str, block_size: int, rngs: nnx.Rngs | None
+    ) -> None:
+        """Check the torch constructor's ``arguments`` as the torch class and the layer function
+        do (sizes, heads, dropout rates, read from the spec) and the compute path; keep what a call
+        reads: the arguments the layer function takes (``context_length``, ``num_heads``, the
+        dropout rates...), the torch name of the input weight and, with dropout, the train/eval
+        state and a fork of the ``dropout`` stream of ``rngs``."""
+        spec = layer_spec(self.layer)
+        for name in (*SIZES, spec.context):
+            if name in arguments:
+                check_size(name, arguments[name])
+        check_sizes(self.layer, arguments)
+        for name in spec.dropouts:
+            check_dropout(name, arguments[name])
         check_implementation(implementation, block_size)
         self.implementation, self.block_size = implementation, block_size
+        for name in spec.arguments:
+            setattr(self, name, arguments[name])
+        self.input_weight = parameter_names(self.layer, **arguments)[0]
+        if spec.dropouts:
+            self._init_dropout(rngs)
 
-    def _init_dropout(self, rngs: nnx.Rngs | None, **rates: float) -> None:
-        for name, rate in rates.items():
-            check_dropout(name, rate)
+    def _init_dropout(self, rngs: nnx.Rngs | None) -> None:
         self.deterministic = rngs is None
         self.rngs = None if rngs is None else rngs["dropout"].fork()
 
@@ -158,14 +184,30 @@ class AttentionModule(nnx.Module):
             return None
         return stream.dropout() if isinstance(stream, nnx.Rngs) else stream()
 
-    def _check_input(self, x: Any, weight_name: str, weight: nnx.Variable) -> tuple[int, ...]:
-        """The functions' checks of ``x``: a floating array of the layer's layout, as wide as
-        ``weight``'s input features (``weight`` is ``(in, out)``) and of its dtype (the same
-        TypeError, naming the weight by its torch name). Returns x's shape."""
-        value = weight[...]
-        shape = check_input(x, layout=LAYERS[self.layer], d_in=value.shape[0], floating=JAX_FLOATS)
-        check_params({weight_name: value}, {weight_name: value.shape}, layer=self.layer, dtype=x.dtype)
-        return shape
+    def _check_call(
+        self,
+        x: Any,
+        *,
+        attn_keep_mask: jax.Array | None = None,
+        out_keep_mask: jax.Array | None = None,
+        padding_mask: jax.Array | None = None,
+    ) -> jax.Array:
+        """The layer function's checks of a call, with its errors word for word: ``x`` a floating
+        array of the layer's layout, as wide as the input weight's input features and of its
+        dtype (the TypeError names the weight by its torch name), no longer than the context;
+        the masks' shapes and dtypes (``check_masks``). Returns x as a JAX array."""
+        weight = self
+        for step in flax_path(self.input_weight):
+            weight = weight[step] if isinstance(step, int) else getattr(weight, step)
+        value = weight[...]  # (in, out)
+        spec = layer_spec(self.layer)
+        shape = check_input(x, layout=spec.input_layout, d_in=value.shape[0], floating=JAX_FLOATS)
+        expected = {self.input_weight: value.shape}
+        check_params({self.input_weight: value}, expected, layer=self.layer, dtype=x.dtype)
+        if spec.context is not None:
+            check_context_length(shape, getattr(self, spec.context), spec.context)
+        check_masks(self.layer, shape, self.num_heads, attn_keep_mask, out_keep_mask, padding_mask)
+        return jnp.asarray(x)
 
     def _attention(
         self,

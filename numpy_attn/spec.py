@@ -41,6 +41,7 @@ __all__ = [
     "SPECS",
     "LayerSpec",
     "check_layer",
+    "check_masks",
     "check_sizes",
     "check_weights",
     "constructor_arguments",
@@ -391,12 +392,27 @@ def check_layer(
         check_context_length(shape, context_length, context_name)
     if check_values:
         check_finite(params)
+    check_masks(layer, shape, arguments.get("num_heads", 1), attn_keep_mask, out_keep_mask, padding_mask)
+    return arguments
+
+
+def check_masks(
+    layer: str,
+    shape: tuple[int, ...],
+    num_heads: int,
+    attn_keep_mask: Any = None,
+    out_keep_mask: Any = None,
+    padding_mask: Any = None,
+) -> None:
+    """The shapes and dtypes of the masks a call of ``layer`` on an input of ``shape`` was given:
+    ``attn_keep_mask`` must match the attention weights (``(B, N, T, S)``, no N for single-head
+    classes), ``out_keep_mask`` the output ``(B, T, D)`` (True = keep), ``padding_mask``
+    ``(B, S)`` (True = padding)."""
     if attn_keep_mask is not None:
-        heads = (arguments["num_heads"],) if spec.multi_head else ()
-        attn_shape = shape[:-2] + heads + (shape[-2], shape[-2])
+        heads = (num_heads,) if layer_spec(layer).multi_head else ()
+        attn_shape = tuple(shape[:-2]) + heads + (shape[-2], shape[-2])
         check_keep_mask("attn_keep_mask", attn_keep_mask, attn_shape)
     if out_keep_mask is not None:
         check_keep_mask("out_keep_mask", out_keep_mask, shape)
     if padding_mask is not None:
         check_padding_mask(padding_mask, shape[0], shape[1])
-    return arguments
