@@ -34,7 +34,7 @@ def attend(
     ``blockwise_attention`` in O(T) memory; ``"auto"`` picks blockwise from
     ``implementation.AUTO_BLOCKWISE_TOKENS`` query tokens on. The (T, S) steps are materialised only
     with ``return_steps`` (then by the reference math; the context still comes from the chosen
-    path, and random dropout draws one keep-mask from ``key`` that both use).
+    path, and random dropout draws one keep-mask from ``dropout.rng``, a key, that both use).
     """
     check_key(dropout.rng)
     blockwise = uses_blockwise(path.implementation, queries.shape[-2])
@@ -76,12 +76,11 @@ def attend_heads(
     x ``(B, T, D)`` is projected by ``qkv``, the stacked QKV weight ``(3E, D)`` (torch layout:
     the rows of W_query, W_key, W_value) and bias ``(3E,)`` or None, in one matmul if
     ``path.fused_qkv`` (else three, as the notes' separate projections); the queries, keys and
-    values are split into ``num_heads`` heads, attended by ``attend`` (every other argument is
-    ``attend``'s) and
-    merged back: context_vec is ``(B, T, E)``; steps are the projections and ``attend``'s
-    steps, with ``return_steps``. On the blockwise path without steps,
-    ``blockwise_self_attention`` projects each head inside its loop instead, so that no
-    ``(B, T, 3E)`` projection is stored.
+    values are split into ``num_heads`` heads, attended by ``attend`` (``masking``, ``dropout``,
+    ``path`` and ``return_steps`` are ``attend``'s) and merged back: context_vec is
+    ``(B, T, E)``; steps are the projections and ``attend``'s steps, with ``return_steps``. On
+    the blockwise path without steps, ``blockwise_self_attention`` projects each head inside its
+    loop instead, so that no ``(B, T, 3E)`` projection is stored.
     """
     check_key(dropout.rng)
     if uses_blockwise(path.implementation, x.shape[-2]) and not return_steps:

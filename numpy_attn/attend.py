@@ -75,12 +75,11 @@ def attend_heads(
     x ``(B, T, D)`` is projected by ``qkv``, the stacked QKV weight ``(3E, D)`` (torch layout:
     the rows of W_query, W_key, W_value) and bias ``(3E,)`` or None, in one matmul if
     ``path.fused_qkv`` (else three, as the notes' separate projections); the queries, keys and
-    values are split into ``num_heads`` heads, attended by ``attend`` (every other argument is
-    ``attend``'s) and
-    merged back: context_vec is ``(B, T, E)``; steps are the projections and ``attend``'s
-    steps, with ``return_steps``. On the blockwise path without steps,
-    ``blockwise_self_attention`` projects each head inside its loop instead, so that no
-    ``(B, T, 3E)`` projection is stored.
+    values are split into ``num_heads`` heads, attended by ``attend`` (``masking``, ``dropout``,
+    ``path`` and ``return_steps`` are ``attend``'s) and merged back: context_vec is
+    ``(B, T, E)``; steps are the projections and ``attend``'s steps, with ``return_steps``. On
+    the blockwise path without steps, ``blockwise_self_attention`` projects each head inside its
+    loop instead, so that no ``(B, T, 3E)`` projection is stored.
     """
     check_rng(dropout.rng)
     if uses_blockwise(path.implementation, x.shape[-2]) and not return_steps:
