@@ -58,15 +58,19 @@ from jax_attn.multi_head import multi_head_attention
 from jax_attn.self_attention import self_attention_v1, self_attention_v2
 from jax_attn.simplified import simplified_self_attention
 from jax_attn.softmax import softmax, softmax_naive
+from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import fuses_projections
 
 __all__ = [
+    "AttnDropout",
     "CausalAttention",
+    "ComputePath",
     "FusedCausalAttention",
     "FusedMultiHeadAttention",
     "FusedSingleHeadAttention",
     "GPTModel",
     "KVCache",
+    "Masking",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
     "SelfAttentionV1",

@@ -12,6 +12,7 @@ from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
 from jax_attn.dropout import dropout as apply_dropout
 from jax_attn.linear import linear, split_projection
+from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.steps import Steps
 
@@ -43,9 +44,8 @@ def fused_single_head_attention(
         x, params["Wqkv.weight"], params.get("Wqkv.bias"), fused=_fused(implementation, x.shape[-2])
     )  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
-        queries, keys, values,
-        implementation=implementation, block_size=block_size, return_steps=return_steps,
-    )  # fmt: skip  # (B, T, E)
+        queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
+    )  # (B, T, E)
     output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     if not return_steps:
         return output
@@ -80,11 +80,11 @@ def fused_multi_head_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
+    qkv = params["Wqkv.weight"], params.get("Wqkv.bias")  # (3D, D), (3D,) or None
+    path = ComputePath(implementation, block_size, fused_qkv=_fused(implementation, x.shape[-2]))
     context_vec, attention_steps = attend_heads(
-        x, params["Wqkv.weight"], params.get("Wqkv.bias"), num_heads=num_heads,
-        fused=_fused(implementation, x.shape[-2]), implementation=implementation,
-        block_size=block_size, return_steps=return_steps,
-    )  # fmt: skip  # (B, T, D)
+        x, qkv, num_heads, path=path, return_steps=return_steps
+    )  # (B, T, D)
     output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     if not return_steps:
         return output
@@ -136,12 +136,14 @@ def fused_causal_attention(
     )
     x = jnp.asarray(x)  # arrays from any framework compute here
     attn_key, out_key = (None, None) if key is None else jax.random.split(key)
+    qkv = params["Wqkv.weight"], params.get("Wqkv.bias")  # (3D, D), (3D,) or None
     context_vec, attention_steps = attend_heads(
-        x, params["Wqkv.weight"], params.get("Wqkv.bias"), num_heads=num_heads,
-        fused=_fused(implementation, x.shape[-2]), causal=True, padding_mask=padding_mask,
-        dropout=attn_drop, key=attn_key, attn_keep_mask=attn_keep_mask,
-        implementation=implementation, block_size=block_size, return_steps=return_steps,
-    )  # fmt: skip  # (B, T, D)
+        x, qkv, num_heads,
+        Masking(causal=True, padding_mask=padding_mask),
+        AttnDropout(attn_drop, attn_key, attn_keep_mask),
+        ComputePath(implementation, block_size, fused_qkv=_fused(implementation, x.shape[-2])),
+        return_steps,
+    )  # (B, T, D)
     projected = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     output = apply_dropout(projected, out_drop, key=out_key, keep_mask=out_keep_mask)
     if not return_steps:

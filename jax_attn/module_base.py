@@ -14,13 +14,23 @@ import numpy as np
 from flax import nnx
 
 from jax_attn.attend import attend
-from jax_attn.convert import as_jax_params, flax_value, torch_name, torch_value
+from jax_attn.convert import as_jax_params, flax_path, flax_value, torch_name, torch_value
 from jax_attn.heads import merge_heads, split_heads
+from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import check_implementation
-from numpy_attn.spec import LAYERS, constructor_arguments, infer_dims, param_shapes, without_buffers
+from numpy_attn.spec import (
+    check_masks,
+    check_sizes,
+    check_weights,
+    constructor_arguments,
+    layer_spec,
+    parameter_names,
+    without_buffers,
+)
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     JAX_FLOATS,
+    check_context_length,
     check_dropout,
     check_finite,
     check_input,
@@ -28,10 +38,11 @@ from numpy_attn.validation import (
     check_size,
 )
 
-__all__ = ["MODULE_OPTIONS", "AttentionModule", "torch_linear", "torch_uniform"]
+__all__ = ["MODULE_OPTIONS", "AttentionModule", "torch_linear", "torch_qkv", "torch_uniform"]
 
 # the constructor arguments of a Flax module that its torch class does not have
 MODULE_OPTIONS = ("dtype", "implementation", "block_size", "rngs")
+SIZES = ("d_in", "d_out", "hidden_size", "num_heads")  # constructor arguments that are positive sizes
 
 
 def torch_uniform(low: float, high: float) -> Callable[..., jax.Array]:
@@ -60,6 +71,14 @@ def torch_linear(d_in: int, d_out: int, bias: bool, dtype: Any, rngs: nnx.Rngs) 
     )
 
 
+def torch_qkv(
+    d_in: int, d_out: int, bias: bool, dtype: Any, rngs: nnx.Rngs
+) -> tuple[nnx.Linear, nnx.Linear, nnx.Linear]:
+    """``W_query``, ``W_key``, ``W_value``: three ``torch_linear`` from d_in to d_out, drawn in
+    that order (the torch classes' three ``nn.Linear``)."""
+    return tuple(torch_linear(d_in, d_out, bias, dtype, rngs) for _ in range(3))
+
+
 class _Signature:
     """What ``inspect.signature`` (and so ``help``) shows: for a class, its constructor's
     signature, which nnx's metaclass would hide behind ``(*args, **kwargs)``; for a module,
@@ -78,11 +97,11 @@ class AttentionModule(nnx.Module):
     ``dropout`` stream of the ``nnx.Rngs`` it was built with (or the ``rngs`` passed to a call).
     A module built by ``from_params`` without ``rngs`` starts in eval mode and has no stream.
 
-    Steps: with ``return_steps=True`` a call returns ``(output, steps)`` and sows every step
-    (``self.sow(nnx.Intermediate, name, value)``; the wrapper's heads sow theirs under
-    ``heads.{i}``): ``nnx.capture(module, nnx.Intermediate)(x, return_steps=True)`` collects
-    them, and outside ``nnx.capture`` they stay on the module until
-    ``nnx.pop(module, nnx.Intermediate)``.
+    Steps: with ``return_steps=True`` a call returns ``(output, steps)``; inside ``nnx.capture``
+    it also sows every step (``self.sow(nnx.Intermediate, name, value)``; the wrapper's heads sow
+    theirs under ``heads.{i}``), so that ``nnx.capture(module, nnx.Intermediate)(x,
+    return_steps=True)`` collects them. Outside ``nnx.capture`` nothing is sown (Flax 0.12
+    deprecates sowing there): the module's state stays as it was.
     """
 
     layer: ClassVar[str]
@@ -114,16 +133,30 @@ class AttentionModule(nnx.Module):
             module._init_dropout(None)
         return module.load_params(weights)
 
-    def _init_common(self, implementation: str, block_size: int, **sizes: int) -> None:
-        """Check and keep what every module has; ``sizes`` are positive integers, checked only."""
-        for name, size in sizes.items():
-            check_size(name, size)
+    def _init_layer(
+        self, arguments: Mapping[str, Any], implementation: str, block_size: int, rngs: nnx.Rngs | None
+    ) -> None:
+        """Check the torch constructor's ``arguments`` as the torch class and the layer function
+        do (sizes, heads, dropout rates, read from the spec) and the compute path; keep what a call
+        reads: the arguments the layer function takes (``context_length``, ``num_heads``, the
+        dropout rates...), the torch name of the input weight and, with dropout, the train/eval
+        state and a fork of the ``dropout`` stream of ``rngs``."""
+        spec = layer_spec(self.layer)
+        for name in (*SIZES, spec.context):
+            if name in arguments:
+                check_size(name, arguments[name])
+        check_sizes(self.layer, arguments)
+        for name in spec.dropouts:
+            check_dropout(name, arguments[name])
         check_implementation(implementation, block_size)
         self.implementation, self.block_size = implementation, block_size
+        for name in spec.arguments:
+            setattr(self, name, arguments[name])
+        self.input_weight = parameter_names(self.layer, **arguments)[0]
+        if spec.dropouts:
+            self._init_dropout(rngs)
 
-    def _init_dropout(self, rngs: nnx.Rngs | None, **rates: float) -> None:
-        for name, rate in rates.items():
-            check_dropout(name, rate)
+    def _init_dropout(self, rngs: nnx.Rngs | None) -> None:
         self.deterministic = rngs is None
         self.rngs = None if rngs is None else rngs["dropout"].fork()
 
@@ -151,39 +184,50 @@ class AttentionModule(nnx.Module):
             return None
         return stream.dropout() if isinstance(stream, nnx.Rngs) else stream()
 
-    def _check_input(self, x: Any, weight_name: str, weight: nnx.Variable) -> tuple[int, ...]:
-        """The functions' checks of ``x``: a floating array of the layer's layout, as wide as
-        ``weight``'s input features (``weight`` is ``(in, out)``) and of its dtype (the same
-        TypeError, naming the weight by its torch name). Returns x's shape."""
-        value = weight[...]
-        shape = check_input(x, layout=LAYERS[self.layer], d_in=value.shape[0], floating=JAX_FLOATS)
-        check_params({weight_name: value}, {weight_name: value.shape}, layer=self.layer, dtype=x.dtype)
-        return shape
+    def _check_call(
+        self,
+        x: Any,
+        *,
+        attn_keep_mask: jax.Array | None = None,
+        out_keep_mask: jax.Array | None = None,
+        padding_mask: jax.Array | None = None,
+    ) -> jax.Array:
+        """The layer function's checks of a call, with its errors word for word: ``x`` a floating
+        array of the layer's layout, as wide as the input weight's input features and of its
+        dtype (the TypeError names the weight by its torch name), no longer than the context;
+        the masks' shapes and dtypes (``check_masks``). Returns x as a JAX array."""
+        weight = self
+        for step in flax_path(self.input_weight):
+            weight = weight[step] if isinstance(step, int) else getattr(weight, step)
+        value = weight[...]  # (in, out)
+        spec = layer_spec(self.layer)
+        shape = check_input(x, layout=spec.input_layout, d_in=value.shape[0], floating=JAX_FLOATS)
+        expected = {self.input_weight: value.shape}
+        check_params({self.input_weight: value}, expected, layer=self.layer, dtype=x.dtype)
+        if spec.context is not None:
+            check_context_length(shape, getattr(self, spec.context), spec.context)
+        check_masks(self.layer, shape, self.num_heads, attn_keep_mask, out_keep_mask, padding_mask)
+        return jnp.asarray(x)
 
     def _attention(
         self,
         queries: jax.Array,
         keys: jax.Array,
         values: jax.Array,
+        masking: Masking = Masking(),
+        dropout: AttnDropout = AttnDropout(),
         *,
         num_heads: int | None = None,
-        causal: bool = False,
-        padding_mask: jax.Array | None = None,
-        dropout: float | None = None,
-        key: jax.Array | None = None,
-        attn_keep_mask: jax.Array | None = None,
         return_steps: bool = False,
     ) -> tuple[jax.Array, Steps]:
         """``(context_vec, steps)``: ``jax_attn.attend`` of the projections (``(..., T, E)``;
-        split into ``num_heads`` heads and merged back if given) with the module's
-        implementation; steps are ``queries``, ``keys``, ``values``, attend's and
-        ``context_vec``, when ``return_steps``."""
+        split into ``num_heads`` heads and merged back if given) on the module's compute path;
+        steps are ``queries``, ``keys``, ``values``, attend's and ``context_vec``, when
+        ``return_steps``."""
         heads = (lambda a: a) if num_heads is None else (lambda a: split_heads(a, num_heads))
         context_vec, attention_steps = attend(
             heads(queries), heads(keys), heads(values),  # (..., N, T, H) with num_heads
-            causal=causal, padding_mask=padding_mask, dropout=dropout, key=key,
-            attn_keep_mask=attn_keep_mask, implementation=self.implementation,
-            block_size=self.block_size, return_steps=return_steps,
+            masking, dropout, ComputePath(self.implementation, self.block_size), return_steps,
         )  # fmt: skip
         if num_heads is not None:
             context_vec = merge_heads(context_vec)  # (B, T, E)
@@ -200,8 +244,9 @@ class AttentionModule(nnx.Module):
         if not return_steps:
             return output
         steps = Steps(**steps, output=output)
-        for name, value in steps.items():
-            self.sow(nnx.Intermediate, name, value)
+        if hasattr(self, "__captures__"):  # inside nnx.capture: as Module.sow tells, the one place it sows
+            for name, value in steps.items():
+                self.sow(nnx.Intermediate, name, value)
         return output, Steps(**(sown or {}), **steps)
 
     def _param_variables(self) -> dict[str, tuple[tuple[Any, ...], nnx.Param]]:
@@ -215,11 +260,7 @@ class AttentionModule(nnx.Module):
             name: np.asarray(torch_value(path, variable[...]))
             for name, (path, variable) in self._param_variables().items()
         }
-        dims = infer_dims(self.layer, params, self.num_heads)
-        order = param_shapes(
-            self.layer, d_in=dims.d_in, d_out=dims.d_out, num_heads=dims.num_heads,
-            qkv_bias=dims.qkv_bias, out_bias=dims.out_bias,
-        )  # fmt: skip
+        order = parameter_names(self.layer, **check_weights(self.layer, params, self.num_heads))
         return {name: params[name] for name in order}
 
     def load_params(self, params: Mapping[str, Any]) -> Self:

@@ -23,15 +23,9 @@ from flax import nnx
 
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.dropout import dropout as apply_dropout
-from jax_attn.module_base import AttentionModule, torch_linear, torch_uniform
+from jax_attn.module_base import AttentionModule, torch_linear, torch_qkv, torch_uniform
+from numpy_attn.attend_options import AttnDropout, Masking
 from numpy_attn.steps import Steps
-from numpy_attn.validation import (
-    check_context_length,
-    check_divisible,
-    check_keep_mask,
-    check_padding_mask,
-    check_size,
-)
 
 __all__ = [
     "CausalAttention",
@@ -45,6 +39,7 @@ __all__ = [
 ]
 
 Rngs = nnx.Rngs | nnx.RngStream | None
+KeepMask = jax.Array | None  # bool, True = keep
 Output = jax.Array | tuple[jax.Array, Steps]
 
 
@@ -55,24 +50,18 @@ class SelfAttentionV1(AttentionModule):
     layer = "SelfAttentionV1"
 
     def __init__(
-        self,
-        d_in: int,
-        d_out: int,
-        *,
-        dtype: Any = jnp.float32,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
+        self, d_in: int, d_out: int,
+        *, dtype: Any = jnp.float32, implementation: str = "reference", block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
-    ):
-        self._init_common(implementation, block_size, d_in=d_in, d_out=d_out)
+    ):  # fmt: skip
+        self._init_layer({"d_in": d_in, "d_out": d_out}, implementation, block_size, rngs)
         init = torch_uniform(0.0, 1.0)
         self.W_query = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
         self.W_key = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
         self.W_value = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
-        self._check_input(x, "W_query", self.W_query)
-        x = jnp.asarray(x)
+        x = self._check_call(x)
         queries = x @ self.W_query[...]  # (T, E)
         keys = x @ self.W_key[...]  # (T, E)
         values = x @ self.W_value[...]  # (T, E)
@@ -86,27 +75,17 @@ class SelfAttentionV2(AttentionModule):
     layer = "SelfAttentionV2"
 
     def __init__(
-        self,
-        d_in: int,
-        d_out: int,
-        qkv_bias: bool = False,
-        *,
-        dtype: Any = jnp.float32,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
+        self, d_in: int, d_out: int, qkv_bias: bool = False,
+        *, dtype: Any = jnp.float32, implementation: str = "reference", block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
-    ):
-        self._init_common(implementation, block_size, d_in=d_in, d_out=d_out)
-        self.W_query = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
-        self.W_key = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
-        self.W_value = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
+    ):  # fmt: skip
+        arguments = {"d_in": d_in, "d_out": d_out, "qkv_bias": qkv_bias}
+        self._init_layer(arguments, implementation, block_size, rngs)
+        self.W_query, self.W_key, self.W_value = torch_qkv(d_in, d_out, qkv_bias, dtype, rngs)
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
-        self._check_input(x, "W_query.weight", self.W_query.kernel)
-        x = jnp.asarray(x)
-        queries = self.W_query(x)  # (T, E)
-        keys = self.W_key(x)  # (T, E)
-        values = self.W_value(x)  # (T, E)
+        x = self._check_call(x)
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # 3 x (T, E)
         context_vec, steps = self._attention(queries, keys, values, return_steps=return_steps)  # (T, E)
         return self._finish(context_vec, steps, return_steps)
 
@@ -119,48 +98,25 @@ class CausalAttention(AttentionModule):
     layer = "CausalAttention"
 
     def __init__(
-        self,
-        d_in: int,
-        d_out: int,
-        context_length: int,
-        dropout: float,
-        qkv_bias: bool = False,
-        *,
-        dtype: Any = jnp.float32,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
+        self, d_in: int, d_out: int, context_length: int, dropout: float, qkv_bias: bool = False,
+        *, dtype: Any = jnp.float32, implementation: str = "reference", block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
-    ):
-        self._init_common(implementation, block_size, d_in=d_in, d_out=d_out, context_length=context_length)
-        self.context_length = context_length
-        self.dropout = dropout
-        self.W_query = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
-        self.W_key = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
-        self.W_value = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
-        self._init_dropout(rngs, dropout=dropout)
+    ):  # fmt: skip
+        arguments = {"d_in": d_in, "d_out": d_out, "context_length": context_length, "dropout": dropout}
+        self._init_layer(arguments | {"qkv_bias": qkv_bias}, implementation, block_size, rngs)
+        self.W_query, self.W_key, self.W_value = torch_qkv(d_in, d_out, qkv_bias, dtype, rngs)
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        attn_keep_mask: jax.Array | None = None,
-        deterministic: bool | None = None,
-        rngs: Rngs = None,
+        self, x: jax.Array,
+        *, attn_keep_mask: KeepMask = None, deterministic: bool | None = None, rngs: Rngs = None,
         return_steps: bool = False,
-    ) -> Output:
-        shape = self._check_input(x, "W_query.weight", self.W_query.kernel)
-        check_context_length(shape, self.context_length)
-        if attn_keep_mask is not None:
-            check_keep_mask("attn_keep_mask", attn_keep_mask, (shape[0], shape[1], shape[1]))
-        x = jnp.asarray(x)
-        queries = self.W_query(x)  # (B, T, E)
-        keys = self.W_key(x)  # (B, T, E)
-        values = self.W_value(x)  # (B, T, E)
+    ) -> Output:  # fmt: skip
+        x = self._check_call(x, attn_keep_mask=attn_keep_mask)
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # 3 x (B, T, E)
+        dropout = AttnDropout(self.dropout, self._dropout_key(deterministic, rngs), attn_keep_mask)
         context_vec, steps = self._attention(
-            queries, keys, values, causal=True, dropout=self.dropout,
-            key=self._dropout_key(deterministic, rngs), attn_keep_mask=attn_keep_mask,
-            return_steps=return_steps,
-        )  # fmt: skip  # (B, T, E)
+            queries, keys, values, Masking(causal=True), dropout, return_steps=return_steps
+        )  # (B, T, E)
         return self._finish(context_vec, steps, return_steps)
 
 
@@ -173,58 +129,26 @@ class MultiHeadAttentionWrapper(AttentionModule):
     layer = "MultiHeadAttentionWrapper"
 
     def __init__(
-        self,
-        d_in: int,
-        d_out: int,
-        context_length: int,
-        dropout: float,
-        num_heads: int,
+        self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
         qkv_bias: bool = False,
-        *,
-        dtype: Any = jnp.float32,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
+        *, dtype: Any = jnp.float32, implementation: str = "reference", block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
-    ):
-        check_size("num_heads", num_heads)
-        self._init_common(implementation, block_size)
-        self.context_length = context_length
-        self.dropout = dropout
-        self.num_heads = num_heads
-        self.heads = nnx.List(
-            [
-                CausalAttention(
-                    d_in,
-                    d_out,
-                    context_length,
-                    dropout,
-                    qkv_bias,
-                    dtype=dtype,
-                    implementation=implementation,
-                    block_size=block_size,
-                    rngs=rngs,
-                )
-                for _ in range(num_heads)
-            ]
-        )
+    ):  # fmt: skip
+        arguments = {"d_in": d_in, "d_out": d_out, "context_length": context_length, "dropout": dropout}
+        arguments |= {"num_heads": num_heads, "qkv_bias": qkv_bias}
+        self._init_layer(arguments, implementation, block_size, rngs)
+        options = {"dtype": dtype, "implementation": implementation, "block_size": block_size, "rngs": rngs}
+        head_arguments = (d_in, d_out, context_length, dropout, qkv_bias)
+        self.heads = nnx.List([CausalAttention(*head_arguments, **options) for _ in range(num_heads)])
         for head in self.heads:
             head._init_dropout(None)  # the wrapper's own dropout stream drives every head
-        self._init_dropout(rngs)
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        attn_keep_mask: jax.Array | None = None,
-        deterministic: bool | None = None,
-        rngs: Rngs = None,
+        self, x: jax.Array,
+        *, attn_keep_mask: KeepMask = None, deterministic: bool | None = None, rngs: Rngs = None,
         return_steps: bool = False,
-    ) -> Output:
-        shape = self._check_input(x, "heads.0.W_query.weight", self.heads[0].W_query.kernel)
-        check_context_length(shape, self.context_length)
-        if attn_keep_mask is not None:
-            keep_shape = (shape[0], self.num_heads, shape[1], shape[1])
-            check_keep_mask("attn_keep_mask", attn_keep_mask, keep_shape)
+    ) -> Output:  # fmt: skip
+        x = self._check_call(x, attn_keep_mask=attn_keep_mask)
         stream = self._dropout_rngs(deterministic, rngs)
         head_outputs, head_steps = [], Steps()
         for i, head in enumerate(self.heads):
@@ -247,53 +171,28 @@ class MultiHeadAttention(AttentionModule):
     layer = "MultiHeadAttention"
 
     def __init__(
-        self,
-        d_in: int,
-        d_out: int,
-        context_length: int,
-        dropout: float,
-        num_heads: int,
-        qkv_bias: bool = False,
-        out_bias: bool = True,
-        *,
-        dtype: Any = jnp.float32,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
+        self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+        qkv_bias: bool = False, out_bias: bool = True,
+        *, dtype: Any = jnp.float32, implementation: str = "reference", block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
-    ):
-        self._init_common(implementation, block_size, d_in=d_in, d_out=d_out, context_length=context_length)
-        check_divisible("d_out", d_out, num_heads)
-        self.context_length = context_length
-        self.dropout = dropout
-        self.num_heads = num_heads
-        self.W_query = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
-        self.W_key = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
-        self.W_value = torch_linear(d_in, d_out, qkv_bias, dtype, rngs)
+    ):  # fmt: skip
+        arguments = {"d_in": d_in, "d_out": d_out, "context_length": context_length, "dropout": dropout}
+        arguments |= {"num_heads": num_heads, "qkv_bias": qkv_bias, "out_bias": out_bias}
+        self._init_layer(arguments, implementation, block_size, rngs)
+        self.W_query, self.W_key, self.W_value = torch_qkv(d_in, d_out, qkv_bias, dtype, rngs)
         self.out_proj = torch_linear(d_out, d_out, out_bias, dtype, rngs)
-        self._init_dropout(rngs, dropout=dropout)
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        attn_keep_mask: jax.Array | None = None,
-        deterministic: bool | None = None,
-        rngs: Rngs = None,
+        self, x: jax.Array,
+        *, attn_keep_mask: KeepMask = None, deterministic: bool | None = None, rngs: Rngs = None,
         return_steps: bool = False,
-    ) -> Output:
-        shape = self._check_input(x, "W_query.weight", self.W_query.kernel)
-        check_context_length(shape, self.context_length)
-        if attn_keep_mask is not None:
-            keep_shape = (shape[0], self.num_heads, shape[1], shape[1])
-            check_keep_mask("attn_keep_mask", attn_keep_mask, keep_shape)
-        x = jnp.asarray(x)
-        queries = self.W_query(x)  # (B, T, E)
-        keys = self.W_key(x)  # (B, T, E)
-        values = self.W_value(x)  # (B, T, E)
+    ) -> Output:  # fmt: skip
+        x = self._check_call(x, attn_keep_mask=attn_keep_mask)
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # 3 x (B, T, E)
         context_vec, steps = self._attention(
-            queries, keys, values, num_heads=self.num_heads, causal=True, dropout=self.dropout,
-            key=self._dropout_key(deterministic, rngs), attn_keep_mask=attn_keep_mask,
-            return_steps=return_steps,
+            queries, keys, values, Masking(causal=True),
+            AttnDropout(self.dropout, self._dropout_key(deterministic, rngs), attn_keep_mask),
+            num_heads=self.num_heads, return_steps=return_steps,
         )  # fmt: skip  # (B, T, E)
         output = self.out_proj(context_vec)  # (B, T, E)
         return self._finish(output, steps, return_steps)
@@ -306,23 +205,16 @@ class FusedSingleHeadAttention(AttentionModule):
     layer = "FusedSingleHeadAttention"
 
     def __init__(
-        self,
-        hidden_size: int,
-        bias: bool = True,
-        *,
-        dtype: Any = jnp.float32,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
+        self, hidden_size: int, bias: bool = True,
+        *, dtype: Any = jnp.float32, implementation: str = "reference", block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
-    ):
-        self._init_common(implementation, block_size, hidden_size=hidden_size)
-        check_size("hidden_size // 4", hidden_size // 4)
+    ):  # fmt: skip
+        self._init_layer({"hidden_size": hidden_size, "bias": bias}, implementation, block_size, rngs)
         self.Wqkv = torch_linear(hidden_size, (hidden_size // 4) * 3, bias, dtype, rngs)
         self.Wo = torch_linear(hidden_size // 4, hidden_size, bias, dtype, rngs)
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
-        self._check_input(x, "Wqkv.weight", self.Wqkv.kernel)
-        queries, keys, values = jnp.split(self.Wqkv(jnp.asarray(x)), 3, axis=-1)  # 3 x (B, T, E)
+        queries, keys, values = jnp.split(self.Wqkv(self._check_call(x)), 3, axis=-1)  # 3 x (B, T, E)
         context_vec, steps = self._attention(queries, keys, values, return_steps=return_steps)  # (B, T, E)
         output = self.Wo(context_vec)  # (B, T, D)
         return self._finish(output, steps, return_steps)
@@ -336,25 +228,17 @@ class FusedMultiHeadAttention(AttentionModule):
     layer = "FusedMultiHeadAttention"
 
     def __init__(
-        self,
-        hidden_size: int,
-        num_heads: int,
-        bias: bool = True,
-        *,
-        dtype: Any = jnp.float32,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
+        self, hidden_size: int, num_heads: int, bias: bool = True,
+        *, dtype: Any = jnp.float32, implementation: str = "reference", block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
-    ):
-        self._init_common(implementation, block_size, hidden_size=hidden_size)
-        check_divisible("hidden_size", hidden_size, num_heads)
-        self.num_heads = num_heads
+    ):  # fmt: skip
+        arguments = {"hidden_size": hidden_size, "num_heads": num_heads, "bias": bias}
+        self._init_layer(arguments, implementation, block_size, rngs)
         self.Wqkv = torch_linear(hidden_size, hidden_size * 3, bias, dtype, rngs)
         self.Wo = torch_linear(hidden_size, hidden_size, bias, dtype, rngs)
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
-        self._check_input(x, "Wqkv.weight", self.Wqkv.kernel)
-        queries, keys, values = jnp.split(self.Wqkv(jnp.asarray(x)), 3, axis=-1)  # 3 x (B, T, D)
+        queries, keys, values = jnp.split(self.Wqkv(self._check_call(x)), 3, axis=-1)  # 3 x (B, T, D)
         context_vec, steps = self._attention(
             queries, keys, values, num_heads=self.num_heads, return_steps=return_steps
         )  # (B, T, D)
@@ -372,55 +256,33 @@ class FusedCausalAttention(AttentionModule):
     layer = "FusedCausalAttention"
 
     def __init__(
-        self,
-        hidden_size: int,
-        num_heads: int,
-        context_size: int,
-        attn_drop: float = 0.1,
-        out_drop: float = 0.1,
-        bias: bool = True,
-        *,
-        dtype: Any = jnp.float32,
-        implementation: str = "reference",
-        block_size: int = DEFAULT_BLOCK_SIZE,
+        self, hidden_size: int, num_heads: int, context_size: int, attn_drop: float = 0.1,
+        out_drop: float = 0.1, bias: bool = True,
+        *, dtype: Any = jnp.float32, implementation: str = "reference", block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
-    ):
-        self._init_common(implementation, block_size, hidden_size=hidden_size, context_size=context_size)
-        check_divisible("hidden_size", hidden_size, num_heads)
-        self.num_heads = num_heads
-        self.context_size = context_size
-        self.attn_drop = attn_drop
-        self.out_drop = out_drop
+    ):  # fmt: skip
+        arguments = {"hidden_size": hidden_size, "num_heads": num_heads, "context_size": context_size}
+        arguments |= {"attn_drop": attn_drop, "out_drop": out_drop, "bias": bias}
+        self._init_layer(arguments, implementation, block_size, rngs)
         self.Wqkv = torch_linear(hidden_size, hidden_size * 3, bias, dtype, rngs)
         self.Wo = torch_linear(hidden_size, hidden_size, bias, dtype, rngs)
-        self._init_dropout(rngs, attn_drop=attn_drop, out_drop=out_drop)
 
     def __call__(
-        self,
-        x: jax.Array,
-        padding_mask: jax.Array | None = None,
-        *,
-        attn_keep_mask: jax.Array | None = None,
-        out_keep_mask: jax.Array | None = None,
-        deterministic: bool | None = None,
-        rngs: Rngs = None,
-        return_steps: bool = False,
-    ) -> Output:
-        shape = self._check_input(x, "Wqkv.weight", self.Wqkv.kernel)
-        check_context_length(shape, self.context_size, "context_size")
-        if attn_keep_mask is not None:
-            keep_shape = (shape[0], self.num_heads, shape[1], shape[1])
-            check_keep_mask("attn_keep_mask", attn_keep_mask, keep_shape)
-        if out_keep_mask is not None:
-            check_keep_mask("out_keep_mask", out_keep_mask, shape)
-        if padding_mask is not None:
-            check_padding_mask(padding_mask, shape[0], shape[1])
+        self, x: jax.Array, padding_mask: jax.Array | None = None,
+        *, attn_keep_mask: KeepMask = None, out_keep_mask: KeepMask = None, deterministic: bool | None = None,
+        rngs: Rngs = None, return_steps: bool = False,
+    ) -> Output:  # fmt: skip
+        x = self._check_call(
+            x, attn_keep_mask=attn_keep_mask, out_keep_mask=out_keep_mask, padding_mask=padding_mask
+        )
         key = self._dropout_key(deterministic, rngs)
         attn_key, out_key = (None, None) if key is None else jax.random.split(key)
-        queries, keys, values = jnp.split(self.Wqkv(jnp.asarray(x)), 3, axis=-1)  # 3 x (B, T, D)
+        queries, keys, values = jnp.split(self.Wqkv(x), 3, axis=-1)  # 3 x (B, T, D)
         context_vec, steps = self._attention(
-            queries, keys, values, num_heads=self.num_heads, causal=True, padding_mask=padding_mask,
-            dropout=self.attn_drop, key=attn_key, attn_keep_mask=attn_keep_mask, return_steps=return_steps,
+            queries, keys, values,
+            Masking(causal=True, padding_mask=padding_mask),
+            AttnDropout(self.attn_drop, attn_key, attn_keep_mask),
+            num_heads=self.num_heads, return_steps=return_steps,
         )  # fmt: skip  # (B, T, D)
         projected = self.Wo(context_vec)  # (B, T, D)
         output = apply_dropout(projected, self.out_drop, key=out_key, keep_mask=out_keep_mask)

@@ -11,6 +11,7 @@ from jax_attn.attend import attend
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
 from jax_attn.linear import qkv_projections
+from numpy_attn.attend_options import ComputePath
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.steps import Steps
 
@@ -35,12 +36,7 @@ def self_attention_v1(
     keys = x @ params["W_key"]  # (T, E)
     values = x @ params["W_value"]  # (T, E)
     context_vec, attention_steps = attend(
-        queries,
-        keys,
-        values,
-        implementation=implementation,
-        block_size=block_size,
-        return_steps=return_steps,
+        queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
     )  # (T, E)
     if not return_steps:
         return context_vec
@@ -70,12 +66,7 @@ def self_attention_v2(
     fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (T, E)
     context_vec, attention_steps = attend(
-        queries,
-        keys,
-        values,
-        implementation=implementation,
-        block_size=block_size,
-        return_steps=return_steps,
+        queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
     )  # (T, E)
     if not return_steps:
         return context_vec

@@ -23,6 +23,7 @@ harness derive from it.
 """
 
 from numpy_attn.attend import attend, attend_heads
+from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.attention import scaled_dot_product_attention
 from numpy_attn.blockwise import blockwise_attention, blockwise_self_attention
 from numpy_attn.causal import causal_attention, multi_head_attention_wrapper
@@ -53,12 +54,10 @@ from numpy_attn.softmax import softmax, softmax_naive
 from numpy_attn.spec import (
     LAYERS,
     SPECS,
-    LayerDims,
     check_layer,
     constructor_arguments,
-    infer_dims,
-    param_shapes,
     parameter_names,
+    parameter_shapes,
 )
 from numpy_attn.steps import STEP_DOCS, Steps
 from numpy_attn.weights_file import load_weights, save_weights
@@ -68,8 +67,10 @@ __all__ = [
     "LAYERS",
     "SPECS",
     "STEP_DOCS",
+    "AttnDropout",
+    "ComputePath",
     "KVCache",
-    "LayerDims",
+    "Masking",
     "Steps",
     "attend",
     "attend_heads",
@@ -92,7 +93,6 @@ __all__ = [
     "gpt_model",
     "gpt_model_decode",
     "gpt_param_shapes",
-    "infer_dims",
     "init_gpt_cache",
     "init_kv_cache",
     "layer_norm",
@@ -103,8 +103,8 @@ __all__ = [
     "multi_head_attention",
     "multi_head_attention_decode",
     "multi_head_attention_wrapper",
-    "param_shapes",
     "parameter_names",
+    "parameter_shapes",
     "qkv_projections",
     "qkv_weights",
     "save_hf_gpt2",

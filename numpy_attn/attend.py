@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.attention import scaled_dot_product_attention
-from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, blockwise_attention, blockwise_self_attention
+from numpy_attn.blockwise import blockwise_attention, blockwise_self_attention
 from numpy_attn.heads import merge_heads, split_heads
 from numpy_attn.implementation import uses_blockwise
 from numpy_attn.linear import split_projection
@@ -21,92 +22,80 @@ def attend(
     queries: np.ndarray,
     keys: np.ndarray,
     values: np.ndarray,
-    *,
-    causal: bool = False,
-    padding_mask: np.ndarray | None = None,
-    dropout: float | None = None,
-    rng: np.random.Generator | None = None,
-    attn_keep_mask: np.ndarray | None = None,
-    implementation: str = "reference",
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    masking: Masking = Masking(),
+    dropout: AttnDropout = AttnDropout(),
+    path: ComputePath = ComputePath(),
     return_steps: bool = False,
 ) -> tuple[np.ndarray, Steps]:
     """``(context_vec, steps)`` of ``(..., T, H)`` queries against ``(..., S, H)`` keys/values.
 
-    ``implementation="reference"`` builds the mask (causal, OR the ``(B, S)`` padding mask,
-    True = hidden) and runs ``scaled_dot_product_attention``; ``"blockwise"`` runs
+    ``path.implementation="reference"`` builds the mask from ``masking`` (causal, OR the ``(B, S)``
+    padding mask, True = hidden) and runs ``scaled_dot_product_attention``; ``"blockwise"`` runs
     ``blockwise_attention`` in O(T) memory; ``"auto"`` picks blockwise from
     ``implementation.AUTO_BLOCKWISE_TOKENS`` query tokens on. The (T, S) steps are materialised only
     with ``return_steps`` (then by the reference math; the context still comes from the chosen
     path, and random dropout draws one keep-mask that both use).
     """
-    check_rng(rng)
-    blockwise = uses_blockwise(implementation, queries.shape[-2])
-    if blockwise and return_steps and rng is not None and dropout:
-        attn_keep_mask = rng.random(queries.shape[:-1] + keys.shape[-2:-1]) >= dropout
+    check_rng(dropout.rng)
+    blockwise = uses_blockwise(path.implementation, queries.shape[-2])
+    rng, attn_keep_mask = dropout.rng, dropout.keep_mask
+    if blockwise and return_steps and rng is not None and dropout.rate:
+        attn_keep_mask = rng.random(queries.shape[:-1] + keys.shape[-2:-1]) >= dropout.rate
         rng = None
     steps = Steps()
     if not blockwise or return_steps:
-        mask = causal_mask(queries.shape[-2], keys.shape[-2]) if causal else None  # (T, S)
-        if padding_mask is not None:
-            hidden_keys = padding_mask[:, None, None, :]  # (B, 1, 1, S)
+        mask = causal_mask(queries.shape[-2], keys.shape[-2]) if masking.causal else None  # (T, S)
+        if masking.padding_mask is not None:
+            hidden_keys = masking.padding_mask[:, None, None, :]  # (B, 1, 1, S)
             mask = hidden_keys if mask is None else mask | hidden_keys  # (B, 1, T, S)
         context_vec, steps = scaled_dot_product_attention(
             queries, keys, values, mask,
-            dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask, return_steps=True,
+            dropout=dropout.rate, rng=rng, attn_keep_mask=attn_keep_mask, return_steps=True,
         )  # fmt: skip
         if not blockwise:
             return context_vec, steps
     context_vec = blockwise_attention(
-        queries, keys, values, causal=causal, padding_mask=padding_mask, dropout=dropout,
-        rng=rng, attn_keep_mask=attn_keep_mask, block_size=block_size,
+        queries, keys, values, causal=masking.causal, padding_mask=masking.padding_mask,
+        dropout=dropout.rate, rng=rng, attn_keep_mask=attn_keep_mask, block_size=path.block_size,
     )  # fmt: skip
     return context_vec, steps
 
 
 def attend_heads(
     x: np.ndarray,
-    weight: np.ndarray,
-    bias: np.ndarray | None = None,
-    *,
+    qkv: tuple[np.ndarray, np.ndarray | None],
     num_heads: int,
-    fused: bool,
-    causal: bool = False,
-    padding_mask: np.ndarray | None = None,
-    dropout: float | None = None,
-    rng: np.random.Generator | None = None,
-    attn_keep_mask: np.ndarray | None = None,
-    implementation: str = "reference",
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    masking: Masking = Masking(),
+    dropout: AttnDropout = AttnDropout(),
+    path: ComputePath = ComputePath(),
     return_steps: bool = False,
 ) -> tuple[np.ndarray, Steps]:
     """``(context_vec, steps)`` of multi-head self-attention, up to the output projection.
 
-    x ``(B, T, D)`` is projected by the stacked QKV ``weight`` ``(3E, D)`` (torch layout: the
-    rows of W_query, W_key, W_value) and ``bias`` ``(3E,)`` or None, in one matmul if ``fused``
-    (else three, as the notes' separate projections); the queries, keys and values are split
-    into ``num_heads`` heads, attended by ``attend`` (every other argument is ``attend``'s) and
-    merged back: context_vec is ``(B, T, E)``; steps are the projections and ``attend``'s
-    steps, with ``return_steps``. On the blockwise path without steps,
-    ``blockwise_self_attention`` projects each head inside its loop instead, so that no
-    ``(B, T, 3E)`` projection is stored.
+    x ``(B, T, D)`` is projected by ``qkv``, the stacked QKV weight ``(3E, D)`` (torch layout:
+    the rows of W_query, W_key, W_value) and bias ``(3E,)`` or None, in one matmul if
+    ``path.fused_qkv`` (else three, as the notes' separate projections); the queries, keys and
+    values are split into ``num_heads`` heads, attended by ``attend`` (``masking``, ``dropout``,
+    ``path`` and ``return_steps`` are ``attend``'s) and merged back: context_vec is
+    ``(B, T, E)``; steps are the projections and ``attend``'s steps, with ``return_steps``. On
+    the blockwise path without steps, ``blockwise_self_attention`` projects each head inside its
+    loop instead, so that no ``(B, T, 3E)`` projection is stored.
     """
-    check_rng(rng)
-    if uses_blockwise(implementation, x.shape[-2]) and not return_steps:
+    check_rng(dropout.rng)
+    if uses_blockwise(path.implementation, x.shape[-2]) and not return_steps:
         context_vec = blockwise_self_attention(
-            x, weight, bias, num_heads=num_heads, causal=causal, padding_mask=padding_mask,
-            dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask, block_size=block_size,
+            x, *qkv, num_heads=num_heads, causal=masking.causal, padding_mask=masking.padding_mask,
+            dropout=dropout.rate, rng=dropout.rng, attn_keep_mask=dropout.keep_mask,
+            block_size=path.block_size,
         )  # fmt: skip
         return context_vec, Steps()
-    queries, keys, values = split_projection(x, weight, bias, fused=fused)  # 3 x (B, T, E)
+    queries, keys, values = split_projection(x, *qkv, fused=path.fused_qkv)  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
         split_heads(queries, num_heads),  # (B, N, T, H)
         split_heads(keys, num_heads),  # (B, N, S, H)
         split_heads(values, num_heads),  # (B, N, S, H)
-        causal=causal, padding_mask=padding_mask, dropout=dropout, rng=rng,
-        attn_keep_mask=attn_keep_mask, implementation=implementation, block_size=block_size,
-        return_steps=return_steps,
-    )  # fmt: skip  # (B, N, T, H)
+        masking, dropout, path, return_steps,
+    )  # (B, N, T, H)
     steps = Steps()
     if return_steps:
         steps = Steps(queries=queries, keys=keys, values=values, **attention_steps)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from numpy_attn.attend import attend
+from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.linear import qkv_projections
 from numpy_attn.spec import check_layer
@@ -41,29 +42,24 @@ def causal_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     return _causal_head(
-        params, np.asarray(x), dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask,
-        implementation=implementation, block_size=block_size, return_steps=return_steps,
+        params, np.asarray(x), AttnDropout(dropout, rng, attn_keep_mask),
+        ComputePath(implementation, block_size), return_steps,
     )  # fmt: skip
 
 
 def _causal_head(
     params: Mapping[str, np.ndarray],
     x: np.ndarray,
-    *,
-    dropout: float,
-    rng: np.random.Generator | None,
-    attn_keep_mask: np.ndarray | None,
-    implementation: str,
-    block_size: int,
+    dropout: AttnDropout,
+    path: ComputePath,
     return_steps: bool,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``causal_attention`` on checked arguments (the wrapper checks all its heads at once)."""
-    fused = fuses_projections(implementation, x.shape[-2])
+    fused = fuses_projections(path.implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
     context_vec, attention_steps = attend(
-        queries, keys, values, causal=True, dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask,
-        implementation=implementation, block_size=block_size, return_steps=return_steps,
-    )  # fmt: skip  # (B, T, E)
+        queries, keys, values, Masking(causal=True), dropout, path, return_steps
+    )  # (B, T, E)
     if not return_steps:
         return context_vec
     return context_vec, Steps(
@@ -101,15 +97,12 @@ def multi_head_attention_wrapper(
         attn_keep_mask=attn_keep_mask, implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
-    head_outputs, steps = [], Steps()
+    head_outputs, steps, path = [], Steps(), ComputePath(implementation, block_size)
     for i in range(num_heads):
         prefix = f"heads.{i}."
         head_params = {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
-        head = _causal_head(
-            head_params, x, dropout=dropout, rng=rng,
-            attn_keep_mask=None if attn_keep_mask is None else attn_keep_mask[:, i],
-            implementation=implementation, block_size=block_size, return_steps=return_steps,
-        )  # fmt: skip
+        head_dropout = AttnDropout(dropout, rng, None if attn_keep_mask is None else attn_keep_mask[:, i])
+        head = _causal_head(head_params, x, head_dropout, path, return_steps)
         head_output, head_steps = head if return_steps else (head, {})  # (B, T, E)
         head_outputs.append(head_output)
         steps.update((prefix + name, value) for name, value in head_steps.items())

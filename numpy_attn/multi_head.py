@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from numpy_attn.attend import attend_heads
+from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.linear import linear, qkv_weights
 from numpy_attn.spec import check_layer
@@ -42,12 +43,13 @@ def multi_head_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
-    weight, bias = qkv_weights(params)  # (3E, D), (3E,) or None
     context_vec, attention_steps = attend_heads(
-        x, weight, bias, num_heads=num_heads, fused=fuses_projections(implementation, x.shape[-2]),
-        causal=True, dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask,
-        implementation=implementation, block_size=block_size, return_steps=return_steps,
-    )  # fmt: skip  # (B, T, E)
+        x, qkv_weights(params), num_heads,
+        Masking(causal=True),
+        AttnDropout(dropout, rng, attn_keep_mask),
+        ComputePath(implementation, block_size, fused_qkv=fuses_projections(implementation, x.shape[-2])),
+        return_steps,
+    )  # (B, T, E)
     output = linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias"))
     if not return_steps:
         return output

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from numpy_attn.attend import attend
+from numpy_attn.attend_options import ComputePath
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.linear import qkv_projections
 from numpy_attn.spec import check_layer
@@ -32,12 +33,7 @@ def self_attention_v1(
     keys = x @ params["W_key"]  # (T, E)
     values = x @ params["W_value"]  # (T, E)
     context_vec, attention_steps = attend(
-        queries,
-        keys,
-        values,
-        implementation=implementation,
-        block_size=block_size,
-        return_steps=return_steps,
+        queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
     )  # (T, E)
     if not return_steps:
         return context_vec
@@ -66,12 +62,7 @@ def self_attention_v2(
     fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (T, E)
     context_vec, attention_steps = attend(
-        queries,
-        keys,
-        values,
-        implementation=implementation,
-        block_size=block_size,
-        return_steps=return_steps,
+        queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
     )  # (T, E)
     if not return_steps:
         return context_vec

@@ -39,15 +39,15 @@ from numpy_attn.validation import (
 __all__ = [
     "LAYERS",
     "SPECS",
-    "LayerDims",
     "LayerSpec",
     "check_layer",
+    "check_masks",
     "check_sizes",
+    "check_weights",
     "constructor_arguments",
-    "infer_dims",
     "layer_spec",
-    "param_shapes",
     "parameter_names",
+    "parameter_shapes",
     "step_names",
     "without_buffers",
 ]
@@ -338,67 +338,15 @@ def constructor_arguments(layer: str, params: Mapping[str, Any], **given: Any) -
     return {name: arguments[name] for name in spec.constructor}
 
 
-# ``LayerDims``, ``infer_dims`` and ``param_shapes`` are views of the specs under one set of size
-# names for every class, for the callers written against them (weights files, the Flax modules);
-# new code uses ``constructor_arguments`` and ``parameter_shapes``.
-
-
-@dataclass(frozen=True)
-class LayerDims:
-    """Sizes that the weights determine (plus ``num_heads``), under one set of names for every
-    class: ``d_in`` is the input width D (``hidden_size``); ``d_out`` the width E of the
-    queries, keys and values (for the wrapper: of one head); ``head_dim`` is H = d_out // num_heads.
-    """
-
-    d_in: int
-    d_out: int
-    num_heads: int
-    qkv_bias: bool
-    out_bias: bool
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_out // self.num_heads
-
-
-def _dims(layer: str, arguments: Mapping[str, Any]) -> LayerDims:
-    if "hidden_size" in arguments:
-        hidden_size, bias = arguments["hidden_size"], arguments["bias"]
-        d_out = hidden_size // 4 if layer == "FusedSingleHeadAttention" else hidden_size
-        return LayerDims(hidden_size, d_out, arguments.get("num_heads", 1), bias, bias)
-    return LayerDims(
-        arguments["d_in"], arguments["d_out"], arguments.get("num_heads", 1),
-        arguments.get("qkv_bias", False), arguments.get("out_bias", False),
-    )  # fmt: skip
-
-
-def _from_dims(layer: str, dims: Mapping[str, Any]) -> dict[str, Any]:
-    """The constructor arguments that ``LayerDims``-named sizes stand for."""
-    names = {"hidden_size": "d_in", "bias": "qkv_bias"}
-    constructor = layer_spec(layer).constructor
-    return {name: dims[names.get(name, name)] for name in constructor if names.get(name, name) in dims}
-
-
-def param_shapes(
-    layer: str,
-    *,
-    d_in: int,
-    d_out: int,
-    num_heads: int = 1,
-    qkv_bias: bool = False,
-    out_bias: bool = False,
-) -> Shapes:
-    """``parameter_shapes`` under ``LayerDims``' names: for the fused classes ``d_in`` is
-    ``hidden_size`` and ``qkv_bias`` is ``bias``; ``d_out`` is ignored there."""
-    dims = {"d_in": d_in, "d_out": d_out, "num_heads": num_heads, "qkv_bias": qkv_bias, "out_bias": out_bias}
-    return parameter_shapes(layer, **_from_dims(layer, dims))
-
-
-def infer_dims(layer: str, params: Mapping[str, Any], num_heads: int = 1) -> LayerDims:
-    """Read the sizes and bias flags of ``layer`` from its weights (and ``num_heads``)."""
+def check_weights(layer: str, params: Mapping[str, Any], num_heads: int = 1) -> dict[str, Any]:
+    """Check that ``params`` are ``layer``'s weights (``num_heads`` must agree with them where the
+    class takes it): one ValueError names every missing, unexpected and mis-shaped key. Returns
+    the constructor arguments known from them (those the weights imply, ``num_heads``, the
+    class's defaults), from which ``parameter_shapes`` gives the names in torch's order."""
     spec = layer_spec(layer)
-    given = {"num_heads": num_heads} if "num_heads" in spec.constructor else {}
-    return _dims(layer, _read(spec, params, given))
+    arguments = _read(spec, params, {"num_heads": num_heads} if "num_heads" in spec.constructor else {})
+    check_params(params, spec.weights(**arguments), layer=layer)
+    return arguments
 
 
 def check_layer(
@@ -444,12 +392,27 @@ def check_layer(
         check_context_length(shape, context_length, context_name)
     if check_values:
         check_finite(params)
+    check_masks(layer, shape, arguments.get("num_heads", 1), attn_keep_mask, out_keep_mask, padding_mask)
+    return arguments
+
+
+def check_masks(
+    layer: str,
+    shape: tuple[int, ...],
+    num_heads: int,
+    attn_keep_mask: Any = None,
+    out_keep_mask: Any = None,
+    padding_mask: Any = None,
+) -> None:
+    """The shapes and dtypes of the masks a call of ``layer`` on an input of ``shape`` was given:
+    ``attn_keep_mask`` must match the attention weights (``(B, N, T, S)``, no N for single-head
+    classes), ``out_keep_mask`` the output ``(B, T, D)`` (True = keep), ``padding_mask``
+    ``(B, S)`` (True = padding)."""
     if attn_keep_mask is not None:
-        heads = (arguments["num_heads"],) if spec.multi_head else ()
-        attn_shape = shape[:-2] + heads + (shape[-2], shape[-2])
+        heads = (num_heads,) if layer_spec(layer).multi_head else ()
+        attn_shape = tuple(shape[:-2]) + heads + (shape[-2], shape[-2])
         check_keep_mask("attn_keep_mask", attn_keep_mask, attn_shape)
     if out_keep_mask is not None:
         check_keep_mask("out_keep_mask", out_keep_mask, shape)
     if padding_mask is not None:
         check_padding_mask(padding_mask, shape[0], shape[1])
-    return arguments

@@ -18,6 +18,9 @@ file holds:
   member (``__attn_parity__``) and a SHA-256 of every byte before it in the zip comment. Files
   from elsewhere, without the record, are checked structurally.
 
+A safetensors file's ``__metadata__`` also says ``"format": "pt"``, as torch's own files do: the
+weights are torch's ``state_dict`` in torch's layout, and transformers 4.x loads no file without it.
+
 Weights are float16, float32, float64 (and bfloat16 in safetensors, with ``ml_dtypes``
 loaded); integer, bool, complex and object arrays are refused, on saving and on loading.
 Big-endian floats are stored little-endian, as safetensors requires, and loaded in the
@@ -46,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.spec import LAYERS, infer_dims, param_shapes
-from numpy_attn.validation import check_array, check_finite, check_mapping, check_numpy_dtype, check_params
+from numpy_attn.spec import check_weights
+from numpy_attn.validation import check_array, check_finite, check_mapping, check_numpy_dtype
 
 __all__ = ["load_weights", "save_weights"]
 
@@ -57,6 +60,7 @@ _NAMES = {code: name for name, code in _CODES.items()}
 _NPZ_FLOATS = ["float64", "float32", "float16"]  # .npy has no bfloat16
 _RECORD_KEYS = "attn_parity.keys"  # safetensors __metadata__: the key list, as JSON
 _RECORD_DIGEST = "attn_parity.sha256"  # ... and the digest of the header's entries and data
+_FORMAT = {"format": "pt"}  # safetensors __metadata__: torch's layout and names (transformers 4.x needs it)
 _NPZ_RECORD = "__attn_parity__"  # the .npz member holding the key list and the digest
 _RESERVED = ("__metadata__", _NPZ_RECORD)
 _MAX_HEADER = 100_000_000  # the safetensors format's own bound on the JSON header
@@ -109,14 +113,7 @@ def load_weights(
     if len(dtypes) > 1:
         raise TypeError(f"{name} mixes dtypes {sorted(dtypes)}; weights share one dtype")
     if layer is not None:
-        if layer not in LAYERS:
-            raise ValueError(f"unknown layer {layer!r}; known layers: {list(LAYERS)}")
-        dims = infer_dims(layer, params, num_heads)
-        expected = param_shapes(
-            layer, d_in=dims.d_in, d_out=dims.d_out, num_heads=dims.num_heads,
-            qkv_bias=dims.qkv_bias, out_bias=dims.out_bias,
-        )  # fmt: skip
-        check_params(params, expected, layer=layer)
+        check_weights(layer, params, num_heads)
     check_finite(params)
     return params
 
@@ -183,6 +180,7 @@ def _safetensors_bytes(arrays: dict[str, np.ndarray]) -> bytes:
         offset += array.nbytes
     data = b"".join(array.tobytes() for array in arrays.values())
     header["__metadata__"] = {
+        **_FORMAT,
         _RECORD_KEYS: json.dumps(list(arrays)),
         _RECORD_DIGEST: _digest(_safetensors_entries(header), [data]),
     }
@@ -319,10 +317,11 @@ def _parse_safetensors(blob: bytes, path: str) -> dict[str, np.ndarray]:
             f"the file holds {len(data)}"
         )
     if _RECORD_KEYS in metadata or _RECORD_DIGEST in metadata:  # written by save_weights
-        recorded = (metadata.get(_RECORD_KEYS), metadata.get(_RECORD_DIGEST))
-        if recorded != (json.dumps(list(header)), _digest(_safetensors_entries(header), [data])):
+        recorded = (metadata.pop(_RECORD_KEYS, None), metadata.pop(_RECORD_DIGEST, None), metadata)
+        expected = (json.dumps(list(header)), _digest(_safetensors_entries(header), [data]))
+        if recorded not in ((*expected, _FORMAT), (*expected, {})):  # files from before the format tag
             raise ValueError(
-                f"{path} was altered: its names, dtypes, shapes, offsets or data do not match "
+                f"{path} was altered: its names, dtypes, shapes, offsets, data or metadata do not match "
                 "the SHA-256 recorded when it was saved"
             )
     return {key: params[key] for key in header}  # in the header's order

@@ -162,9 +162,10 @@ def _walkthrough(args: argparse.Namespace) -> int:
     headers = {"torch": "torch_ref", "numpy": "numpy_attn", "jax": "jax_attn"}
     all_match = True
     for number, stage in enumerate(stages, start=STAGES.index(stages[0]) + 1):
+        shows = stage.run()  # first: without a framework, the one error line is all the output
         console.rule(f"[bold]{number}. {stage.title}[/]  ({stage.name})")
         console.print(stage.text)
-        for shown in stage.show():
+        for shown in shows:
             table = Table(show_lines=True, expand=True)
             for framework in FRAMEWORKS:
                 table.add_column(headers[framework], ratio=1, overflow="fold")

@@ -79,7 +79,7 @@ def main(out: pathlib.Path) -> None:
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from jax_attn import FusedCausalAttention, GPTModel, MultiHeadAttention, attend
+    from jax_attn import FusedCausalAttention, GPTModel, Masking, MultiHeadAttention, attend
     from jax_attn.parallel import ring_attention, shard_batch, shard_model
 
     sys.path.insert(0, str(ROOT / "examples"))
@@ -117,7 +117,7 @@ def main(out: pathlib.Path) -> None:
             mask = padding_mask if padded else None
 
             def single(q, k, v, causal=causal, mask=mask):
-                return attend(q, k, v, causal=causal, padding_mask=mask)[0]
+                return attend(q, k, v, Masking(causal, mask))[0]
 
             def sharded(q, k, v, causal=causal, mask=mask, mesh=mesh, load_balance=load_balance, axes=axes):
                 return ring_attention(
@@ -161,7 +161,7 @@ def main(out: pathlib.Path) -> None:
         measures[f"ring_memory/{size}/backward"] = backward.memory_analysis().temp_size_in_bytes
         measures[f"ring_dims/{size}"] = largest_dims(forward) + largest_dims(backward)
     reference = jax.ShapeDtypeStruct(MEMORY_SHAPE, jnp.float32)
-    single_program = jax.jit(lambda q, k, v: attend(q, k, v, causal=True)[0]).lower(
+    single_program = jax.jit(lambda q, k, v: attend(q, k, v, Masking(causal=True))[0]).lower(
         reference, reference, reference
     )
     measures["reference_dims"] = largest_dims(single_program.compile())

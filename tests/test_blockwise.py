@@ -12,7 +12,7 @@ import pytest
 import jax_attn
 import numpy_attn
 from numpy_attn.implementation import AUTO_BLOCKWISE_TOKENS, uses_blockwise
-from numpy_attn.spec import param_shapes
+from numpy_attn.spec import parameter_shapes
 from parity_tests.cases import DROPOUT_LAYERS, FUNCTION_NAMES, Case
 from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
@@ -185,7 +185,8 @@ def test_jax_blockwise_layer_copies_no_whole_array(layer, function, kwargs):
     ``blockwise_self_attention``, took 5.13 (6.0 with fused thirds copied apart); the reference
     path takes T x T matrices)."""
     tokens, width = 4096, 64
-    shapes = param_shapes(layer, d_in=width, d_out=width, num_heads=2, qkv_bias=True, out_bias=True)
+    sizes = {"d_in": width, "d_out": width, "hidden_size": width, "qkv_bias": True, "bias": True}
+    shapes = parameter_shapes(layer, **sizes)  # each class reads the sizes it takes
     params = {name: jnp.zeros(shape) for name, shape in shapes.items()}
     x = jnp.zeros((1, tokens, width))
     one_array = tokens * width * 4  # bytes of one float32 (T, E) array

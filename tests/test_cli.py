@@ -1,5 +1,6 @@
 """The attn-parity command line: output content, exit codes, JSON schema, PNG files."""
 
+import argparse
 import json
 import pathlib
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 
 from parity_tests import frameworks
 from parity_tests import report as report_module
-from parity_tests.cli import main
+from parity_tests.cli import build_parser, main
 from parity_tests.walkthrough import STAGES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -209,13 +210,20 @@ def without_torch(*argv):
 NEEDS_TORCH = "error: this command needs torch; install it with pip install 'attn-parity[torch]'"
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["report", "--layer", "CausalAttention", "--framework", "numpy"],
-        ["bench", "--shape", "B2_T6_d3to4", "--implementation", "numpy_reference", "--no-memory"],
-    ],
-)
+PORTS = ROOT / "tests" / "ports"
+WITHOUT_TORCH_EXIT_2 = [
+    ["report", "--layer", "CausalAttention", "--framework", "numpy"],
+    ["trace", "CausalAttention", "--framework", "numpy"],
+    ["walkthrough", "--stage", "softmax"],
+    ["heatmap", "CausalAttention", "--out", "never-written.png"],
+    ["bench", "--shape", "B2_T6_d3to4", "--implementation", "numpy_reference", "--no-memory"],
+    ["diff", f"{PORTS}/torch_user_block.py:Attention", f"{PORTS}/numpy_fused.py:attention",
+     "--init", "d_model=8", "--init", "n_head=2", "--shape", "2,5,8"],
+    ["train-parity", "--steps", "1"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", WITHOUT_TORCH_EXIT_2, ids=lambda argv: argv[0])
 def test_without_torch_the_commands_that_need_it_exit_2_with_one_line(argv):
     out = without_torch(*argv)
     assert out.returncode == 2 and out.stdout == ""
@@ -225,6 +233,19 @@ def test_without_torch_the_commands_that_need_it_exit_2_with_one_line(argv):
 def test_without_torch_the_parser_runs():
     out = without_torch("--help")
     assert out.returncode == 0 and "report" in out.stdout and out.stderr == ""
+
+
+def test_without_torch_the_walkthrough_lists_its_stages():
+    out = without_torch("walkthrough", "--list")
+    assert out.returncode == 0 and out.stderr == ""
+    assert [line.split()[0] for line in out.stdout.splitlines()] == [s.name for s in STAGES]
+
+
+def test_every_command_is_tried_without_torch():
+    """A new subcommand must join one of the tests above."""
+    subcommands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    tried = {"walkthrough"} | {argv[0] for argv in WITHOUT_TORCH_EXIT_2}
+    assert set(subcommands.choices) == tried
 
 
 def test_bench_writes_the_committed_results_only_when_out_names_them(tmp_path, monkeypatch, capsys):

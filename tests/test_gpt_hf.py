@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
 from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 
 import jax_attn
@@ -75,6 +76,15 @@ def test_a_written_checkpoint_loads_in_transformers_and_gives_torch_ref_logits(t
     params_back, config_back = numpy_attn.load_hf_gpt2(tmp_path)
     assert config_back == config | {"qkv_bias": True}
     assert compare_arrays("logits", expected, numpy_attn.gpt_model(params_back, ids, config_back)).ok
+
+
+def test_a_written_checkpoint_says_format_pt_as_transformers_4_requires(tmp_path):
+    params = torch_ref.to_params(torch_model())
+    numpy_attn.save_hf_gpt2(tmp_path, params, TINY)
+    with safe_open(tmp_path / "model.safetensors", framework="numpy") as file:
+        actual, names = file.metadata(), set(file.keys())
+    assert actual["format"] == "pt"
+    assert set(numpy_attn.load_weights(tmp_path / "model.safetensors")) == names  # the record still checks
 
 
 def test_the_jax_model_writes_a_checkpoint_transformers_loads(checkpoint, tmp_path):

@@ -9,6 +9,9 @@ The intended differences, and only these:
 - the GPT's framework-neutral definitions (its weight names and shapes, their check) and the
   Hugging Face GPT-2 folder reader/writer live in numpy_attn alone (jax_attn's ``GPTModel`` reads
   a folder with ``GPTModel.from_hf_gpt2``);
+- ``attend``'s option groups (``Masking``, ``AttnDropout``, ``ComputePath``) and
+  ``fuses_projections`` are framework-neutral and exported by both packages as the same objects
+  (``AttnDropout.rng`` holds a ``jax.random`` key in jax_attn);
 - jax_attn adds the Flax NNX modules, one per layer spec, named as the torch classes, and the
   ``GPTModel`` NNX module;
 - ``generate``: jax_attn's takes the ``GPTModel`` (``generate(model, token_ids, max_new_tokens,
@@ -32,8 +35,8 @@ from parity_tests.frameworks import jax_context
 from torch_ref import to_params
 
 NUMPY_ONLY = {
-    "IMPLEMENTATIONS", "LAYERS", "SPECS", "STEP_DOCS", "LayerDims", "Steps", "check_layer",
-    "constructor_arguments", "infer_dims", "param_shapes", "parameter_names", "load_weights", "save_weights",
+    "IMPLEMENTATIONS", "LAYERS", "SPECS", "STEP_DOCS", "Steps", "check_layer",
+    "constructor_arguments", "parameter_names", "parameter_shapes", "load_weights", "save_weights",
     "gpt_param_shapes", "check_gpt_params", "load_hf_gpt2", "save_hf_gpt2",
 }  # fmt: skip
 JAX_ONLY = {*SPECS, "GPTModel"}  # the Flax modules
@@ -54,8 +57,20 @@ def parameters(fn, renames=None):
     ]
 
 
+SAME_OBJECTS = [n for n in SHARED if getattr(numpy_attn, n) is getattr(jax_attn, n)]
+
+
+def test_the_framework_neutral_names_are_the_same_objects():
+    assert sorted(SAME_OBJECTS) == ["AttnDropout", "ComputePath", "Masking", "fuses_projections"]
+
+
 @pytest.mark.parametrize(
-    "name", [n for n in SHARED if callable(getattr(numpy_attn, n)) and n not in OTHER_SIGNATURES]
+    "name",
+    [
+        n
+        for n in SHARED
+        if callable(getattr(numpy_attn, n)) and n not in OTHER_SIGNATURES and n not in SAME_OBJECTS
+    ],
 )
 def test_the_same_signatures_but_rng_is_key(name):
     expected = parameters(getattr(numpy_attn, name), RANDOMNESS)

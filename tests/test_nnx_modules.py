@@ -193,17 +193,21 @@ def test_sown_steps_equal_torch_steps(layer):
     assert not nnx.state(module, nnx.Intermediate)  # capture took them: the module is as it was
 
 
-@pytest.mark.filterwarnings("ignore:Using 'Module.sow\\(\\)' outside of 'nnx.capture\\(\\)' is deprecated")
-def test_outside_capture_the_steps_stay_on_the_module_until_popped():
+SOW_OUTSIDE_CAPTURE = "error:Using 'Module.sow\\(\\)' outside of 'nnx.capture\\(\\)':DeprecationWarning"
+
+
+@pytest.mark.filterwarnings(SOW_OUTSIDE_CAPTURE)
+def test_a_direct_call_returns_the_steps_and_sows_nothing_a_captured_call_collects_them():
     case = module_case("MultiHeadAttentionWrapper")
     module = jax_attn.MultiHeadAttentionWrapper.from_params(to_params(case.build_torch()), **case.kwargs())
-    _, returned = module(case.make_input(), return_steps=True)
-    sown = flat_steps(nnx.pop(module, nnx.Intermediate))
-    assert set(sown) == set(returned)
-    for name, value in returned.items():
-        np.testing.assert_array_equal(sown[name], value)
+    _, expected = module(case.make_input(), return_steps=True)  # Flax's deprecation would raise here
     assert not nnx.state(module, nnx.Intermediate)
-    module(case.make_input())  # without return_steps nothing is sown
+    (_, returned), sown = nnx.capture(module, nnx.Intermediate)(case.make_input(), return_steps=True)
+    actual = flat_steps(sown)
+    assert set(actual) == set(expected) == set(returned)
+    assert "heads.1.attn_weights" in actual
+    for name, value in expected.items():
+        np.testing.assert_array_equal(actual[name], value)
     assert not nnx.state(module, nnx.Intermediate)
 
 
@@ -268,7 +272,7 @@ def test_the_wrapper_heads_draw_different_masks_from_its_stream():
         ("CausalAttention", (3, 4, 6, 1.0), {}, r"dropout must be in \[0, 1\), got 1.0"),
         ("MultiHeadAttention", (3, 4, 6, 0.0, 3), {}, "d_out=4 is not divisible by num_heads=3"),
         ("MultiHeadAttentionWrapper", (3, 4, 6, 0.0, 0), {}, "num_heads must be a positive integer, got 0"),
-        ("FusedSingleHeadAttention", (3,), {}, "hidden_size // 4 must be a positive integer, got 0"),
+        ("FusedSingleHeadAttention", (3,), {}, r"hidden_size=3 must be at least 4 .*hidden_size // 4"),
         ("FusedCausalAttention", (8, 2, 6, 0.1, -0.5), {}, r"out_drop must be in \[0, 1\), got -0.5"),
         ("FusedMultiHeadAttention", (8, 2), {"implementation": "fast"}, "implementation must be one of"),
         ("SelfAttentionV1", (3, 4), {"block_size": 0}, "block_size must be a positive integer, got 0"),

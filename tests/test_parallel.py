@@ -22,7 +22,7 @@ from flax import nnx
 from jax.sharding import AbstractMesh, AxisType
 from jax.sharding import PartitionSpec as P
 
-from jax_attn import GPTModel, MultiHeadAttention, attend
+from jax_attn import GPTModel, Masking, MultiHeadAttention, attend
 from jax_attn.parallel import param_spec, ring_attention, shard_batch, shard_model
 from parity_tests.tolerances import tolerance_for
 from tests import parallel_checks
@@ -123,7 +123,7 @@ def test_ring_of_one_equals_attend(causal, padded, load_balance, dtype):
     mesh = one_device_mesh("seq")
 
     def single(q, k, v):
-        return attend(q, k, v, causal=causal, padding_mask=padding_mask)[0]
+        return attend(q, k, v, Masking(causal, padding_mask))[0]
 
     def ring(q, k, v):
         return ring_attention(

@@ -16,22 +16,15 @@ LAYERS = list(FUNCTION_NAMES)
 
 
 @pytest.mark.parametrize("layer, bias", list(itertools.product(LAYERS, [False, True])))
-def test_param_shapes_is_the_torch_state_dict(layer, bias):
+def test_parameter_shapes_is_the_torch_state_dict(layer, bias):
     case = Case(layer, d_in=5, d_out=8, num_heads=2, bias=bias)
     module = case.build_torch()
     buffers = {name for name, _ in module.named_buffers()}
-    state = {k: tuple(v.shape) for k, v in module.state_dict().items() if k not in buffers}
-    dims = numpy_attn.infer_dims(layer, to_params(module), num_heads=2)
-    shapes = numpy_attn.param_shapes(
-        layer,
-        d_in=dims.d_in,
-        d_out=dims.d_out,
-        num_heads=dims.num_heads,
-        qkv_bias=dims.qkv_bias,
-        out_bias=dims.out_bias,
-    )
-    assert list(shapes.items()) == list(state.items())  # same names, shapes and order
-    assert set(to_params(module)) == set(state)
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items() if k not in buffers}
+    arguments = numpy_attn.constructor_arguments(layer, module.state_dict(), **case.kwargs())
+    actual = numpy_attn.parameter_shapes(layer, **arguments)
+    assert list(actual.items()) == list(expected.items())  # same names, shapes and order
+    assert set(to_params(module)) == set(expected)
 
 
 @pytest.mark.parametrize("layer", LAYERS)

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import BoolTensor, Tensor, nn
 
+from torch_ref.checks import check_divisible
 from torch_ref.recording import Recorder, dropout_or_keep
 
 __all__ = ["FusedCausalAttention", "FusedMultiHeadAttention", "FusedSingleHeadAttention"]
@@ -51,8 +52,7 @@ class FusedMultiHeadAttention(nn.Module):
 
     def __init__(self, hidden_size: int, num_heads: int, bias: bool = True):
         super().__init__()
-        if hidden_size % num_heads != 0:  # the notes' assert
-            raise ValueError("hidden_size must be divisible by num_heads")
+        check_divisible("hidden_size", hidden_size, num_heads)  # the notes' assert
         self.nh = num_heads
         self.Wqkv = nn.Linear(hidden_size, hidden_size * 3, bias=bias)
         self.Wo = nn.Linear(hidden_size, hidden_size, bias=bias)
@@ -95,8 +95,7 @@ class FusedCausalAttention(nn.Module):
         bias: bool = True,
     ):
         super().__init__()
-        if hidden_size % num_heads != 0:  # the notes' assert
-            raise ValueError("hidden_size must be divisible by num_heads")
+        check_divisible("hidden_size", hidden_size, num_heads)  # the notes' assert
         self.nh = num_heads
         self.Wqkv = nn.Linear(hidden_size, hidden_size * 3, bias=bias)
         self.Wo = nn.Linear(hidden_size, hidden_size, bias=bias)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from torch_ref.checks import check_divisible
 from torch_ref.recording import Recorder, dropout_or_keep
 
 __all__ = ["MultiHeadAttention"]
@@ -26,8 +27,7 @@ class MultiHeadAttention(nn.Module):
         out_bias: bool = True,
     ):
         super().__init__()
-        if d_out % num_heads != 0:  # the notes' assert, as an error that survives python -O
-            raise ValueError("d_out must be divisible by num_heads")
+        check_divisible("d_out", d_out, num_heads)  # the notes' assert
 
         self.d_out = d_out
         self.num_heads = num_heads
