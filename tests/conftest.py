@@ -1,7 +1,35 @@
 """Shared test set-up."""
 
+import os
+import shutil
+import tempfile
+
 import jax
 import pytest
+
+# One compilation cache per pytest run, shared by its xdist workers: the suite compiles the same
+# small programs in several test modules (jax.clear_caches below empties the in-memory cache) and
+# in both workers; a hit loads the program XLA compiled before instead of compiling it again.
+# The run that starts the workers makes the folder and removes it at the end; the variable keeps
+# subprocesses that tests start (they do not load this file) out of it.
+CACHE_VARIABLE = "ATTN_PARITY_TEST_JAX_CACHE"
+cache_owner = pytest.StashKey[str]()  # the folder, in the run that made it
+
+
+def pytest_configure(config):
+    if CACHE_VARIABLE not in os.environ:
+        os.environ[CACHE_VARIABLE] = tempfile.mkdtemp(prefix="attn-parity-jax-cache-")
+        config.stash[cache_owner] = os.environ[CACHE_VARIABLE]
+    jax.config.update("jax_compilation_cache_dir", os.environ[CACHE_VARIABLE])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_unconfigure(config):
+    folder = config.stash.get(cache_owner, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        del os.environ[CACHE_VARIABLE]
 
 
 @pytest.fixture(autouse=True, scope="module")
