@@ -29,7 +29,14 @@ def test_flop_count_by_hand():
     assert layer_flops(SHAPES["B2_T6_d3to4"].__class__("s", 2, 6, 4, 4, 2)) == 1152 + 384 + 576
 
 
-def test_benchmark_results_table_chart_and_readme(tmp_path):
+def test_gemm_peak_is_the_median_throughput_of_a_square_float32_product():
+    from parity_tests.bench.run import gemm_peak
+
+    assert 0.01 < gemm_peak(size=128, rounds=3) < 10_000  # GFLOP/s of a 128^3 product
+
+
+def test_benchmark_results_table_chart_and_readme(tmp_path, monkeypatch):
+    monkeypatch.setattr("parity_tests.bench.run.gemm_peak", lambda: 100.0)  # skip the 4096^3 GEMMs
     results = run_benchmark(["B2_T6_d3to4"], ["torch_sdpa", "numpy_reference", "jax_blockwise"], rounds=2,
                             memory=False, decode=False)  # fmt: skip
     json.dumps(results)  # JSON-ready
@@ -39,7 +46,8 @@ def test_benchmark_results_table_chart_and_readme(tmp_path):
         assert len(row["samples_s"]) == 2 and row["median_s"] > 0
         assert row["gflops"] == pytest.approx(layer_flops(SHAPES["B2_T6_d3to4"]) / row["median_s"] / 1e9)
     assert rows[0]["ratio_to_torch_sdpa"] == 1.0
-    assert results["gemm_peak_gflops"] > 0
+    assert results["gemm_peak_gflops"] == 100.0
+    assert rows[1]["pct_of_gemm_peak"] == pytest.approx(rows[1]["gflops"])  # a peak of 100 GFLOP/s
     table = markdown_table(results)
     assert table.count("| B2_T6_d3to4 |") == 3 and "1.00x" in table
     write_chart(results, tmp_path / "chart.png")
