@@ -381,10 +381,10 @@ def check_layer(
     single-head classes; ``out_keep_mask`` the output ``(B, T, D)``; ``padding_mask`` ``(B, S)``,
     True = padding); then, with ``check_values``, that every weight is finite.
 
-    All but the last look at shapes, dtypes and the other arguments only: when every array is a
-    NumPy array, their verdict is remembered for those (``_check_described``), so that a call
-    like the last one costs the finite check alone. A failing call is never remembered: it
-    raises the same error every time.
+    All but the last look at shapes, dtypes and the other arguments only. When every array is a
+    NumPy array, their verdict is remembered (``_check_described``), keyed by those shapes,
+    dtypes and arguments: a call like an earlier one that passed costs the finite check alone.
+    A failing call is never remembered: it raises the same error every time.
     """
     masks = (attn_keep_mask, out_keep_mask, padding_mask)
     dropouts = dropouts or {}
@@ -417,8 +417,8 @@ def _describe(params: Any, x: Any, masks: tuple[Any, ...]) -> tuple[Any, ...] | 
     return weights, (x.shape, x.dtype), given
 
 
-
 def _hashable(values: tuple[Any, ...]) -> bool:
+    """Whether ``values`` can key the remembered verdicts (``num_heads=[2]`` cannot)."""
     try:
         hash(values)
     except TypeError:
@@ -426,7 +426,7 @@ def _hashable(values: tuple[Any, ...]) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=256, typed=True)  # typed: 1 and True, 0 and 0.0 get their own verdicts
+@functools.lru_cache(maxsize=256, typed=True)  # typed: 1 and True (refused) get their own verdicts
 def _check_described(
     layer: str,
     weights: tuple[tuple[str, tuple[int, ...], np.dtype], ...],
