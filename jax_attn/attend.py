@@ -49,10 +49,11 @@ def attend(
         if masking.padding_mask is not None:
             hidden_keys = masking.padding_mask[:, None, None, :]  # (B, 1, 1, S)
             mask = hidden_keys if mask is None else mask | hidden_keys  # (B, 1, T, S)
-        context_vec, steps = scaled_dot_product_attention(
+        attention = scaled_dot_product_attention(
             queries, keys, values, mask,
-            dropout=dropout.rate, key=key, attn_keep_mask=attn_keep_mask, return_steps=True,
+            dropout=dropout.rate, key=key, attn_keep_mask=attn_keep_mask, return_steps=return_steps,
         )  # fmt: skip
+        context_vec, steps = attention if return_steps else (attention, steps)
         if not blockwise:
             return context_vec, steps
     context_vec = blockwise_attention(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
 __all__ = ["merge_heads", "split_heads"]
 
@@ -12,11 +11,11 @@ def split_heads(x: jax.Array, num_heads: int) -> jax.Array:
     """``(B, T, E) -> (B, N, T, H)``: the notes' ``view(b, T, N, H).transpose(1, 2)``."""
     b, num_tokens, d_out = x.shape
     x = x.reshape(b, num_tokens, num_heads, d_out // num_heads)  # (B, T, N, H)
-    return jnp.swapaxes(x, 1, 2)  # (B, N, T, H)
+    return x.swapaxes(1, 2)  # (B, N, T, H)
 
 
 def merge_heads(x: jax.Array) -> jax.Array:
     """``(B, N, T, H) -> (B, T, E)``: the notes' ``transpose(1, 2).contiguous().view(b, T, E)``."""
     b, num_heads, num_tokens, head_dim = x.shape
-    x = jnp.swapaxes(x, 1, 2)  # (B, T, N, H)
+    x = x.swapaxes(1, 2)  # (B, T, N, H)
     return x.reshape(b, num_tokens, num_heads * head_dim)  # (B, T, E)

@@ -44,7 +44,7 @@ def scaled_dot_product_attention(
     dtype = queries.dtype
     compute = np.float32 if dtype.itemsize < 4 else dtype  # half precision: scores in float32
     queries_acc, keys_acc = queries.astype(compute, copy=False), keys.astype(compute, copy=False)
-    attn_scores = queries_acc @ np.swapaxes(keys_acc, -1, -2)  # (..., T, S)
+    attn_scores = queries_acc @ keys_acc.swapaxes(-1, -2)  # (..., T, S)
     masked_scores = attn_scores if mask is None else np.where(mask, -np.inf, attn_scores)
     attn_weights = softmax(masked_scores / keys.shape[-1] ** 0.5, axis=-1)  # (..., T, S)
     attn_weights = attn_weights.astype(dtype, copy=False)

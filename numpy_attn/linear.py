@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from numpy_attn.spec import QKV
+from numpy_attn.validation import check_parts
 
 __all__ = ["linear", "qkv_projections", "qkv_weights", "split_projection"]
 
@@ -47,8 +48,11 @@ def split_projection(
     """``linear(x, weight, bias)`` cut into ``parts`` equal slices of its output features (note
     003's ``Wqkv(x)`` then ``split``): one matmul and a split when ``fused``, else one matmul per
     slice of the weight (each output feature is the same dot product either way)."""
+    check_parts(tuple(weight.shape), parts)
+    width = weight.shape[0] // parts  # E, the output features of one part
+    cuts = [slice(i * width, (i + 1) * width) for i in range(parts)]
     if fused:
-        return tuple(np.split(linear(x, weight, bias), parts, axis=-1))
-    biases = [None] * parts if bias is None else np.split(bias, parts)
-    return tuple(linear(x, w, b) for w, b in zip(np.split(weight, parts), biases, strict=True))
+        projected = linear(x, weight, bias)  # (..., parts * E)
+        return tuple(projected[..., cut] for cut in cuts)  # parts x (..., E)
+    return tuple(linear(x, weight[cut], None if bias is None else bias[cut]) for cut in cuts)
 

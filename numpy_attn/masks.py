@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 __all__ = ["causal_mask"]
 
 
+@functools.lru_cache(maxsize=32)
 def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) -> np.ndarray:
     """``(T, S)`` bool mask, True = hidden: query t, at position ``offset + t``, may not see key s
     when s > offset + t.
@@ -16,6 +19,10 @@ def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) 
     a KV cache's new queries sit at ``offset`` = the number of tokens already cached (which may
     be a traced value under ``jax.jit``).
 
+    A pure function of its arguments, so built once per ``(T, S, offset)`` and returned
+    read-only (a layer call would otherwise rebuild it every time); the last 32 are kept, T x S
+    bytes each, where the reference math that uses one holds 4 x B x N times that in its scores.
+
     >>> causal_mask(3).astype(int)
     array([[0, 1, 1],
            [0, 0, 1],
@@ -23,4 +30,6 @@ def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) 
     """
     num_keys = num_queries if num_keys is None else num_keys
     query_positions = offset + np.arange(num_queries)[:, None]  # (T, 1)
-    return np.arange(num_keys)[None, :] > query_positions  # (T, S)
+    mask = np.arange(num_keys)[None, :] > query_positions  # (T, S)
+    mask.flags.writeable = False
+    return mask

@@ -16,9 +16,12 @@ class's ``state_dict`` names (buffers excluded), in torch's layout: ``nn.Linear`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, check_implementation
 from numpy_attn.validation import (
@@ -373,26 +376,112 @@ def check_layer(
     ``implementation`` and ``block_size``, ``num_heads`` against the weights,
     each dropout probability in ``dropouts`` (name -> p), the input's dtype (one of
     ``floating``), rank, non-empty axes and width, the weights' keys, shapes (every bad key
-    named, from ``SPECS``) and dtype, ``T <= context_length`` and, with ``check_values``, that
-    every weight is finite; then the shapes and dtypes of the masks given: ``attn_keep_mask``
-    must match the attention weights (``(B, N, T, S)``, no N for single-head classes),
-    ``out_keep_mask`` the output ``(B, T, D)``, ``padding_mask`` ``(B, S)`` (True = padding).
+    named, from ``SPECS``) and dtype, ``T <= context_length``, the shapes and dtypes of the
+    masks given (``attn_keep_mask`` must match the attention weights, ``(B, N, T, S)``, no N for
+    single-head classes; ``out_keep_mask`` the output ``(B, T, D)``; ``padding_mask`` ``(B, S)``,
+    True = padding); then, with ``check_values``, that every weight is finite.
+
+    All but the last look at shapes, dtypes and the other arguments only. When every array is a
+    NumPy array, their verdict is remembered (``_check_described``), keyed by those shapes,
+    dtypes and arguments: a call like an earlier one that passed costs the finite check alone.
+    A failing call is never remembered: it raises the same error every time.
     """
+    masks = (attn_keep_mask, out_keep_mask, padding_mask)
+    dropouts = dropouts or {}
+    scalars = (num_heads, context_length, implementation, block_size, *dropouts.values())
+    described = _describe(params, x, masks)
+    if described is None or not _hashable(scalars):  # another framework's arrays, a list...
+        arguments = _check_structure(
+            layer, params, x, masks, context_name, floating, dropouts, num_heads, context_length,
+            implementation, block_size,
+        )  # fmt: skip
+    else:
+        arguments = _check_described(layer, *described, context_name, floating, tuple(dropouts), *scalars)
+    if check_values:
+        check_finite(params)
+    return dict(arguments)  # a copy: the remembered one stays as it is
+
+
+_MASK_TYPES = (type(None), np.ndarray)
+
+
+def _describe(params: Any, x: Any, masks: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The shapes and dtypes of a call's arrays, ``(weights, x, masks)``, when the weights are a
+    dict of NumPy arrays and x and the masks given are NumPy arrays; None otherwise."""
+    if type(params) is not dict or type(x) is not np.ndarray:
+        return None
+    weights = tuple([(name, w.shape, w.dtype) for name, w in params.items() if type(w) is np.ndarray])
+    given = tuple([m if m is None else (m.shape, m.dtype) for m in masks if type(m) in _MASK_TYPES])
+    if len(weights) != len(params) or len(given) != len(masks):
+        return None
+    return weights, (x.shape, x.dtype), given
+
+
+def _hashable(values: tuple[Any, ...]) -> bool:
+    """Whether ``values`` can key the remembered verdicts (``num_heads=[2]`` cannot)."""
+    try:
+        hash(values)
+    except TypeError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=256, typed=True)  # typed: 1 and True (refused) get their own verdicts
+def _check_described(
+    layer: str,
+    weights: tuple[tuple[str, tuple[int, ...], np.dtype], ...],
+    x: tuple[tuple[int, ...], np.dtype],
+    masks: tuple[tuple[tuple[int, ...], np.dtype] | None, ...],
+    context_name: str,
+    floating: tuple[str, ...],
+    dropout_names: tuple[str, ...],
+    num_heads: int,
+    context_length: int | None,
+    implementation: str,
+    block_size: int,
+    *dropout_values: float,
+) -> dict[str, Any]:
+    """``_check_structure`` of the call ``_describe`` described, on stand-in arrays: read-only
+    views of one element with the real shapes and dtypes (the checks read nothing else)."""
+
+    def stand_in(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        return np.broadcast_to(np.empty((), dtype), shape)
+
+    return _check_structure(
+        layer, {name: stand_in(shape, dtype) for name, shape, dtype in weights}, stand_in(*x),
+        tuple(None if mask is None else stand_in(*mask) for mask in masks), context_name, floating,
+        dict(zip(dropout_names, dropout_values, strict=True)), num_heads, context_length,
+        implementation, block_size,
+    )  # fmt: skip
+
+
+def _check_structure(
+    layer: str,
+    params: Mapping[str, Any],
+    x: Any,
+    masks: tuple[Any, Any, Any],
+    context_name: str,
+    floating: tuple[str, ...],
+    dropouts: Mapping[str, float],
+    num_heads: int,
+    context_length: int | None,
+    implementation: str,
+    block_size: int,
+) -> dict[str, Any]:
+    """Every check of ``check_layer`` but the finite weights, in its order."""
     spec = layer_spec(layer)
     if spec.context is not None:  # the classes whose mask buffer bounds T
         check_context(context_name, context_length)
     check_implementation(implementation, block_size)
     arguments = _read(spec, params, {"num_heads": num_heads} if "num_heads" in spec.constructor else {})
-    for name, p in (dropouts or {}).items():
+    for name, p in dropouts.items():
         check_dropout(name, p)
     d_in = arguments["hidden_size"] if "hidden_size" in arguments else arguments["d_in"]
     shape = check_input(x, layout=spec.input_layout, d_in=d_in, floating=floating)
     check_params(params, spec.weights(**arguments), layer=layer, dtype=x.dtype)
     if context_length is not None:
         check_context_length(shape, context_length, context_name)
-    if check_values:
-        check_finite(params)
-    check_masks(layer, shape, arguments.get("num_heads", 1), attn_keep_mask, out_keep_mask, padding_mask)
+    check_masks(layer, shape, arguments.get("num_heads", 1), *masks)
     return arguments
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "check_numpy_dtype",
     "check_padding_mask",
     "check_params",
+    "check_parts",
     "check_rng",
     "check_self_attention_args",
     "check_size",
@@ -201,6 +202,13 @@ def check_divisible(width_name: str, width: int, num_heads: int) -> None:
         raise ValueError(f"{width_name}={width} is not divisible by num_heads={num_heads}")
 
 
+def check_parts(weight_shape: tuple[int, ...], parts: Any) -> None:
+    """``split_projection``'s weight, ``(parts * E, D)``: its rows cut into ``parts`` equal parts."""
+    is_count = isinstance(parts, (int, np.integer)) and not isinstance(parts, bool) and parts >= 1
+    if not is_count or weight_shape[0] % parts:
+        raise ValueError(f"weight of shape {weight_shape} does not cut into parts={parts!r} equal row blocks")
+
+
 def check_size(name: str, value: Any) -> None:
     """A layer size (``d_in``, ``hidden_size``, ``context_length``...) is a positive integer."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -277,11 +285,12 @@ def check_params(
 
 def check_finite(params: Mapping[str, Any]) -> None:
     """Reject NaN or infinite weights (called where the values are concrete), naming the first
-    such key. All weights are tested in one pass (a per-key test costs microseconds apiece, much
-    of a small call); only when that pass finds something are they looked at one by one."""
-    values = [np.asarray(value) for value in params.values()]
-    if not values or np.isfinite(np.concatenate([value.ravel() for value in values])).all():
+    such key. All weights are tested in one pass, flattened into one array whose finite entries
+    are counted (a per-key test costs microseconds apiece, much of a small call); only when that
+    pass finds something are they looked at one by one."""
+    values = np.concatenate([np.asarray(value).ravel() for value in params.values()] or [np.empty(0)])
+    if np.count_nonzero(np.isfinite(values)) == values.size:
         return
-    for key, value in zip(params, values, strict=True):
-        if not np.isfinite(value).all():
+    for key, value in params.items():
+        if not np.isfinite(np.asarray(value)).all():
             raise ValueError(f"params[{key!r}] has non-finite values (NaN or inf)")

@@ -7,7 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jax_attn
 import numpy_attn
+from numpy_attn.spec import QKV, _check_described, check_layer
 from numpy_attn.validation import check_finite
 from parity_tests.tolerances import TOLERANCES
 
@@ -49,3 +51,90 @@ def test_softmax_leaves_its_input_alone_and_zeroes_fully_masked_rows():
     single = np.array([[-np.inf], [3.0]])  # one key: the reduction's output could alias a view
     np.testing.assert_array_equal(numpy_attn.softmax(single), [[0.0], [1.0]])
     np.testing.assert_array_equal(single, [[-np.inf], [3.0]])
+
+
+# The remembered structural checks (numpy_attn.spec._check_described): a verdict is kept only for
+# a call that passed, keyed by every shape, dtype and argument (with its type) the checks read.
+
+
+def small_layer_call():
+    """The issue's small call: MultiHeadAttention, B=2, T=6, d 3 -> 4, float32."""
+    rng = np.random.default_rng(16)
+    params = {f"{n}.weight": rng.standard_normal((4, 3)).astype(np.float32) for n in QKV}
+    params["out_proj.weight"] = rng.standard_normal((4, 4)).astype(np.float32)
+    params["out_proj.bias"] = rng.standard_normal(4).astype(np.float32)
+    return params, rng.standard_normal((2, 6, 3)).astype(np.float32)
+
+
+def test_a_repeated_call_reuses_the_verdict_and_gives_the_same_output():
+    params, x = small_layer_call()
+    kwargs = {"num_heads": 2, "context_length": 6, "implementation": "auto"}
+    expected = numpy_attn.multi_head_attention(params, x, **kwargs)
+    hits = _check_described.cache_info().hits
+    actual = numpy_attn.multi_head_attention(params, x, **kwargs)
+    assert _check_described.cache_info().hits == hits + 1
+    np.testing.assert_array_equal(actual, expected)
+
+
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        ("nan_weight", ValueError, r"params\['W_key.weight'\] has non-finite values \(NaN or inf\)"),
+        ("float64_bias", TypeError, r"params\['out_proj.bias'\] has dtype float64 but x has dtype float32"),
+        ("num_heads_true", ValueError, r"num_heads must be a positive integer, got True"),
+        ("dropout_false", TypeError, r"dropout must be a float in \[0, 1\), got bool"),
+        ("list_weight", TypeError, r"params\['W_query.weight'\] must be an array, got list"),
+        ("keep_mask_int", ValueError, r"attn_keep_mask must be a bool array of shape .* got int64 array"),
+    ],
+)
+def test_a_bad_call_after_a_good_one_of_the_same_shapes_still_raises(change, error, message):
+    params, x = small_layer_call()
+    good = {"num_heads": 1, "context_length": 6, "dropout": 0, "implementation": "auto"}
+    keep = np.ones((2, 1, 6, 6), bool)
+    numpy_attn.multi_head_attention(params, x, **good)  # remembered: 1 and 0 are ints
+    numpy_attn.multi_head_attention(params, x, **good, attn_keep_mask=keep)
+    bad = dict(good)
+    if change == "nan_weight":
+        params["W_key.weight"] = params["W_key.weight"].copy()
+        params["W_key.weight"][1, 2] = np.nan
+    elif change == "float64_bias":
+        params["out_proj.bias"] = params["out_proj.bias"].astype(np.float64)
+    elif change == "list_weight":
+        params["W_query.weight"] = params["W_query.weight"].tolist()
+    elif change == "keep_mask_int":
+        bad["attn_keep_mask"] = keep.astype(np.int64)
+    else:
+        name = change.rsplit("_", 1)[0]
+        bad[name] = change.endswith("_true")  # True == 1 and False == 0, but bools are refused
+    with pytest.raises(error, match=message):
+        numpy_attn.multi_head_attention(params, x, **bad)
+
+
+def test_an_unhashable_argument_gets_its_own_error():
+    params, x = small_layer_call()
+    with pytest.raises(ValueError, match=re.escape("num_heads must be a positive integer, got [2]")):
+        numpy_attn.multi_head_attention(params, x, num_heads=[2], context_length=6)
+
+
+def test_the_returned_arguments_are_the_callers_to_change():
+    params, x = small_layer_call()
+    first = check_layer("MultiHeadAttention", params, x, num_heads=2, context_length=6)
+    first["d_in"] = 99
+    actual = check_layer("MultiHeadAttention", params, x, num_heads=2, context_length=6)
+    assert actual["d_in"] == 3 and actual["num_heads"] == 2
+
+
+def test_the_cached_causal_mask_cannot_be_written_to():
+    mask = numpy_attn.causal_mask(4)
+    assert numpy_attn.causal_mask(4) is mask  # built once
+    with pytest.raises(ValueError, match="read-only"):
+        mask[0, 1] = False
+    np.testing.assert_array_equal(mask, np.triu(np.ones((4, 4), bool), 1))
+
+
+@pytest.mark.parametrize("package", [numpy_attn, jax_attn], ids=["numpy", "jax"])
+def test_split_projection_refuses_rows_that_do_not_cut_into_equal_parts(package):
+    x, weight = np.ones((2, 3), np.float32), np.ones((10, 3), np.float32)
+    message = "weight of shape (10, 3) does not cut into parts=3 equal row blocks"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        package.split_projection(x, weight)

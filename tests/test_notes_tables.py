@@ -217,7 +217,7 @@ def test_note002_masking_the_weights_and_renormalising(framework):
 def note002_masked_normalised(framework):
     weights = notes_steps(framework, "002/SelfAttentionV2", INPUTS)["attn_weights"]
     if framework == "torch":
-        masked = weights.masked_fill(torch.from_numpy(numpy_attn.causal_mask(6)), -torch.inf)
+        masked = weights.masked_fill(torch.tensor(numpy_attn.causal_mask(6)), -torch.inf)
         return torch.softmax(masked / 2**0.5, dim=1)
     package = PACKAGES[framework]
     masked = np.where(package.causal_mask(6), -np.inf, weights)
