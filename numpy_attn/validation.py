@@ -204,8 +204,8 @@ def check_divisible(width_name: str, width: int, num_heads: int) -> None:
 
 def check_parts(weight_shape: tuple[int, ...], parts: Any) -> None:
     """``split_projection``'s weight, ``(parts * E, D)``: its rows cut into ``parts`` equal parts."""
-    is_count = isinstance(parts, (int, np.integer)) and not isinstance(parts, bool) and parts >= 1
-    if not is_count or weight_shape[0] % parts:
+    check_size("parts", parts)
+    if weight_shape[0] % parts:
         raise ValueError(f"weight of shape {weight_shape} does not cut into parts={parts!r} equal row blocks")
 
 
