@@ -1,0 +1,182 @@
+"""A bound on the blockwise layer in NumPy and JAX whatever its block size: the attention core's
+two products at the best throughput each framework reaches on them, over block sizes.
+
+    python -m parity_tests.bench.dot_bound [--shape S ...] [--blocks B ...] [--rounds N]
+
+Causal attention computes, per sequence and head, the score of every query with every key at or
+before it (QK^T, contracting the head dimension H) and the weighted sum of those keys' values
+(weights @ V, H columns out): B N H T (T + 1) multiply-adds each, however the work is cut into
+blocks. For each block size b, both products are timed on (B N, b, H) operands in one call (the
+framework's own batched product, every head and sequence at once), and the best throughput over
+the block sizes is kept. The bound is the two projections' time (the fused QKV product and the
+output product, one GEMM each, measured) plus the exact causal FLOPs at those best throughputs:
+no blockwise layout of the products beats it, and the softmax passes come on top. It is given as
+a ratio of torch SDPA's layer time, measured in the same process, round-robin, medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from parity_tests.bench.floor import TARGETS
+from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
+from parity_tests.bench.output import format_time
+
+__all__ = ["causal_product_flops", "dot_bound_calls", "markdown_dot_bound", "measure_dot_bound"]
+
+FRAMEWORKS = ("numpy", "jax")
+DEFAULT_BLOCKS = (128, 256, 512, 1024, 2048)
+
+
+def causal_product_flops(shape: Shape) -> float:
+    """FLOPs of one of the core's two products over the causal triangle, diagonal included."""
+    h = shape.d_out // shape.num_heads
+    return 2.0 * shape.batch * shape.num_heads * h * shape.tokens * (shape.tokens + 1) / 2
+
+
+def _operands(shape: Shape, block: int) -> tuple[np.ndarray, ...]:
+    """Queries, keys and values ``(B N, b, H)`` and weights ``(B N, b, b)`` for one block size."""
+    rng = np.random.default_rng(block)
+    heads, head_dim = shape.batch * shape.num_heads, shape.d_out // shape.num_heads
+    operands = [rng.standard_normal((heads, block, head_dim), dtype=np.float32) for _ in range(3)]
+    return *operands, rng.uniform(0, 1, (heads, block, block)).astype(np.float32)
+
+
+def _numpy_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, blocks: list[int]) -> dict:
+    b, t, d, e = shape.batch, shape.tokens, shape.d_in, shape.d_out
+    rng = np.random.default_rng(1)
+    qkv_weight = np.concatenate([params[f"{k}.weight"] for k in ("W_query", "W_key", "W_value")]).T  # (D, 3E)
+    out_weight = params["out_proj.weight"].T  # (E, E)
+    flat_x, projected = x.reshape(b * t, d), np.empty((b * t, 3 * e), np.float32)
+    context, output = rng.standard_normal((b * t, e), dtype=np.float32), np.empty((b * t, e), np.float32)
+
+    def projections() -> None:
+        np.matmul(flat_x, qkv_weight, out=projected)  # (B*T, 3E)
+        np.matmul(context, out_weight, out=output)  # (B*T, E)
+
+    calls: dict[tuple[str, int], Callable[[], Any]] = {("projections", 0): projections}
+    for block in blocks:
+        queries, keys, values, weights = _operands(shape, block)
+        scores, block_context = np.empty_like(weights), np.empty_like(queries)
+        calls["QK^T", block] = lambda q=queries, k=keys, s=scores: np.matmul(q, k.swapaxes(-1, -2), out=s)
+        calls["weights @ V", block] = lambda w=weights, v=values, c=block_context: np.matmul(w, v, out=c)
+    return calls
+
+
+def _jax_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, blocks: list[int]) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    b, e = shape.batch, shape.d_out
+    rng = np.random.default_rng(1)
+    weight = jnp.asarray(np.concatenate([params[f"{k}.weight"] for k in ("W_query", "W_key", "W_value")]))
+    out_weight, jax_x = jnp.asarray(params["out_proj.weight"]), jnp.asarray(x)
+    context = jnp.asarray(rng.standard_normal((b, shape.tokens, e), dtype=np.float32))
+
+    @jax.jit
+    def projections(x: jax.Array, context: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return jnp.einsum("btd,ed->bte", x, weight), jnp.einsum("bte,oe->bto", context, out_weight)
+
+    qk = jax.jit(lambda queries, keys: jnp.einsum("nth,nsh->nts", queries, keys))  # (BN, b, b)
+    weights_v = jax.jit(lambda weights, values: weights @ values)  # (BN, b, H)
+    calls: dict[tuple[str, int], Callable[[], Any]] = {
+        ("projections", 0): lambda: jax.block_until_ready(projections(jax_x, context))
+    }
+    for block in blocks:
+        queries, keys, values, weights = (jnp.asarray(a) for a in _operands(shape, block))
+        calls["QK^T", block] = lambda q=queries, k=keys: qk(q, k).block_until_ready()
+        calls["weights @ V", block] = lambda w=weights, v=values: weights_v(w, v).block_until_ready()
+    return calls
+
+
+def dot_bound_calls(shape: Shape, blocks: list[int]) -> dict[tuple[str, str, int], Callable[[], Any]]:
+    """``(framework, what, block) -> call``: torch SDPA's layer, and per framework the projections
+    (block 0) and both products at every block size."""
+    params, x = make_inputs(shape)
+    calls: dict[tuple[str, str, int], Callable[[], Any]] = {
+        ("torch", "SDPA layer", 0): make_call("torch_sdpa", shape, params, x)
+    }
+    for framework, make in (("numpy", _numpy_calls), ("jax", _jax_calls)):
+        for (what, block), call in make(shape, params, x, blocks).items():
+            calls[framework, what, block] = call
+    return calls
+
+
+def _product_flops(shape: Shape, block: int) -> float:
+    return 2.0 * shape.batch * shape.num_heads * (shape.d_out // shape.num_heads) * block * block
+
+
+def measure_dot_bound(shape_name: str, blocks: list[int], rounds: int = 5) -> list[dict[str, Any]]:
+    """Rows ``{"shape", "framework", "what", "block", "median_s", "gflops"}`` for every timed call,
+    then per framework a row ``what="bound"`` with ``ratio``: projections plus both causal
+    products at the best throughput over ``blocks``, over torch SDPA's layer time."""
+    shape = SHAPES[shape_name]
+    blocks = [block for block in blocks if block <= shape.tokens]
+    calls = dot_bound_calls(shape, blocks)
+    for call in calls.values():
+        call()  # compile, warm caches
+    samples: dict[tuple[str, str, int], list[float]] = {key: [] for key in calls}
+    keys = list(calls)
+    for round_index in range(rounds):
+        for key in keys[round_index % len(keys) :] + keys[: round_index % len(keys)]:
+            start = time.perf_counter()
+            calls[key]()
+            samples[key].append(time.perf_counter() - start)
+    medians = {key: statistics.median(times) for key, times in samples.items()}
+    rows = [
+        {"shape": shape_name, "framework": framework, "what": what, "block": block, "median_s": seconds,
+         "gflops": _product_flops(shape, block) / seconds / 1e9 if block else None}
+        for (framework, what, block), seconds in medians.items()
+    ]  # fmt: skip
+    sdpa = medians["torch", "SDPA layer", 0]
+    for framework in FRAMEWORKS:
+        products = [row for row in rows if row["framework"] == framework and row["block"]]
+        core = sum(
+            causal_product_flops(shape) / max(row["gflops"] for row in products if row["what"] == what) / 1e9
+            for what in ("QK^T", "weights @ V")
+        )
+        bound = medians[framework, "projections", 0] + core
+        rows.append({"shape": shape_name, "framework": framework, "what": "bound", "block": None,
+                     "median_s": bound, "gflops": None, "ratio": bound / sdpa})  # fmt: skip
+    return rows
+
+
+def markdown_dot_bound(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| shape | framework | what | block | time | GFLOP/s | vs torch SDPA | target |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for row in rows:
+        gflops = "" if row["gflops"] is None else f"{row['gflops']:.1f}"
+        ratio = f"{row['ratio']:.2f}x" if "ratio" in row else ""
+        target = f"<= {TARGETS[row['framework']]}x" if "ratio" in row else ""
+        block, time_ = row["block"] or "", format_time(row["median_s"])
+        lines.append(
+            f"| {row['shape']} | {row['framework']} | {row['what']} | {block} | {time_} "
+            f"| {gflops} | {ratio} | {target} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.dot_bound", description=__doc__)
+    parser.add_argument("--shape", nargs="+", default=["B8_T1024", "B1_T4096"],
+                        choices=[name for name in SHAPES if SHAPES[name].tokens >= 128])  # fmt: skip
+    parser.add_argument("--blocks", nargs="+", type=int, default=list(DEFAULT_BLOCKS))
+    parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds (medians)")
+    args = parser.parse_args(argv)
+    print(markdown_dot_bound([]))
+    for shape in args.shape:
+        for row in measure_dot_bound(shape, args.blocks, args.rounds):
+            print(markdown_dot_bound([row]).splitlines()[-1], flush=True)
+    print(f"load average at the end: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+
+
+if __name__ == "__main__":
+    main()
