@@ -1,11 +1,22 @@
 """Blockwise attention: the same result as ``scaled_dot_product_attention`` in O(T) memory.
 
 One head at a time (a loop over heads; the batch is one axis of every block), queries are taken
-``block_size`` at a time and, for each query block, keys ``block_size`` at a time; a running
-maximum ``m``, a running sum ``l`` and a running output ``acc`` per query (the "online softmax")
-replace the (T, S) weights, and key blocks that the causal mask hides entirely are skipped,
-which halves the work of causal attention. Only (B, block_size, block_size) scores exist at any
-time. Blocks never exceed the sequence and are cut as equal as possible (``fit_block_size``).
+``block_size`` at a time and, for each query block, keys ``block_size`` at a time; a running sum
+``l`` and a running output ``acc`` per query replace the (T, S) weights, and key blocks that the
+causal mask hides entirely are skipped, which halves the work of causal attention. Only
+(B, block_size, block_size) scores exist at any time. Blocks never exceed the sequence and are cut
+as equal as possible (``fit_block_size``).
+
+The scores are lowered by a per-query ``shift`` before ``exp``, as softmax lowers them by their
+maximum. The online softmax shifts by the running maximum, which costs a maximum over every block
+and a rescaling of ``l`` and ``acc`` whenever it grows. Here the shift is the first key block's
+maximum and stays, and a block is done again with the running maximum as shift (the online
+softmax's step) only when its weights tell that the shift is wrong for some query: they sum
+above the block's width (a score above the shift; with the running maximum no weight exceeds
+1, so the sums and the overflow bound stay the online softmax's), or below 1 for a query that
+had seen no key, or NaN. On attention scores that happens rarely, so most blocks make one pass
+over their scores fewer (NumPy runs every pass on one core); the result equals the online
+softmax's up to rounding, since both are the same softmax under another shift.
 Heads split from ``(B, T, E)`` projections are read and written in that token-major layout, so
 that merging the heads back is a view, not a copy. ``blockwise_self_attention`` (the
 multi-head layers' blockwise path) starts from the layer input instead: each head's queries,
@@ -22,6 +33,7 @@ import numpy as np
 
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.linear import linear
+from numpy_attn.masks import causal_mask
 from numpy_attn.validation import NUMPY_FLOATS, check_blockwise_args, check_self_attention_args
 
 __all__ = [
@@ -31,7 +43,6 @@ __all__ = [
     "fit_block_size",
     "token_major",
 ]
-
 
 
 def fit_block_size(block_size: int, length: int) -> int:
@@ -185,36 +196,74 @@ def _heads_blockwise(
         for q0 in range(0, num_queries, query_block_size):
             q1 = min(q0 + query_block_size, num_queries)
             query_block = head_queries[:, q0:q1] * scale  # (B, bq, H)
-            running_max = np.full((batch, q1 - q0, 1), -np.inf, dtype=dtype)
-            running_sum = np.zeros_like(running_max)
+            shift = None  # (B, bq, 1): what each query's scores are lowered by before exp
+            running_sum = np.zeros((batch, q1 - q0, 1), dtype=dtype)
             acc = np.zeros((batch, q1 - q0, head_dim), dtype=dtype)
             last_key = q1 if causal else num_keys  # keys after the block's last query are all hidden
             for k0 in range(0, last_key, key_block_size):
                 k1 = min(k0 + key_block_size, num_keys)
-                scores = query_block @ np.swapaxes(head_keys[:, k0:k1], -1, -2)  # (B, bq, bk)
                 block_hidden = None
                 if causal and k1 - 1 > q0:  # a block on the diagonal
-                    block_hidden = np.arange(k0, k1)[None, :] > np.arange(q0, q1)[:, None]  # (bq, bk)
+                    block_hidden = causal_mask(q1 - q0, k1 - k0, q0 - k0)  # (bq, bk)
                 if hidden is not None:
                     block_padding = hidden[..., k0:k1]  # (B, 1, bk)
                     block_hidden = block_padding if block_hidden is None else block_hidden | block_padding
-                if block_hidden is not None:
-                    np.copyto(scores, -np.inf, where=block_hidden)
-                block_max = np.maximum(running_max, scores.max(axis=-1, keepdims=True))
-                safe_max = np.where(block_max == -np.inf, 0, block_max)  # nothing seen yet: no shift
-                correction = np.exp(running_max - safe_max)
-                np.subtract(scores, safe_max, out=scores)
-                np.exp(scores, out=scores)  # unnormalised weights of this block
-                running_sum = running_sum * correction + scores.sum(axis=-1, keepdims=True)
+                key_block = np.swapaxes(head_keys[:, k0:k1], -1, -2)  # (B, H, bk)
+                scores = _block_scores(query_block, key_block, block_hidden)  # (B, bq, bk)
+                if shift is None:  # the first key block: each query's scores lowered by their maximum
+                    shift = _safe_max(scores)
+                weights, block_sum = _shifted_exp(scores, shift)  # (B, bq, bk), (B, bq, 1)
+                if _needs_new_shift(block_sum, running_sum, key_block_size):
+                    # the scores rose above the shift, or nothing was seen yet: shift by the running
+                    # maximum (the online softmax's step), rescaling what was summed so far
+                    scores = _block_scores(query_block, key_block, block_hidden)
+                    new_shift = _safe_max(scores, np.where(running_sum == 0, -np.inf, shift))
+                    correction = np.exp(np.where(running_sum == 0, 0, shift - new_shift))  # <= 1
+                    running_sum *= correction
+                    acc *= correction
+                    shift = new_shift
+                    weights, block_sum = _shifted_exp(scores, shift)
+                running_sum += block_sum
                 if dropping:
                     keep = (
                         keep_mask[:, n, q0:q1, k0:k1]
                         if keep_mask is not None
-                        else rng.random(scores.shape) >= dropout
+                        else rng.random(weights.shape) >= dropout
                     )
-                    scores = scores * keep / (1 - dropout)
-                acc = acc * correction + scores @ head_values[:, k0:k1]  # (B, bq, Hv)
-                running_max = block_max
+                    weights = weights * keep / (1 - dropout)
+                acc += weights @ head_values[:, k0:k1]  # (B, bq, Hv)
             # the reciprocal of the sum, as in softmax; a query that saw no key keeps a zero output
             context_vec[:, q0:q1, n] = acc * (1 / np.where(running_sum == 0, 1, running_sum))
     return context_vec
+
+
+def _block_scores(
+    query_block: np.ndarray, key_block: np.ndarray, block_hidden: np.ndarray | None
+) -> np.ndarray:
+    """``(B, bq, bk)`` scores of a (scaled) query block against a key block, hidden ones at -inf."""
+    scores = query_block @ key_block  # (B, bq, bk)
+    if block_hidden is not None:
+        np.copyto(scores, -np.inf, where=block_hidden)
+    return scores
+
+
+def _safe_max(scores: np.ndarray, shift: np.ndarray | None = None) -> np.ndarray:
+    """``(B, bq, 1)``: each row's maximum (at least ``shift``'s), 0 where every score is hidden."""
+    row_max = scores.max(axis=-1, keepdims=True)
+    if shift is not None:
+        row_max = np.maximum(shift, row_max)
+    return np.where(row_max == -np.inf, 0, row_max)
+
+
+def _shifted_exp(scores: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``exp(scores - shift)`` (in place) and its row sums."""
+    weights = np.exp(np.subtract(scores, shift, out=scores), out=scores)
+    return weights, weights.sum(axis=-1, keepdims=True)
+
+
+def _needs_new_shift(block_sum: np.ndarray, running_sum: np.ndarray, key_block_size: int) -> bool:
+    """Whether some query needs the block again with a new shift: its weights sum above
+    ``key_block_size`` (a score above the shift: with the running maximum as shift, every weight
+    is at most 1, so the sums, and the overflow bound, stay those of the online softmax), or
+    NaN, or below 1 for a query that had seen no key (a shift above every score it sees)."""
+    return not np.all((block_sum <= key_block_size) & ((running_sum > 0) | (block_sum >= 1)))
