@@ -17,7 +17,10 @@ layout, so that XLA copies no whole ``(B, N, T, H)`` array on the way in or out.
 ``blockwise_self_attention`` (the multi-head layers' blockwise path) starts from the layer
 input instead: each head's queries, keys and values are projected inside the loop over heads,
 so no whole projection exists. numpy_attn's ``blockwise.py`` mirrors this module function for
-function (with the batch as one axis of every block instead of a loop).
+function (with the batch as one axis of every block instead of a loop). One difference: NumPy
+shifts the scores by the first key block's maximum and does a block again only when its weights
+show that shift is wrong, which spares most blocks a pass NumPy makes on one core; here every
+block takes the running maximum, one step per block with no branch on the data.
 """
 
 from __future__ import annotations
