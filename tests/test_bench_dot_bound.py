@@ -15,11 +15,12 @@ def test_causal_product_flops_count_the_triangle_with_its_diagonal():
 
 
 def test_the_timed_products_compute_qk_and_weights_v():
-    calls = dot_bound.dot_bound_calls(TINY, [16, 32])
+    calls = dot_bound.dot_bound_calls(TINY, [(16, 32), (32, 16)])
     rtol, atol = TOLERANCES["float32"]
-    for block in (16, 32):
-        queries, keys, values, weights = dot_bound._operands(TINY, block)  # (B N, b, H), (B N, b, b)
-        assert queries.shape == (4, block, 8) and weights.shape == (4, block, block)
+    for block in ((16, 32), (32, 16)):
+        queries, keys, values, weights = dot_bound._operands(TINY, block)  # (B N, bq, H), (B N, bq, bk)
+        assert queries.shape == (4, block[0], 8) and keys.shape == (4, block[1], 8)
+        assert weights.shape == (4, *block)
         for framework in dot_bound.FRAMEWORKS:
             actual_scores = np.asarray(calls[framework, "QK^T", block]())
             actual_context = np.asarray(calls[framework, "weights @ V", block]())
@@ -29,8 +30,8 @@ def test_the_timed_products_compute_qk_and_weights_v():
 
 def test_the_bound_is_the_projections_plus_both_products_at_their_best_throughput(monkeypatch):
     monkeypatch.setitem(SHAPES, TINY.name, TINY)
-    rows = dot_bound.measure_dot_bound(TINY.name, [16, 32, 128], rounds=1)  # 128 > T: left out
-    assert {row["block"] for row in rows if row["block"]} == {16, 32}
+    rows = dot_bound.measure_dot_bound(TINY.name, [16, 128], [32, 64], rounds=1)  # 128 > T: left out
+    assert {row["blocks"] for row in rows if any(row["blocks"])} == {(16, 32), (16, 64)}
     sdpa = next(row["median_s"] for row in rows if row["framework"] == "torch")
     for framework in dot_bound.FRAMEWORKS:
         mine = [row for row in rows if row["framework"] == framework]
@@ -40,4 +41,5 @@ def test_the_bound_is_the_projections_plus_both_products_at_their_best_throughpu
         bound = next(row for row in mine if row["what"] == "bound")
         assert np.isclose(bound["median_s"], expected) and np.isclose(bound["ratio"], expected / sdpa)
     table = dot_bound.markdown_dot_bound(rows)
-    assert "| B2_T64_tiny | jax | bound |" in table and "<= 0.9x" in table and "<= 1.3x" in table
+    assert "| B2_T64_tiny | jax | QK^T | 16 x 64 |" in table and "| B2_T64_tiny | jax | bound |" in table
+    assert "<= 0.9x" in table and "<= 1.3x" in table

@@ -1,17 +1,18 @@
 """A bound on the blockwise layer in NumPy and JAX whatever its block size: the attention core's
 two products at the best throughput each framework reaches on them, over block sizes.
 
-    python -m parity_tests.bench.dot_bound [--shape S ...] [--blocks B ...] [--rounds N]
+    python -m parity_tests.bench.dot_bound [--shape S ...] [--query-blocks B ...] [--key-blocks B ...]
 
 Causal attention computes, per sequence and head, the score of every query with every key at or
 before it (QK^T, contracting the head dimension H) and the weighted sum of those keys' values
 (weights @ V, H columns out): B N H T (T + 1) multiply-adds each, however the work is cut into
-blocks. For each block size b, both products are timed on (B N, b, H) operands in one call (the
-framework's own batched product, every head and sequence at once), and the best throughput over
-the block sizes is kept. The bound is the two projections' time (the fused QKV product and the
-output product, one GEMM each, measured) plus the exact causal FLOPs at those best throughputs:
-no blockwise layout of the products beats it, and the softmax passes come on top. It is given as
-a ratio of torch SDPA's layer time, measured in the same process, round-robin, medians.
+blocks. For each pair of block sizes (bq queries, bk keys), both products are timed on
+(B N, bq, H) and (B N, bk, H) operands in one call (the framework's own batched product, every
+head and sequence at once), and the best throughput over the pairs is kept. The bound is the two
+projections' time (the fused QKV product and the output product, one GEMM each, measured) plus
+the exact causal FLOPs at those best throughputs: no blockwise layout of the products with
+blocks in those ranges beats it, and the softmax passes come on top. It is given as a ratio of
+torch SDPA's layer time, measured in the same process, round-robin, medians.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from parity_tests.bench.output import format_time
 __all__ = ["causal_product_flops", "dot_bound_calls", "markdown_dot_bound", "measure_dot_bound"]
 
 FRAMEWORKS = ("numpy", "jax")
-DEFAULT_BLOCKS = (128, 256, 512, 1024, 2048)
+QUERY_BLOCKS = (64, 128, 256, 512, 1024)
+KEY_BLOCKS = (256, 512, 1024, 2048)
+Blocks = tuple[int, int]  # (bq, bk); (0, 0) for the projections
 
 
 def causal_product_flops(shape: Shape) -> float:
@@ -40,15 +43,16 @@ def causal_product_flops(shape: Shape) -> float:
     return 2.0 * shape.batch * shape.num_heads * h * shape.tokens * (shape.tokens + 1) / 2
 
 
-def _operands(shape: Shape, block: int) -> tuple[np.ndarray, ...]:
-    """Queries, keys and values ``(B N, b, H)`` and weights ``(B N, b, b)`` for one block size."""
-    rng = np.random.default_rng(block)
+def _operands(shape: Shape, blocks: Blocks) -> tuple[np.ndarray, ...]:
+    """Queries ``(B N, bq, H)``, keys and values ``(B N, bk, H)`` and weights ``(B N, bq, bk)``."""
+    (bq, bk), rng = blocks, np.random.default_rng(blocks)
     heads, head_dim = shape.batch * shape.num_heads, shape.d_out // shape.num_heads
-    operands = [rng.standard_normal((heads, block, head_dim), dtype=np.float32) for _ in range(3)]
-    return *operands, rng.uniform(0, 1, (heads, block, block)).astype(np.float32)
+    queries = rng.standard_normal((heads, bq, head_dim), dtype=np.float32)
+    keys, values = (rng.standard_normal((heads, bk, head_dim), dtype=np.float32) for _ in range(2))
+    return queries, keys, values, rng.uniform(0, 1, (heads, bq, bk)).astype(np.float32)
 
 
-def _numpy_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, blocks: list[int]) -> dict:
+def _numpy_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, blocks: list[Blocks]) -> dict:
     b, t, d, e = shape.batch, shape.tokens, shape.d_in, shape.d_out
     rng = np.random.default_rng(1)
     qkv_weight = np.concatenate([params[f"{k}.weight"] for k in ("W_query", "W_key", "W_value")]).T  # (D, 3E)
@@ -60,7 +64,7 @@ def _numpy_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, blo
         np.matmul(flat_x, qkv_weight, out=projected)  # (B*T, 3E)
         np.matmul(context, out_weight, out=output)  # (B*T, E)
 
-    calls: dict[tuple[str, int], Callable[[], Any]] = {("projections", 0): projections}
+    calls: dict[tuple[str, Blocks], Callable[[], Any]] = {("projections", (0, 0)): projections}
     for block in blocks:
         queries, keys, values, weights = _operands(shape, block)
         scores, block_context = np.empty_like(weights), np.empty_like(queries)
@@ -69,7 +73,7 @@ def _numpy_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, blo
     return calls
 
 
-def _jax_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, blocks: list[int]) -> dict:
+def _jax_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, blocks: list[Blocks]) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -85,8 +89,8 @@ def _jax_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, block
 
     qk = jax.jit(lambda queries, keys: jnp.einsum("nth,nsh->nts", queries, keys))  # (BN, b, b)
     weights_v = jax.jit(lambda weights, values: weights @ values)  # (BN, b, H)
-    calls: dict[tuple[str, int], Callable[[], Any]] = {
-        ("projections", 0): lambda: jax.block_until_ready(projections(jax_x, context))
+    calls: dict[tuple[str, Blocks], Callable[[], Any]] = {
+        ("projections", (0, 0)): lambda: jax.block_until_ready(projections(jax_x, context))
     }
     for block in blocks:
         queries, keys, values, weights = (jnp.asarray(a) for a in _operands(shape, block))
@@ -95,12 +99,12 @@ def _jax_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, block
     return calls
 
 
-def dot_bound_calls(shape: Shape, blocks: list[int]) -> dict[tuple[str, str, int], Callable[[], Any]]:
-    """``(framework, what, block) -> call``: torch SDPA's layer, and per framework the projections
-    (block 0) and both products at every block size."""
+def dot_bound_calls(shape: Shape, blocks: list[Blocks]) -> dict[tuple[str, str, Blocks], Callable[[], Any]]:
+    """``(framework, what, (bq, bk)) -> call``: torch SDPA's layer, and per framework the
+    projections (blocks ``(0, 0)``) and both products at every pair of block sizes."""
     params, x = make_inputs(shape)
-    calls: dict[tuple[str, str, int], Callable[[], Any]] = {
-        ("torch", "SDPA layer", 0): make_call("torch_sdpa", shape, params, x)
+    calls: dict[tuple[str, str, Blocks], Callable[[], Any]] = {
+        ("torch", "SDPA layer", (0, 0)): make_call("torch_sdpa", shape, params, x)
     }
     for framework, make in (("numpy", _numpy_calls), ("jax", _jax_calls)):
         for (what, block), call in make(shape, params, x, blocks).items():
@@ -108,20 +112,23 @@ def dot_bound_calls(shape: Shape, blocks: list[int]) -> dict[tuple[str, str, int
     return calls
 
 
-def _product_flops(shape: Shape, block: int) -> float:
-    return 2.0 * shape.batch * shape.num_heads * (shape.d_out // shape.num_heads) * block * block
+def _product_flops(shape: Shape, blocks: Blocks) -> float:
+    return 2.0 * shape.batch * shape.num_heads * (shape.d_out // shape.num_heads) * blocks[0] * blocks[1]
 
 
-def measure_dot_bound(shape_name: str, blocks: list[int], rounds: int = 5) -> list[dict[str, Any]]:
-    """Rows ``{"shape", "framework", "what", "block", "median_s", "gflops"}`` for every timed call,
-    then per framework a row ``what="bound"`` with ``ratio``: projections plus both causal
-    products at the best throughput over ``blocks``, over torch SDPA's layer time."""
+def measure_dot_bound(
+    shape_name: str, query_blocks: list[int], key_blocks: list[int], rounds: int = 5
+) -> list[dict[str, Any]]:
+    """Rows ``{"shape", "framework", "what", "blocks", "median_s", "gflops"}`` for every timed
+    call, then per framework a row ``what="bound"`` with ``ratio``: projections plus both causal
+    products at the best throughput over the pairs of block sizes up to T, over torch SDPA's
+    layer time."""
     shape = SHAPES[shape_name]
-    blocks = [block for block in blocks if block <= shape.tokens]
+    blocks = [(bq, bk) for bq in query_blocks for bk in key_blocks if max(bq, bk) <= shape.tokens]
     calls = dot_bound_calls(shape, blocks)
     for call in calls.values():
         call()  # compile, warm caches
-    samples: dict[tuple[str, str, int], list[float]] = {key: [] for key in calls}
+    samples: dict[tuple[str, str, Blocks], list[float]] = {key: [] for key in calls}
     keys = list(calls)
     for round_index in range(rounds):
         for key in keys[round_index % len(keys) :] + keys[: round_index % len(keys)]:
@@ -130,33 +137,34 @@ def measure_dot_bound(shape_name: str, blocks: list[int], rounds: int = 5) -> li
             samples[key].append(time.perf_counter() - start)
     medians = {key: statistics.median(times) for key, times in samples.items()}
     rows = [
-        {"shape": shape_name, "framework": framework, "what": what, "block": block, "median_s": seconds,
-         "gflops": _product_flops(shape, block) / seconds / 1e9 if block else None}
+        {"shape": shape_name, "framework": framework, "what": what, "blocks": block, "median_s": seconds,
+         "gflops": _product_flops(shape, block) / seconds / 1e9 if any(block) else None}
         for (framework, what, block), seconds in medians.items()
     ]  # fmt: skip
-    sdpa = medians["torch", "SDPA layer", 0]
+    sdpa = medians["torch", "SDPA layer", (0, 0)]
     for framework in FRAMEWORKS:
-        products = [row for row in rows if row["framework"] == framework and row["block"]]
+        products = [row for row in rows if row["framework"] == framework and any(row["blocks"])]
         core = sum(
             causal_product_flops(shape) / max(row["gflops"] for row in products if row["what"] == what) / 1e9
             for what in ("QK^T", "weights @ V")
         )
-        bound = medians[framework, "projections", 0] + core
-        rows.append({"shape": shape_name, "framework": framework, "what": "bound", "block": None,
+        bound = medians[framework, "projections", (0, 0)] + core
+        rows.append({"shape": shape_name, "framework": framework, "what": "bound", "blocks": (0, 0),
                      "median_s": bound, "gflops": None, "ratio": bound / sdpa})  # fmt: skip
     return rows
 
 
 def markdown_dot_bound(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| shape | framework | what | block | time | GFLOP/s | vs torch SDPA | target |",
+        "| shape | framework | what | bq x bk | time | GFLOP/s | vs torch SDPA | target |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in rows:
         gflops = "" if row["gflops"] is None else f"{row['gflops']:.1f}"
         ratio = f"{row['ratio']:.2f}x" if "ratio" in row else ""
         target = f"<= {TARGETS[row['framework']]}x" if "ratio" in row else ""
-        block, time_ = row["block"] or "", format_time(row["median_s"])
+        block = "{} x {}".format(*row["blocks"]) if any(row["blocks"]) else ""
+        time_ = format_time(row["median_s"])
         lines.append(
             f"| {row['shape']} | {row['framework']} | {row['what']} | {block} | {time_} "
             f"| {gflops} | {ratio} | {target} |"
@@ -168,12 +176,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.dot_bound", description=__doc__)
     parser.add_argument("--shape", nargs="+", default=["B8_T1024", "B1_T4096"],
                         choices=[name for name in SHAPES if SHAPES[name].tokens >= 128])  # fmt: skip
-    parser.add_argument("--blocks", nargs="+", type=int, default=list(DEFAULT_BLOCKS))
+    parser.add_argument("--query-blocks", nargs="+", type=int, default=list(QUERY_BLOCKS))
+    parser.add_argument("--key-blocks", nargs="+", type=int, default=list(KEY_BLOCKS))
     parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds (medians)")
     args = parser.parse_args(argv)
     print(markdown_dot_bound([]))
     for shape in args.shape:
-        for row in measure_dot_bound(shape, args.blocks, args.rounds):
+        for row in measure_dot_bound(shape, args.query_blocks, args.key_blocks, args.rounds):
             print(markdown_dot_bound([row]).splitlines()[-1], flush=True)
     print(f"load average at the end: {' '.join(open('/proc/loadavg').read().split()[:3])}")
 
