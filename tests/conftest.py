@@ -17,12 +17,22 @@ cache_owner = pytest.StashKey[str]()  # the folder, in the run that made it
 
 
 def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "subprocess: starts a subprocess of tens of seconds; collected first (see below)"
+    )
     if CACHE_VARIABLE not in os.environ:
         os.environ[CACHE_VARIABLE] = tempfile.mkdtemp(prefix="attn-parity-jax-cache-")
         config.stash[cache_owner] = os.environ[CACHE_VARIABLE]
     jax.config.update("jax_compilation_cache_dir", os.environ[CACHE_VARIABLE])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_collection_modifyitems(items):
+    """The tests that start long subprocesses first, each on a worker of its own: xdist hands the
+    tests out one by one in collection order (the first two to the two workers), and one of them
+    collected last would end the run on one worker while the other idles."""
+    items.sort(key=lambda item: item.get_closest_marker("subprocess") is None)  # stable
 
 
 def pytest_unconfigure(config):

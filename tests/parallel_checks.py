@@ -191,11 +191,15 @@ def main(out: pathlib.Path) -> None:
     def attention_loss(model, x):
         return (model(x) ** 2).mean()
 
+    # one program per model and mesh for the output and the gradients (each compile costs seconds)
     @nnx.jit
-    def forward(model, inputs):
-        return model(inputs)
+    def gpt_output_and_grads(model, inputs, labels):
+        return model(inputs), nnx.grad(loss_fn)(model, inputs, labels)
 
-    grad_of = {"gpt": nnx.jit(nnx.grad(loss_fn)), "attention": nnx.jit(nnx.grad(attention_loss))}
+    @nnx.jit
+    def attention_output_and_grads(model, inputs):
+        return model(inputs), nnx.grad(attention_loss)(model, inputs)
+
     for model_name, build in builders.items():
         results = {}
         for mesh_name in (None, *MODELS[model_name][0]):
@@ -207,9 +211,8 @@ def main(out: pathlib.Path) -> None:
                 shard_model(model, mesh)
                 inputs = shard_batch(inputs, mesh)
                 labels = None if labels is None else shard_batch(labels, mesh)
-            output = forward(model, inputs)
             if model_name == "gpt":
-                grads = grad_of["gpt"](model, inputs, labels)
+                output, grads = gpt_output_and_grads(model, inputs, labels)
                 optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
                 loss = train_step(model, optimizer, inputs, labels)
                 parts = {
@@ -219,7 +222,8 @@ def main(out: pathlib.Path) -> None:
                     "sgd_step": flat(nnx.state(model, nnx.Param)),
                 }
             else:
-                parts = {"output": output, "grads": flat(grad_of["attention"](model, inputs))}
+                output, grads = attention_output_and_grads(model, inputs)
+                parts = {"output": output, "grads": flat(grads)}
             if mesh_name is None:
                 results = parts
                 continue

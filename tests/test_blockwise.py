@@ -1,6 +1,7 @@
 """The blockwise (O(T)-memory) path equals the reference path and torch_ref, for every class."""
 
 import functools
+import itertools
 import re
 import tracemalloc
 
@@ -18,6 +19,7 @@ from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
 from parity_tests.gradients import torch_gradients
 from parity_tests.tolerances import TOLERANCES
+from tests.covering import pairwise
 from torch_ref import to_params
 
 LAYERS = list(FUNCTION_NAMES)
@@ -28,10 +30,24 @@ def blockwise_case(layer, dtype):
     return Case(layer, batch=2, tokens=13, d_in=6, d_out=8, num_heads=2, bias=True, dtype=dtype, seed=21)
 
 
-@pytest.mark.parametrize("block_size", BLOCK_SIZES)
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("layer", LAYERS)
+# class x dtype x block size: `make test` runs a pairwise covering set, `make test-slow` the rest
+OUTPUT_AXES = {"layer": LAYERS, "dtype": ["float32", "float64"], "block_size": BLOCK_SIZES}
+FAST_OUTPUT_RUNS = [tuple(row[axis] for axis in OUTPUT_AXES) for row in pairwise(OUTPUT_AXES)]
+SLOW_OUTPUT_RUNS = [run for run in itertools.product(*OUTPUT_AXES.values()) if run not in FAST_OUTPUT_RUNS]
+
+
+@pytest.mark.parametrize("layer, dtype, block_size", FAST_OUTPUT_RUNS)
 def test_blockwise_output_matches_torch(layer, dtype, block_size):
+    check_blockwise_output(layer, dtype, block_size)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer, dtype, block_size", SLOW_OUTPUT_RUNS)
+def test_blockwise_output_matches_torch_on_the_whole_product(layer, dtype, block_size):
+    check_blockwise_output(layer, dtype, block_size)
+
+
+def check_blockwise_output(layer, dtype, block_size):
     case = blockwise_case(layer, dtype)
     module = case.build_torch()
     params, x = to_params(module), case.make_input()

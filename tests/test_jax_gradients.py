@@ -1,5 +1,7 @@
 """Gradients: jax.grad of sum(output * cotangent) equals torch autograd, for x and every weight."""
 
+import itertools
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context
 from parity_tests.gradients import jax_gradients, torch_gradients
+from tests.covering import pairwise
 from torch_ref import from_numpy, to_params
 
 
@@ -23,10 +26,29 @@ def cotangent_for(case, output_shape):
     return rng.standard_normal(output_shape).astype(case.dtype)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("bias", [False, True], ids=["bias0", "bias1"])
-@pytest.mark.parametrize("layer", list(FUNCTION_NAMES))
+# class x bias x dtype: `make test` runs a pairwise covering set, `make test-slow` the rest
+AXES = {"layer": list(FUNCTION_NAMES), "bias": [False, True], "dtype": ["float32", "float64"]}
+FAST_RUNS = [tuple(row[axis] for axis in AXES) for row in pairwise(AXES)]
+SLOW_RUNS = [run for run in itertools.product(*AXES.values()) if run not in FAST_RUNS]
+
+
+def run_id(run):
+    layer, bias, dtype = run
+    return f"{layer}-bias{int(bias)}-{dtype}"
+
+
+@pytest.mark.parametrize("layer, bias, dtype", FAST_RUNS, ids=map(run_id, FAST_RUNS))
 def test_gradients_match_torch_autograd(layer, bias, dtype):
+    check_gradients(layer, bias, dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer, bias, dtype", SLOW_RUNS, ids=map(run_id, SLOW_RUNS))
+def test_gradients_match_torch_autograd_on_the_whole_product(layer, bias, dtype):
+    check_gradients(layer, bias, dtype)
+
+
+def check_gradients(layer, bias, dtype):
     case = grad_case(layer, bias, dtype)
     module = case.build_torch()
     x = case.make_input()

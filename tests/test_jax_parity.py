@@ -9,20 +9,25 @@ import jax_attn
 from parity_tests.cases import FUNCTION_NAMES, SHAPES, case_product
 from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_flax, run_jax, run_torch
+from tests.covering import pairwise
 from torch_ref import to_params
 
 DTYPES = ["float32", "float64", "bfloat16"]
-CASES = list(case_product(list(FUNCTION_NAMES), list(SHAPES), [False, True], DTYPES))
-# Jitted functions and modules compile once per case: `make test` runs them on two shapes of
-# the table (T = context_length with d_in != d_out, and head size 1); `make test-slow` on all.
-FAST_SHAPES = ["full_context", "head_size_one"]
-COMPILED_CASES = list(case_product(list(FUNCTION_NAMES), FAST_SHAPES, [False, True], DTYPES))
-SLOW_COMPILED_CASES = [case for case in CASES if case not in COMPILED_CASES]
 RUNNERS = {
     "jax_eager": lambda case, params, x: run_jax(case, params, x),
     "jax_jit": lambda case, params, x: run_jax(case, params, x, jit=True),
     "flax_nnx_jit": run_flax,
 }
+# Every run of the product class x shape x bias x dtype x runner is checked: `make test` runs a
+# pairwise covering set of it (every value of each axis meets every value of every other axis;
+# each run compiles a program), `make test-slow` runs the rest.
+AXES = {"layer": list(FUNCTION_NAMES), "shape": list(SHAPES), "bias": [False, True], "dtype": DTYPES}
+RUNS = [(case, runner) for case in case_product(*AXES.values()) for runner in RUNNERS]
+FAST_RUNS = [
+    (next(case_product(*([row[axis]] for axis in AXES))), row["runner"])
+    for row in pairwise({**AXES, "runner": list(RUNNERS)})
+]
+SLOW_RUNS = [run for run in RUNS if run not in FAST_RUNS]
 
 
 def check_every_step(case, runner):
@@ -37,21 +42,14 @@ def check_every_step(case, runner):
     assert actual_output.dtype == case.dtype  # bfloat16 stays bfloat16, float64 stays float64
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_eager_functions_match_torch(case):
-    check_every_step(case, "jax_eager")
-
-
-@pytest.mark.parametrize("runner", ["jax_jit", "flax_nnx_jit"])
-@pytest.mark.parametrize("case", COMPILED_CASES, ids=[case.id for case in COMPILED_CASES])
-def test_jitted_functions_and_modules_match_torch(case, runner):
+@pytest.mark.parametrize("case, runner", FAST_RUNS, ids=[f"{case.id}-{runner}" for case, runner in FAST_RUNS])
+def test_functions_and_modules_match_torch(case, runner):
     check_every_step(case, runner)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("runner", ["jax_jit", "flax_nnx_jit"])
-@pytest.mark.parametrize("case", SLOW_COMPILED_CASES, ids=[case.id for case in SLOW_COMPILED_CASES])
-def test_jitted_functions_and_modules_match_torch_on_every_shape(case, runner):
+@pytest.mark.parametrize("case, runner", SLOW_RUNS, ids=[f"{case.id}-{runner}" for case, runner in SLOW_RUNS])
+def test_functions_and_modules_match_torch_on_the_whole_product(case, runner):
     check_every_step(case, runner)
 
 

@@ -9,12 +9,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from parity_tests.tolerances import tolerance_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.subprocess
 def test_two_processes_take_the_one_process_step(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, str(ROOT / "examples" / "distributed_train.py"), "--out", str(tmp_path)]

@@ -14,7 +14,7 @@ from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_case, run_jax, run_torch
 from torch_ref import to_params
 
-FAST_EXAMPLES = 12
+FAST_EXAMPLES = 6
 SLOW_EXAMPLES = 500
 LAYERS = list(FUNCTION_NAMES)
 

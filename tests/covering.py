@@ -1,0 +1,38 @@
+"""Pairwise covering sets: the default run's subset of a product of test axes.
+
+``make test`` runs, of a product of axes (layer x shape x dtype x ...), a set of rows in which
+every value of every axis meets every value of every other axis at least once; ``make test-slow``
+runs the rest of the product. The rows are built deterministically (the in-parameter-order
+greedy construction, ties to the first value), so a run always checks the same cases.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+
+def pairwise(axes: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Rows (one value per axis, by axis name) covering every pair of values of every two axes;
+    with two axes, their whole product."""
+    names = sorted(axes, key=lambda name: -len(axes[name]))  # stable: the largest axes first
+    sizes = [len(axes[name]) for name in names]
+    rows: list[list[int | None]] = [[i, j] for i, j in itertools.product(range(sizes[0]), range(sizes[1]))]
+    for k in range(2, len(names)):
+        uncovered = {(p, u, v) for p in range(k) for u in range(sizes[p]) for v in range(sizes[k])}
+        for row in rows:  # horizontal growth: the value of axis k that covers most new pairs
+            gain = [sum((p, row[p], v) in uncovered for p in range(k)) for v in range(sizes[k])]
+            row.append(gain.index(max(gain)))
+            uncovered -= {(p, row[p], row[k]) for p in range(k)}
+        for p, u, v in sorted(uncovered):  # vertical growth: fill a free slot or add a row
+            row = next(
+                (row for row in rows if row[p] in (None, u) and row[k] in (None, v)),
+                None,
+            )
+            if row is None:
+                rows.append(row := [None] * (k + 1))
+            row[p], row[k] = u, v
+    return [
+        {name: axes[name][0 if i is None else i] for name, i in zip(names, row, strict=True)} for row in rows
+    ]
