@@ -20,14 +20,12 @@ layer time, measured in the same process, round-robin, medians.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from parity_tests.bench.floor import TARGETS
+from parity_tests.bench.floor import TARGETS, round_robin_medians
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
 
@@ -138,17 +136,7 @@ def measure_dot_bound(
     layer time."""
     shape = SHAPES[shape_name]
     blocks = [(bq, bk) for bq in query_blocks for bk in key_blocks if max(bq, bk) <= shape.tokens]
-    calls = dot_bound_calls(shape, blocks)
-    for call in calls.values():
-        call()  # compile, warm caches
-    samples: dict[tuple[str, str, Blocks], list[float]] = {key: [] for key in calls}
-    keys = list(calls)
-    for round_index in range(rounds):
-        for key in keys[round_index % len(keys) :] + keys[: round_index % len(keys)]:
-            start = time.perf_counter()
-            calls[key]()
-            samples[key].append(time.perf_counter() - start)
-    medians = {key: statistics.median(times) for key, times in samples.items()}
+    medians = round_robin_medians(dot_bound_calls(shape, blocks), rounds)
     rows = [
         {"shape": shape_name, "framework": framework, "what": what, "blocks": block, "median_s": seconds,
          "gflops": _product_flops(shape, block) / seconds / 1e9 if any(block) else None}

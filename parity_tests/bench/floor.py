@@ -34,7 +34,7 @@ from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, fit_block_size
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
 
-__all__ = ["TARGETS", "floor_calls", "markdown_floor", "measure_floor"]
+__all__ = ["TARGETS", "floor_calls", "markdown_floor", "measure_floor", "round_robin_medians"]
 
 # issue 16's targets: a ratio to torch SDPA's time on long sequences, seconds on the small call
 TARGETS = {"numpy": 1.3, "jax": 0.9}
@@ -181,22 +181,30 @@ def floor_calls(shape_name: str) -> dict[str, Callable[[], Any]]:
             "jax floor: GEMMs and exp, one XLA program": _jax_floor(shape, params, x)}  # fmt: skip
 
 
+def round_robin_medians(
+    calls: dict[Any, Callable[[], Any]], rounds: int, repeats: int = 1
+) -> dict[Any, float]:
+    """Each call's median time in seconds over ``rounds`` rounds, after one warm-up call each
+    (compiles, caches): every round times each call ``repeats`` times in a row, in an order that
+    starts one call later every round, so no call always follows the same other."""
+    for call in calls.values():
+        call()
+    samples: dict[Any, list[float]] = {key: [] for key in calls}
+    keys = list(calls)
+    for round_index in range(rounds):
+        for key in keys[round_index % len(keys) :] + keys[: round_index % len(keys)]:
+            start = time.perf_counter()
+            for _ in range(repeats):
+                calls[key]()
+            samples[key].append((time.perf_counter() - start) / repeats)
+    return {key: statistics.median(times) for key, times in samples.items()}
+
+
 def measure_floor(shape_name: str, rounds: int = 5) -> list[dict[str, Any]]:
     """Rows ``{"shape", "what", "median_s", "ratio"}`` (ratio to torch SDPA's median), then one row
     per framework's floor summed over its parts; small calls are timed in repeats of 200."""
     calls = floor_calls(shape_name)
-    repeats = 200 if shape_name == SMALL else 1
-    for call in calls.values():
-        call()  # compile, warm caches
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    names = list(calls)
-    for round_index in range(rounds):
-        for name in names[round_index % len(names) :] + names[: round_index % len(names)]:
-            start = time.perf_counter()
-            for _ in range(repeats):
-                calls[name]()
-            samples[name].append((time.perf_counter() - start) / repeats)
-    medians = {name: statistics.median(times) for name, times in samples.items()}
+    medians = round_robin_medians(calls, rounds, repeats=200 if shape_name == SMALL else 1)
     numpy_parts = [name for name in medians if name.startswith("numpy floor: ")]
     if len(numpy_parts) > 1:
         medians["numpy floor (sum of the parts)"] = sum(medians[name] for name in numpy_parts)
