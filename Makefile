@@ -4,15 +4,23 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d" " -f1)
+# the folders of wheels pip's configuration finds packages in (where the CPU build of torch is)
+FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 
 .PHONY: test test-slow report lint clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	# torch first, pinned, with pip (whose configuration finds the CPU build of 2.13.0; an unpinned
-	# torch pulls a CUDA build); then uv, which installs the rest in seconds where pip takes minutes
-	# and keeps the torch it finds installed.
-	$(BIN)/python -m pip install --quiet "torch==2.13.0" "uv>=0.5"
+	# uv installs in seconds where pip takes minutes. torch first, pinned, from the CPU build that
+	# pip's configuration points at (an unpinned torch, or PyPI's, pulls a CUDA build): with uv
+	# where that configuration names a wheel folder, else with pip itself; then the rest, keeping
+	# the torch installed.
+	$(BIN)/python -m pip install --quiet "uv>=0.5"
+ifneq ($(strip $(FIND_LINKS)),)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS)) "torch==2.13.0"
+else
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+endif
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[all]"
 	# the book's own code, an outside oracle in the tests: its ch03/ch04 modules need torch alone
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps "llms-from-scratch==1.0.19"
