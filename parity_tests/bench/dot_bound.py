@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.bench.floor import TARGETS, round_robin_medians
+from numpy_attn.linear import qkv_weights
+from parity_tests.bench.floor import TARGETS, numpy_projections, round_robin_medians
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
 
@@ -53,18 +54,9 @@ def _operands(shape: Shape, blocks: Blocks) -> tuple[np.ndarray, ...]:
 
 
 def _numpy_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, blocks: list[Blocks]) -> dict:
-    b, t, d, e = shape.batch, shape.tokens, shape.d_in, shape.d_out
-    rng = np.random.default_rng(1)
-    qkv_weight = np.concatenate([params[f"{k}.weight"] for k in ("W_query", "W_key", "W_value")]).T  # (D, 3E)
-    out_weight = params["out_proj.weight"].T  # (E, E)
-    flat_x, projected = x.reshape(b * t, d), np.empty((b * t, 3 * e), np.float32)
-    context, output = rng.standard_normal((b * t, e), dtype=np.float32), np.empty((b * t, e), np.float32)
-
-    def projections() -> None:
-        np.matmul(flat_x, qkv_weight, out=projected)  # (B*T, 3E)
-        np.matmul(context, out_weight, out=output)  # (B*T, E)
-
-    calls: dict[tuple[str, Blocks], Callable[[], Any]] = {("projections", (0, 0)): projections}
+    calls: dict[tuple[str, Blocks], Callable[[], Any]] = {
+        ("projections", (0, 0)): numpy_projections(shape, params, x)
+    }
     for block in blocks:
         queries, keys, values, weights = _operands(shape, block)
         scores, block_context = np.empty_like(weights), np.empty_like(queries)
@@ -79,7 +71,7 @@ def _jax_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, block
 
     b, e = shape.batch, shape.d_out
     rng = np.random.default_rng(1)
-    weight = jnp.asarray(np.concatenate([params[f"{k}.weight"] for k in ("W_query", "W_key", "W_value")]))
+    weight = jnp.asarray(qkv_weights(params)[0])  # (3E, D)
     out_weight, jax_x = jnp.asarray(params["out_proj.weight"]), jnp.asarray(x)
     context = jnp.asarray(rng.standard_normal((b, shape.tokens, e), dtype=np.float32))
 

@@ -31,10 +31,13 @@ from typing import Any
 import numpy as np
 
 from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, fit_block_size
+from numpy_attn.linear import qkv_weights
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
 
-__all__ = ["TARGETS", "floor_calls", "markdown_floor", "measure_floor", "round_robin_medians"]
+__all__ = [
+    "TARGETS", "floor_calls", "markdown_floor", "measure_floor", "numpy_projections", "round_robin_medians",
+]  # fmt: skip
 
 # issue 16's targets: a ratio to torch SDPA's time on long sequences, seconds on the small call
 TARGETS = {"numpy": 1.3, "jax": 0.9}
@@ -49,19 +52,28 @@ def _blocks(shape: Shape) -> tuple[int, int]:
     return block, num_blocks * (num_blocks + 1) // 2
 
 
+def numpy_projections(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> Callable[[], None]:
+    """The layer's two projections in NumPy, one matmul each into preallocated outputs: the fused
+    QKV product of x and the output product of a (B*T, E) context."""
+    b, t, d, e = shape.batch, shape.tokens, shape.d_in, shape.d_out
+    qkv_weight = qkv_weights(params)[0].T  # (D, 3E)
+    out_weight = params["out_proj.weight"].T  # (E, E)
+    flat_x, projected = x.reshape(b * t, d), np.empty((b * t, 3 * e), np.float32)
+    context = np.random.default_rng(1).standard_normal((b * t, e), dtype=np.float32)  # the heads', merged
+    output = np.empty((b * t, e), np.float32)
+
+    def projections() -> None:
+        np.matmul(flat_x, qkv_weight, out=projected)  # (B*T, 3E)
+        np.matmul(context, out_weight, out=output)  # (B*T, E)
+
+    return projections
+
+
 def _numpy_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> dict[str, Callable[[], Any]]:
-    b, t, d, e, n = shape.batch, shape.tokens, shape.d_in, shape.d_out, shape.num_heads
+    b, t, e, n = shape.batch, shape.tokens, shape.d_out, shape.num_heads
     h = e // n
     block, pairs = _blocks(shape)
-    rng = np.random.default_rng(1)
-    qkv_weight = np.concatenate([params[f"{k}.weight"] for k in ("W_query", "W_key", "W_value")]).T  # (D, 3E)
-    out_weight = params["out_proj.weight"].T  # (E, E)
-    flat_x, projected, context = (
-        x.reshape(b * t, d),
-        np.empty((b * t, 3 * e), np.float32),
-        rng.standard_normal((b * t, e), dtype=np.float32),  # the heads' context, merged
-    )
-    output = np.empty((b * t, e), np.float32)
+    rng = np.random.default_rng(2)
     query_block, key_block, value_block = (
         rng.standard_normal((b, block, h), dtype=np.float32) for _ in range(3)
     )
@@ -69,10 +81,6 @@ def _numpy_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> 
     block_context = np.empty((b, block, h), np.float32)
     exp_blocks = round(n * t * t / 2 / (block * block))  # T x S/2 scores per head, in blocks
     shifted_scores = rng.uniform(-10, 0, (b, block, block)).astype(np.float32)  # scores minus their max
-
-    def projections() -> None:
-        np.matmul(flat_x, qkv_weight, out=projected)  # (B*T, 3E)
-        np.matmul(context, out_weight, out=output)  # (B*T, E)
 
     def qk() -> None:
         for _ in range(n * pairs):
@@ -87,7 +95,7 @@ def _numpy_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> 
             np.exp(shifted_scores, out=scores)
 
     return {
-        "numpy floor: projections": projections,
+        "numpy floor: projections": numpy_projections(shape, params, x),
         "numpy floor: QK^T blocks": qk,
         "numpy floor: weights @ V blocks": weights_v,
         "numpy floor: exp of T x S/2 scores": exp,
@@ -134,7 +142,7 @@ def _jax_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> Ca
         context = jax.lax.fori_loop(0, b * n, one_head, jnp.zeros((b, t, n, h), x.dtype))  # (B, T, N, H)
         return jnp.einsum("bte,oe->bto", context.reshape(b, t, e), out_weight)  # (B, T, E)
 
-    weight = jnp.asarray(np.concatenate([params[f"{k}.weight"] for k in ("W_query", "W_key", "W_value")]))
+    weight = jnp.asarray(qkv_weights(params)[0])  # (3E, D)
     out_weight, jax_x = jnp.asarray(params["out_proj.weight"]), jnp.asarray(x)
     jitted = jax.jit(layer)
     return lambda: jitted(jax_x, weight, out_weight).block_until_ready()
@@ -142,7 +150,7 @@ def _jax_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> Ca
 
 def _numpy_small_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> Callable[[], Any]:
     n, h = shape.num_heads, shape.d_out // shape.num_heads
-    qkv_weight = np.concatenate([params[f"{k}.weight"] for k in ("W_query", "W_key", "W_value")]).T  # (D, 3E)
+    qkv_weight = qkv_weights(params)[0].T  # (D, 3E)
     out_weight, out_bias = params["out_proj.weight"].T, params["out_proj.bias"]
 
     def layer() -> np.ndarray:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from numpy_attn.linear import qkv_weights
 from parity_tests.bench.implementations import SHAPES, Shape, layer_flops, make_call, make_inputs
 from parity_tests.bench.output import format_time
 from parity_tests.bench.run import gemm_peak
@@ -45,9 +46,7 @@ def _torch_stages(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) ->
     import torch.nn.functional as F
 
     b, t, n, h = shape.batch, shape.tokens, shape.num_heads, shape.d_out // shape.num_heads
-    weight = torch.from_numpy(
-        np.concatenate([params[f"{k}.weight"] for k in ("W_query", "W_key", "W_value")])
-    )
+    weight = torch.from_numpy(qkv_weights(params)[0])  # (3E, D)
     out_weight, out_bias = (
         torch.from_numpy(params["out_proj.weight"]),
         torch.from_numpy(params["out_proj.bias"]),
