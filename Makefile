@@ -30,11 +30,15 @@ endif
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# one xdist worker per core, each with one BLAS/OpenMP thread: two workers that each start a
+# thread per core oversubscribe the machine (measured on 2 cores: 217 s against 241 s)
+PYTEST := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadgroup
+
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q -m "not slow" -n auto --dist loadgroup
+	$(PYTEST) -m "not slow"
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow -n auto --dist loadgroup
+	$(PYTEST) -m slow
 
 report: $(STAMP)
 	$(BIN)/python -m parity_tests report

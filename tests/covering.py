@@ -1,9 +1,11 @@
-"""Pairwise covering sets: the default run's subset of a product of test axes.
+"""Covering sets: the default run's subset of a product of test axes.
 
 ``make test`` runs, of a product of axes (layer x shape x dtype x ...), a set of rows in which
-every value of every axis meets every value of every other axis at least once; ``make test-slow``
-runs the rest of the product. The rows are built deterministically (the in-parameter-order
-greedy construction, ties to the first value), so a run always checks the same cases.
+every value of every axis meets every value of every other axis at least once (``pairwise``), or,
+for a property that no pair of values is expected to break, in which every value of every axis
+appears at least once (``each_value``); ``make test-slow`` runs the rest of the product. The rows
+are built deterministically (``pairwise``: the in-parameter-order greedy construction, ties to the
+first value), so a run always checks the same cases.
 """
 
 from __future__ import annotations
@@ -36,3 +38,10 @@ def pairwise(axes: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
     return [
         {name: axes[name][0 if i is None else i] for name, i in zip(names, row, strict=True)} for row in rows
     ]
+
+
+def each_value(axes: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """As many rows as the largest axis has values, row i taking value i (modulo its length) of
+    every axis: each value of each axis is in at least one row."""
+    rows = max(len(values) for values in axes.values())
+    return [{name: values[i % len(values)] for name, values in axes.items()} for i in range(rows)]

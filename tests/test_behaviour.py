@@ -34,8 +34,6 @@ def test_later_tokens_do_not_change_earlier_outputs(layer, t):
             assert not np.allclose(before[:, t + 1 :], after[:, t + 1 :])
 
 
-
-
 @pytest.mark.parametrize("layer", DROPOUT_LAYERS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_training_mode_matches_torch_with_injected_keep_masks(layer, dtype):

@@ -99,8 +99,6 @@ def test_blockwise_padding_and_fully_masked_rows(dtype):
                 np.testing.assert_array_equal(output[0, :3], np.broadcast_to(params["Wo.bias"], (3, 8)))
 
 
-
-
 @pytest.mark.parametrize("layer", DROPOUT_LAYERS)
 def test_blockwise_dropout_with_keep_masks_matches_torch_training_mode(layer):
     case = blockwise_case(layer, "float64")

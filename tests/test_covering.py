@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from tests.covering import pairwise
+from tests.covering import each_value, pairwise
 
 AXES = {
     "two_axes": {"a": [1, 2, 3], "b": ["x", "y"]},
@@ -34,3 +34,12 @@ def test_two_axes_give_their_product_and_the_rows_never_change():
     axes = AXES["with_runner"]
     assert pairwise(axes) == pairwise(axes)
     assert len(pairwise(axes)) == 40  # layer x shape, the least any covering set needs
+
+
+def test_each_value_puts_every_value_of_every_axis_in_a_row():
+    axes = {"layer": list("abcdefgh"), "dtype": ["f32", "f64", "bf16"], "pair": list(range(6))}
+    rows = each_value(axes)
+    assert len(rows) == 8
+    for name, values in axes.items():
+        assert {row[name] for row in rows} == set(values)
+    assert rows[3] == {"layer": "d", "dtype": "f32", "pair": 3}
