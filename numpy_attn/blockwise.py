@@ -16,7 +16,10 @@ above the block's width (a score above the shift; with the running maximum no we
 1, so the sums and the overflow bound stay the online softmax's), or below 1 for a query that
 had seen no key, or NaN. On attention scores that happens rarely, so most blocks make one pass
 over their scores fewer (NumPy runs every pass on one core); the result equals the online
-softmax's up to rounding, since both are the same softmax under another shift.
+softmax's up to rounding, since both are the same softmax under another shift. For the same
+reason the running sum is no pass of its own: each head's values get a column of ones, so the
+matmul of a block's weights with them also sums the weights' rows, into the last column of
+``acc`` (with dropout, which the sums must not see, they are summed apart).
 Heads split from ``(B, T, E)`` projections are read and written in that token-major layout, so
 that merging the heads back is a view, not a copy. ``blockwise_self_attention`` (the
 multi-head layers' blockwise path) starts from the layer input instead: each head's queries,
@@ -192,13 +195,15 @@ def _heads_blockwise(
     context_vec = np.empty((batch, num_queries, num_heads, head_dim), dtype)
     for n in range(num_heads):
         head_queries, head_keys, head_values = head_inputs(n)  # (B, T, H), (B, S, H), (B, S, Hv)
+        # a column of ones after the values: weights @ values then also sums the weights' rows
+        values_and_ones = np.concatenate([head_values, np.ones((batch, num_keys, 1), dtype)], axis=-1)
         scale = np.asarray(1 / head_queries.shape[-1] ** 0.5, dtype)
         for q0 in range(0, num_queries, query_block_size):
             q1 = min(q0 + query_block_size, num_queries)
             query_block = head_queries[:, q0:q1] * scale  # (B, bq, H)
             shift = None  # (B, bq, 1): what each query's scores are lowered by before exp
-            running_sum = np.zeros((batch, q1 - q0, 1), dtype=dtype)
-            acc = np.zeros((batch, q1 - q0, head_dim), dtype=dtype)
+            # (B, bq, Hv + 1): the weighted values and, in the last column, the running sum l
+            acc = np.zeros((batch, q1 - q0, head_dim + 1), dtype=dtype)
             last_key = q1 if causal else num_keys  # keys after the block's last query are all hidden
             for k0 in range(0, last_key, key_block_size):
                 k1 = min(k0 + key_block_size, num_keys)
@@ -208,32 +213,32 @@ def _heads_blockwise(
                 if hidden is not None:
                     block_padding = hidden[..., k0:k1]  # (B, 1, bk)
                     block_hidden = block_padding if block_hidden is None else block_hidden | block_padding
-                key_block = np.swapaxes(head_keys[:, k0:k1], -1, -2)  # (B, H, bk)
-                scores = _block_scores(query_block, key_block, block_hidden)  # (B, bq, bk)
-                if shift is None:  # the first key block: each query's scores lowered by their maximum
-                    shift = _safe_max(scores)
-                weights, block_sum = _shifted_exp(scores, shift)  # (B, bq, bk), (B, bq, 1)
-                if _needs_new_shift(block_sum, running_sum, key_block_size):
-                    # the scores rose above the shift, or nothing was seen yet: shift by the running
-                    # maximum (the online softmax's step), rescaling what was summed so far
-                    scores = _block_scores(query_block, key_block, block_hidden)
-                    new_shift = _safe_max(scores, np.where(running_sum == 0, -np.inf, shift))
-                    correction = np.exp(np.where(running_sum == 0, 0, shift - new_shift))  # <= 1
-                    running_sum *= correction
-                    acc *= correction
-                    shift = new_shift
-                    weights, block_sum = _shifted_exp(scores, shift)
-                running_sum += block_sum
+                keep = None  # (B, bq, bk), True = keep
                 if dropping:
                     keep = (
                         keep_mask[:, n, q0:q1, k0:k1]
                         if keep_mask is not None
-                        else rng.random(weights.shape) >= dropout
+                        else rng.random((batch, q1 - q0, k1 - k0)) >= dropout
                     )
-                    weights = weights * keep / (1 - dropout)
-                acc += weights @ head_values[:, k0:k1]  # (B, bq, Hv)
+                key_block = np.swapaxes(head_keys[:, k0:k1], -1, -2)  # (B, H, bk)
+                block_values = values_and_ones[:, k0:k1]  # (B, bk, Hv + 1)
+                scores = _block_scores(query_block, key_block, block_hidden)  # (B, bq, bk)
+                if shift is None:  # the first key block: each query's scores lowered by their maximum
+                    shift = _safe_max(scores)
+                product = _weighted_values(_shifted_exp(scores, shift), block_values, keep, dropout)
+                if _needs_new_shift(product[..., -1:], acc[..., -1:], key_block_size):
+                    # the scores rose above the shift, or nothing was seen yet: shift by the running
+                    # maximum (the online softmax's step), rescaling what was summed so far
+                    running_sum = acc[..., -1:]
+                    scores = _block_scores(query_block, key_block, block_hidden)
+                    new_shift = _safe_max(scores, np.where(running_sum == 0, -np.inf, shift))
+                    acc *= np.exp(np.where(running_sum == 0, 0, shift - new_shift))  # <= 1
+                    shift = new_shift
+                    product = _weighted_values(_shifted_exp(scores, shift), block_values, keep, dropout)
+                acc += product
             # the reciprocal of the sum, as in softmax; a query that saw no key keeps a zero output
-            context_vec[:, q0:q1, n] = acc * (1 / np.where(running_sum == 0, 1, running_sum))
+            running_sum = acc[..., -1:]
+            context_vec[:, q0:q1, n] = acc[..., :-1] * (1 / np.where(running_sum == 0, 1, running_sum))
     return context_vec
 
 
@@ -255,10 +260,22 @@ def _safe_max(scores: np.ndarray, shift: np.ndarray | None = None) -> np.ndarray
     return np.where(row_max == -np.inf, 0, row_max)
 
 
-def _shifted_exp(scores: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``exp(scores - shift)`` (in place) and its row sums."""
-    weights = np.exp(np.subtract(scores, shift, out=scores), out=scores)
-    return weights, weights.sum(axis=-1, keepdims=True)
+def _shifted_exp(scores: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """``exp(scores - shift)``, in place."""
+    return np.exp(np.subtract(scores, shift, out=scores), out=scores)
+
+
+def _weighted_values(
+    weights: np.ndarray, values_and_ones: np.ndarray, keep: np.ndarray | None, dropout: float | None
+) -> np.ndarray:
+    """``(B, bq, Hv + 1)``: ``weights @ values``, the weights dropped where ``keep`` is False (and
+    the rest scaled by ``1 / (1 - dropout)``), then the weights' row sums, taken before dropout.
+    Without dropout one matmul gives both, the sums from the column of ones."""
+    if keep is None:
+        return weights @ values_and_ones
+    product = (weights * keep / (1 - dropout)) @ values_and_ones
+    product[..., -1:] = weights.sum(axis=-1, keepdims=True)
+    return product
 
 
 def _needs_new_shift(block_sum: np.ndarray, running_sum: np.ndarray, key_block_size: int) -> bool:
