@@ -15,11 +15,12 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     propagates to its own slice.
     """
     x_acc = x.astype(np.float32) if x.dtype.itemsize < 4 else x
-    x_max = x_acc.max(axis=axis, keepdims=True)
-    x_max[x_max == -np.inf] = 0  # a fully masked slice: exp(-inf - 0) = 0
+    # at least the lowest finite value: a fully masked slice's exp(-inf - lowest) = 0
+    x_max = x_acc.max(axis=axis, keepdims=True, initial=np.finfo(x_acc.dtype).min)
     unnormalized = np.exp(x_acc - x_max)
     denominator = unnormalized.sum(axis=axis, keepdims=True)
-    denominator[denominator == 0] = 1  # (a fully masked slice's zeros stay zeros)
+    # >= 1, the maximum's exp(0) being in it, but for a fully masked slice's 0 (its zeros stay zeros)
+    np.maximum(denominator, 1, out=denominator)
     # times the reciprocal of the sum, as torch's CPU softmax kernel does
     weights = unnormalized * (1 / denominator)
     return weights.astype(x.dtype, copy=False)
