@@ -24,7 +24,7 @@ __all__ = [
 
 IMPLEMENTATIONS = ("reference", "blockwise", "auto")
 AUTO_BLOCKWISE_TOKENS = 512
-DEFAULT_BLOCK_SIZE = 512  # keys per block of the blockwise path, in every framework
+DEFAULT_BLOCK_SIZE = 512  # keys per block of one sequence (numpy_attn: of the batch, / isqrt(B)), everywhere
 
 
 def check_block_size(block_size: Any) -> None:
