@@ -18,9 +18,11 @@ above the block's width (a score above the shift; with the running maximum no we
 had seen no key, or NaN. On attention scores that happens rarely, so most blocks make one pass
 over their scores fewer (NumPy runs every pass on one core); the result equals the online
 softmax's up to rounding, since both are the same softmax under another shift. For the same
-reason the running sum is no pass of its own: each head's values get a column of ones, so the
-matmul of a block's weights with them also sums the weights' rows, into the last column of
-``acc`` (with dropout, which the sums must not see, they are summed apart).
+reason neither the shift nor the running sum is a pass of its own: each head's keys and values
+get a column of ones, so the queries' matmul with the keys also subtracts the shift (held in the
+query block's last column; the same bits as subtracting after it) and the weights' matmul with
+the values also sums the weights' rows, into the last column of ``acc`` (with dropout, which the
+sums must not see, they are summed apart).
 Heads split from ``(B, T, E)`` projections are read and written in that token-major layout, so
 that merging the heads back is a view, not a copy. ``blockwise_self_attention`` (the
 multi-head layers' blockwise path) starts from the layer input instead: each head's queries,
@@ -200,12 +202,18 @@ def _heads_blockwise(
     context_vec = np.empty((batch, num_queries, num_heads, head_dim), dtype)
     for n in range(num_heads):
         head_queries, head_keys, head_values = head_inputs(n)  # (B, T, H), (B, S, H), (B, S, Hv)
-        # a column of ones after the values: weights @ values then also sums the weights' rows
-        values_and_ones = np.concatenate([head_values, np.ones((batch, num_keys, 1), dtype)], axis=-1)
+        # a column of ones after the keys and the values: a query block whose last column holds
+        # -shift gets its scores lowered by the shift from the matmul, and weights @ values also
+        # sums the weights' rows
+        ones = np.ones((batch, num_keys, 1), dtype)
+        keys_and_ones = np.concatenate([head_keys, ones], axis=-1)  # (B, S, H + 1)
+        values_and_ones = np.concatenate([head_values, ones], axis=-1)  # (B, S, Hv + 1)
         scale = np.asarray(1 / head_queries.shape[-1] ** 0.5, dtype)
         for q0 in range(0, num_queries, query_block_size):
             q1 = min(q0 + query_block_size, num_queries)
-            query_block = head_queries[:, q0:q1] * scale  # (B, bq, H)
+            # (B, bq, H + 1): the scaled queries and -shift, 0 until the shift is known
+            query_block = np.zeros((batch, q1 - q0, head_queries.shape[-1] + 1), dtype)
+            np.multiply(head_queries[:, q0:q1], scale, out=query_block[..., :-1])
             shift = None  # (B, bq, 1): what each query's scores are lowered by before exp
             # (B, bq, Hv + 1): the weighted values and, in the last column, the running sum l
             acc = np.zeros((batch, q1 - q0, head_dim + 1), dtype=dtype)
@@ -225,20 +233,26 @@ def _heads_blockwise(
                         if keep_mask is not None
                         else rng.random((batch, q1 - q0, k1 - k0)) >= dropout
                     )
-                key_block = np.swapaxes(head_keys[:, k0:k1], -1, -2)  # (B, H, bk)
+                key_block = np.swapaxes(keys_and_ones[:, k0:k1], -1, -2)  # (B, H + 1, bk)
                 block_values = values_and_ones[:, k0:k1]  # (B, bk, Hv + 1)
-                scores = _block_scores(query_block, key_block, block_hidden)  # (B, bq, bk)
+                scores = _block_scores(query_block, key_block, block_hidden)  # (B, bq, bk), - shift
                 if shift is None:  # the first key block: each query's scores lowered by their maximum
                     shift = _safe_max(scores)
-                product = _weighted_values(_shifted_exp(scores, shift), block_values, keep, dropout)
+                    weights = _shifted_exp(scores, shift)
+                    query_block[..., -1:] = -shift  # the next blocks' scores come shifted
+                else:
+                    weights = np.exp(scores, out=scores)
+                product = _weighted_values(weights, block_values, keep, dropout)
                 if _needs_new_shift(product[..., -1:], acc[..., -1:], key_block_size):
                     # the scores rose above the shift, or nothing was seen yet: shift by the running
                     # maximum (the online softmax's step), rescaling what was summed so far
                     running_sum = acc[..., -1:]
-                    scores = _block_scores(query_block, key_block, block_hidden)
+                    query_block[..., -1:] = 0
+                    scores = _block_scores(query_block, key_block, block_hidden)  # not shifted
                     new_shift = _safe_max(scores, np.where(running_sum == 0, -np.inf, shift))
                     acc *= np.exp(np.where(running_sum == 0, 0, shift - new_shift))  # <= 1
                     shift = new_shift
+                    query_block[..., -1:] = -shift
                     product = _weighted_values(_shifted_exp(scores, shift), block_values, keep, dropout)
                 acc += product
             # the reciprocal of the sum, as in softmax; a query that saw no key keeps a zero output
