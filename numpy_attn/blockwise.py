@@ -45,6 +45,7 @@ from numpy_attn.validation import NUMPY_FLOATS, check_blockwise_args, check_self
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
+    "block_sides",
     "blockwise_attention",
     "blockwise_self_attention",
     "fit_block_size",
@@ -60,6 +61,15 @@ def fit_block_size(block_size: int, length: int) -> int:
     which pads the last block, pads fewer than one row per block."""
     num_blocks = max(1, -(-length // block_size))
     return max(1, -(-length // num_blocks))
+
+
+def block_sides(block_size: int, batch: int, num_queries: int, num_keys: int) -> tuple[int, int]:
+    """``(bq, bk)``: the query and key block sizes of numpy_attn's loops. The batch is an axis of
+    every block, so the sides are ``block_size // isqrt(B)``, fitted to the sequences
+    (``fit_block_size``): a block's B x bq x bk scores stay near block_size^2 whatever the batch
+    (B = 8, T = 1024: sides of 256 instead of 512 took 0.89-0.91 of the time)."""
+    side = max(1, block_size // math.isqrt(batch))
+    return fit_block_size(side, num_queries), fit_block_size(side, num_keys)
 
 
 def token_major(x: Any) -> Any:
@@ -190,11 +200,7 @@ def _heads_blockwise(
     ``(B, T, H)`` and keys and values ``(B, S, H)``; returns the context in token-major
     ``(B, T, N, Hv)`` layout."""
     dropping = dropout is not None and (rng is not None or attn_keep_mask is not None)
-    # the batch is an axis of every block: sides of block_size / isqrt(B) keep a block's B x bq x bk
-    # scores near block_size^2 (B = 8, T = 1024: 256 instead of 512 took 0.91 of the time)
-    side = max(1, block_size // math.isqrt(batch))
-    query_block_size = fit_block_size(side, num_queries)  # bq
-    key_block_size = fit_block_size(side, num_keys)  # bk
+    query_block_size, key_block_size = block_sides(block_size, batch, num_queries, num_keys)  # bq, bk
     hidden = None if padding_mask is None else padding_mask[:, None, :]  # (B, 1, S)
     keep_mask = None
     if attn_keep_mask is not None:

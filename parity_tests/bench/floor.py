@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, fit_block_size
+from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, block_sides, fit_block_size
 from numpy_attn.linear import qkv_weights
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
@@ -45,9 +45,13 @@ SMALL_TARGETS = {"numpy": 25e-6, "jax": 40e-6}
 SMALL = "B2_T6_d3to4"
 
 
-def _blocks(shape: Shape) -> tuple[int, int]:
-    """(block size, query/key block pairs the causal loop visits per head) at the default block size."""
+def _blocks(shape: Shape, framework: str) -> tuple[int, int]:
+    """(block size, query/key block pairs the causal loop visits per head) at the default block size,
+    in ``framework``'s layer: numpy_attn's blocks hold the batch (``block_sides``), jax_attn's one
+    sequence."""
     block = fit_block_size(DEFAULT_BLOCK_SIZE, shape.tokens)
+    if framework == "numpy":
+        block = block_sides(DEFAULT_BLOCK_SIZE, shape.batch, shape.tokens, shape.tokens)[0]
     num_blocks = -(-shape.tokens // block)
     return block, num_blocks * (num_blocks + 1) // 2
 
@@ -72,7 +76,7 @@ def numpy_projections(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray
 def _numpy_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> dict[str, Callable[[], Any]]:
     b, t, e, n = shape.batch, shape.tokens, shape.d_out, shape.num_heads
     h = e // n
-    block, pairs = _blocks(shape)
+    block, pairs = _blocks(shape, "numpy")
     rng = np.random.default_rng(2)
     query_block, key_block, value_block = (
         rng.standard_normal((b, block, h), dtype=np.float32) for _ in range(3)
@@ -108,7 +112,7 @@ def _jax_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> Ca
 
     b, t, d, e, n = shape.batch, shape.tokens, shape.d_in, shape.d_out, shape.num_heads
     h = e // n
-    block, _ = _blocks(shape)
+    block, _ = _blocks(shape, "jax")
     num_blocks = t // block  # the long shapes' T is a multiple of the block size
 
     def layer(x: jax.Array, weight: jax.Array, out_weight: jax.Array) -> jax.Array:
