@@ -14,18 +14,19 @@ $(STAMP): pyproject.toml Makefile
 	# uv installs in seconds where pip takes minutes. torch first, pinned, from the CPU build that
 	# pip's configuration points at (an unpinned torch, or PyPI's, pulls a CUDA build): with uv
 	# where that configuration names a wheel folder, else with pip itself; then the rest, keeping
-	# the torch installed. --compile-bytecode: uv writes no .pyc by default, and every process the
-	# tests start would compile torch's, jax's and transformers' sources on import (6.4 s against
-	# 3.0 s for `import torch, jax, flax.nnx, transformers`).
+	# the torch installed.
 	$(BIN)/python -m pip install --quiet "uv>=0.5"
 ifneq ($(strip $(FIND_LINKS)),)
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS)) "torch==2.13.0"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS)) "torch==2.13.0"
 else
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
 endif
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[all]"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[all]"
 	# the book's own code, an outside oracle in the tests: its ch03/ch04 modules need torch alone
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps "llms-from-scratch==1.0.19"
+	# uv writes no .pyc: one import of the heavy packages writes theirs, or every process the tests
+	# start would compile their sources on import (6.4 s against 3.0 s for this import)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "import torch, jax, flax.nnx, optax, hypothesis, matplotlib.pyplot; from transformers import GPT2LMHeadModel"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
