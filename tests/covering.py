@@ -45,3 +45,10 @@ def each_value(axes: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
     every axis: each value of each axis is in at least one row."""
     rows = max(len(values) for values in axes.values())
     return [{name: values[i % len(values)] for name, values in axes.items()} for i in range(rows)]
+
+
+def split_each_value(axes: dict[str, Sequence[Any]]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """``(fast, slow)``: ``each_value``'s rows and the rest of the product, as tuples of values in
+    the axes' order (pytest parameters for ``make test`` and ``make test-slow``)."""
+    fast = [tuple(row[name] for name in axes) for row in each_value(axes)]
+    return fast, [run for run in itertools.product(*axes.values()) if run not in fast]

@@ -19,7 +19,7 @@ from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
 from parity_tests.gradients import torch_gradients
 from parity_tests.tolerances import TOLERANCES
-from tests.covering import each_value
+from tests.covering import split_each_value
 from torch_ref import to_params
 
 LAYERS = list(FUNCTION_NAMES)
@@ -81,12 +81,7 @@ TRACE_RUNNERS = {
 }
 # NumPy on every class; of class x JAX runner (each compiles a program), `make test` runs a set in
 # which every class and runner appears, `make test-slow` the rest
-FAST_TRACE_RUNS = [
-    (row["layer"], row["runner"]) for row in each_value({"layer": LAYERS, "runner": list(TRACE_RUNNERS)})
-]
-SLOW_TRACE_RUNS = [
-    (layer, runner) for layer in LAYERS for runner in TRACE_RUNNERS if (layer, runner) not in FAST_TRACE_RUNS
-]
+FAST_TRACE_RUNS, SLOW_TRACE_RUNS = split_each_value({"layer": LAYERS, "runner": list(TRACE_RUNNERS)})
 
 
 @pytest.mark.parametrize("layer, runner", FAST_TRACE_RUNS)

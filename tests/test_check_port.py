@@ -11,7 +11,7 @@ import numpy_attn
 from parity_tests import check_port
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.frameworks import jax_context
-from tests.covering import each_value
+from tests.covering import split_each_value
 from torch_ref import to_params
 
 # --- correct ports, across frameworks -----------------------------------------------------------
@@ -43,8 +43,7 @@ PAIRS = [
 
 
 # every layer and every pair in `make test`, the rest of layer x pair in `make test-slow`
-FAST = [(row["layer"], row["pair"]) for row in each_value({"layer": list(FUNCTION_NAMES), "pair": PAIRS})]
-SLOW = [(layer, pair) for layer in FUNCTION_NAMES for pair in PAIRS if (layer, pair) not in FAST]
+FAST, SLOW = split_each_value({"layer": list(FUNCTION_NAMES), "pair": PAIRS})
 
 
 @pytest.mark.parametrize("layer, pair", FAST, ids=[f"{layer}-{'-vs-'.join(pair)}" for layer, pair in FAST])

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from tests.covering import each_value, pairwise
+from tests.covering import each_value, pairwise, split_each_value
 
 AXES = {
     "two_axes": {"a": [1, 2, 3], "b": ["x", "y"]},
@@ -43,3 +43,11 @@ def test_each_value_puts_every_value_of_every_axis_in_a_row():
     for name, values in axes.items():
         assert {row[name] for row in rows} == set(values)
     assert rows[3] == {"layer": "d", "dtype": "f32", "pair": 3}
+
+
+def test_split_each_value_is_each_value_and_the_rest_of_the_product():
+    axes = {"layer": list("abc"), "dtype": ["f32", "f64"]}
+    fast, slow = split_each_value(axes)
+    assert fast == [("a", "f32"), ("b", "f64"), ("c", "f32")]
+    assert sorted(fast + slow) == sorted(itertools.product(*axes.values()))
+    assert not set(fast) & set(slow)

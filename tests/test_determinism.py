@@ -8,7 +8,7 @@ from flax import nnx
 import jax_attn
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.frameworks import jax_context, run_case, run_jax
-from tests.covering import each_value
+from tests.covering import split_each_value
 from torch_ref import to_params
 
 LAYERS = list(FUNCTION_NAMES)
@@ -54,8 +54,7 @@ def test_repeated_calls_are_bit_identical(layer):
 DTYPES = ["float32", "float64", "bfloat16"]
 # every layer and every dtype in `make test` (one mechanism, jax_attn.compiled, serves them all;
 # each run compiles two programs); `make test-slow` runs the rest of layer x dtype
-FAST = [(row["layer"], row["dtype"]) for row in each_value({"layer": LAYERS, "dtype": DTYPES})]
-SLOW = [(layer, dtype) for layer in LAYERS for dtype in DTYPES if (layer, dtype) not in FAST]
+FAST, SLOW = split_each_value({"layer": LAYERS, "dtype": DTYPES})
 
 
 @pytest.mark.parametrize("layer, dtype", FAST)
