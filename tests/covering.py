@@ -14,6 +14,8 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 
 def pairwise(axes: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Rows (one value per axis, by axis name) covering every pair of values of every two axes;
@@ -47,8 +49,11 @@ def each_value(axes: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
     return [{name: values[i % len(values)] for name, values in axes.items()} for i in range(rows)]
 
 
-def split_each_value(axes: dict[str, Sequence[Any]]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """``(fast, slow)``: ``each_value``'s rows and the rest of the product, as tuples of values in
-    the axes' order (pytest parameters for ``make test`` and ``make test-slow``)."""
+def each_value_params(axes: dict[str, Sequence[Any]]) -> list[Any]:
+    """The product of ``axes`` as pytest parameters (tuples of values in the axes' order):
+    ``each_value``'s rows as they are, for ``make test``, and the rest marked ``slow``."""
     fast = [tuple(row[name] for name in axes) for row in each_value(axes)]
-    return fast, [run for run in itertools.product(*axes.values()) if run not in fast]
+    return [
+        run if run in fast else pytest.param(*run, marks=pytest.mark.slow)
+        for run in itertools.product(*axes.values())
+    ]

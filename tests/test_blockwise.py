@@ -19,7 +19,7 @@ from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
 from parity_tests.gradients import torch_gradients
 from parity_tests.tolerances import TOLERANCES
-from tests.covering import split_each_value
+from tests.covering import each_value_params
 from torch_ref import to_params
 
 LAYERS = list(FUNCTION_NAMES)
@@ -79,24 +79,13 @@ TRACE_RUNNERS = {
     "jax": functools.partial(run_jax, implementation="blockwise", block_size=4),
     "flax": functools.partial(run_flax, implementation="blockwise", block_size=4),
 }
+
+
 # NumPy on every class; of class x JAX runner (each compiles a program), `make test` runs a set in
 # which every class and runner appears, `make test-slow` the rest
-FAST_TRACE_RUNS, SLOW_TRACE_RUNS = split_each_value({"layer": LAYERS, "runner": list(TRACE_RUNNERS)})
-
-
-@pytest.mark.parametrize("layer, runner", FAST_TRACE_RUNS)
+@pytest.mark.parametrize("layer, runner", each_value_params({"layer": LAYERS, "runner": list(TRACE_RUNNERS)}))
 def test_blockwise_traces_keep_every_step(layer, runner):
     """With return_steps the (T, S) steps are materialised; the context comes from blockwise."""
-    check_blockwise_traces(layer, runner)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("layer, runner", SLOW_TRACE_RUNS)
-def test_blockwise_traces_keep_every_step_in_every_runner(layer, runner):
-    check_blockwise_traces(layer, runner)
-
-
-def check_blockwise_traces(layer, runner):
     case = blockwise_case(layer, "float64")
     module = case.build_torch()
     params, x = to_params(module), case.make_input()

@@ -11,7 +11,7 @@ import numpy_attn
 from parity_tests import check_port
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.frameworks import jax_context
-from tests.covering import split_each_value
+from tests.covering import each_value_params
 from torch_ref import to_params
 
 # --- correct ports, across frameworks -----------------------------------------------------------
@@ -43,21 +43,12 @@ PAIRS = [
 
 
 # every layer and every pair in `make test`, the rest of layer x pair in `make test-slow`
-FAST, SLOW = split_each_value({"layer": list(FUNCTION_NAMES), "pair": PAIRS})
-
-
-@pytest.mark.parametrize("layer, pair", FAST, ids=[f"{layer}-{'-vs-'.join(pair)}" for layer, pair in FAST])
+@pytest.mark.parametrize(
+    "layer, pair",
+    each_value_params({"layer": list(FUNCTION_NAMES), "pair": PAIRS}),
+    ids=[f"{layer}-{'-vs-'.join(pair)}" for layer in FUNCTION_NAMES for pair in PAIRS],
+)
 def test_correct_ports_pass_in_every_framework_pair(layer, pair):
-    check_correct_port(layer, pair)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("layer, pair", SLOW, ids=[f"{layer}-{'-vs-'.join(pair)}" for layer, pair in SLOW])
-def test_correct_ports_pass_in_every_framework_pair_on_every_layer(layer, pair):
-    check_correct_port(layer, pair)
-
-
-def check_correct_port(layer, pair):
     case = Case(layer, batch=2, tokens=5, d_in=4, d_out=6, num_heads=3, bias=True, seed=1)
     params = to_params(case.build_torch())
     impls = implementations(case, params)

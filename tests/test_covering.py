@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from tests.covering import each_value, pairwise, split_each_value
+from tests.covering import each_value, each_value_params, pairwise
 
 AXES = {
     "two_axes": {"a": [1, 2, 3], "b": ["x", "y"]},
@@ -45,9 +45,11 @@ def test_each_value_puts_every_value_of_every_axis_in_a_row():
     assert rows[3] == {"layer": "d", "dtype": "f32", "pair": 3}
 
 
-def test_split_each_value_is_each_value_and_the_rest_of_the_product():
+def test_each_value_params_marks_the_rest_of_the_product_slow():
     axes = {"layer": list("abc"), "dtype": ["f32", "f64"]}
-    fast, slow = split_each_value(axes)
+    params = each_value_params(axes)
+    marked = [run for run in params if hasattr(run, "marks")]  # pytest.param(..., marks=slow)
+    fast = [run for run in params if not hasattr(run, "marks")]
     assert fast == [("a", "f32"), ("b", "f64"), ("c", "f32")]
-    assert sorted(fast + slow) == sorted(itertools.product(*axes.values()))
-    assert not set(fast) & set(slow)
+    assert sorted(fast + [run.values for run in marked]) == sorted(itertools.product(*axes.values()))
+    assert [mark.name for run in marked for mark in run.marks] == ["slow"] * 3

@@ -8,7 +8,7 @@ from flax import nnx
 import jax_attn
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.frameworks import jax_context, run_case, run_jax
-from tests.covering import split_each_value
+from tests.covering import each_value_params
 from torch_ref import to_params
 
 LAYERS = list(FUNCTION_NAMES)
@@ -52,24 +52,13 @@ def test_repeated_calls_are_bit_identical(layer):
 
 
 DTYPES = ["float32", "float64", "bfloat16"]
+
+
 # every layer and every dtype in `make test` (one mechanism, jax_attn.compiled, serves them all;
 # each run compiles two programs); `make test-slow` runs the rest of layer x dtype
-FAST, SLOW = split_each_value({"layer": LAYERS, "dtype": DTYPES})
-
-
-@pytest.mark.parametrize("layer, dtype", FAST)
+@pytest.mark.parametrize("layer, dtype", each_value_params({"layer": LAYERS, "dtype": DTYPES}))
 def test_eager_and_jit_are_bit_identical(layer, dtype):
     """An eager call runs the very program jax.jit compiles (jax_attn.compiled)."""
-    check_eager_and_jit(layer, dtype)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("layer, dtype", SLOW)
-def test_eager_and_jit_are_bit_identical_on_every_dtype(layer, dtype):
-    check_eager_and_jit(layer, dtype)
-
-
-def check_eager_and_jit(layer, dtype):
     case = case_for(layer).with_(dtype=dtype)
     params, x = to_params(case.build_torch()), case.make_input()
     with jax_context(dtype):
