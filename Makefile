@@ -34,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # one xdist worker per core, each with one BLAS/OpenMP thread: two workers that each start a
-# thread per core oversubscribe the machine (measured on 2 cores: 217 s against 241 s); .pyc
+# thread per core oversubscribe the machine (one run each on 2 cores: 217 s against 241 s); .pyc
 # written, so that the tests' many processes compile each module once
 PYTEST := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE= \
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, block_sides, fit_block_size
+from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, block_sides
 from numpy_attn.linear import qkv_weights
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
@@ -49,9 +49,8 @@ def _blocks(shape: Shape, framework: str) -> tuple[int, int]:
     """(block size, query/key block pairs the causal loop visits per head) at the default block size,
     in ``framework``'s layer: numpy_attn's blocks hold the batch (``block_sides``), jax_attn's one
     sequence."""
-    block = fit_block_size(DEFAULT_BLOCK_SIZE, shape.tokens)
-    if framework == "numpy":
-        block = block_sides(DEFAULT_BLOCK_SIZE, shape.batch, shape.tokens, shape.tokens)[0]
+    batch = shape.batch if framework == "numpy" else 1
+    block = block_sides(DEFAULT_BLOCK_SIZE, batch, shape.tokens, shape.tokens)[0]
     num_blocks = -(-shape.tokens // block)
     return block, num_blocks * (num_blocks + 1) // 2
 
