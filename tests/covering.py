@@ -11,7 +11,7 @@ first value), so a run always checks the same cases.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import pytest
@@ -49,11 +49,14 @@ def each_value(axes: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
     return [{name: values[i % len(values)] for name, values in axes.items()} for i in range(rows)]
 
 
+def covering_params(runs: Iterable[tuple[Any, ...]], fast: Collection[tuple[Any, ...]]) -> list[Any]:
+    """``runs`` as pytest parameters: those in ``fast`` as they are, for ``make test``, the rest
+    marked ``slow``, for ``make test-slow``."""
+    return [run if run in fast else pytest.param(*run, marks=pytest.mark.slow) for run in runs]
+
+
 def each_value_params(axes: dict[str, Sequence[Any]]) -> list[Any]:
-    """The product of ``axes`` as pytest parameters (tuples of values in the axes' order):
-    ``each_value``'s rows as they are, for ``make test``, and the rest marked ``slow``."""
+    """The product of ``axes`` as pytest parameters (tuples of values in the axes' order), with
+    ``each_value``'s rows for ``make test`` (``covering_params``)."""
     fast = [tuple(row[name] for name in axes) for row in each_value(axes)]
-    return [
-        run if run in fast else pytest.param(*run, marks=pytest.mark.slow)
-        for run in itertools.product(*axes.values())
-    ]
+    return covering_params(itertools.product(*axes.values()), fast)

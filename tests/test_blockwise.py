@@ -19,7 +19,7 @@ from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_case, run_flax, run_jax, run_torch
 from parity_tests.gradients import torch_gradients
 from parity_tests.tolerances import TOLERANCES
-from tests.covering import each_value_params
+from tests.covering import covering_params, each_value_params
 from torch_ref import to_params
 
 LAYERS = list(FUNCTION_NAMES)
@@ -38,7 +38,6 @@ FAST_OUTPUT_RUNS = [
     (layer, dtype, BLOCK_SIZES[i % len(BLOCK_SIZES)])
     for i, (layer, dtype) in enumerate(itertools.product(LAYERS, OUTPUT_AXES["dtype"]))
 ]
-SLOW_OUTPUT_RUNS = [run for run in itertools.product(*OUTPUT_AXES.values()) if run not in FAST_OUTPUT_RUNS]
 
 
 def test_the_default_output_runs_meet_every_dtype_with_every_class_and_block_size():
@@ -48,18 +47,10 @@ def test_the_default_output_runs_meet_every_dtype_with_every_class_and_block_siz
         assert met == set(itertools.product(OUTPUT_AXES[axis], OUTPUT_AXES["dtype"])), axis
 
 
-@pytest.mark.parametrize("layer, dtype, block_size", FAST_OUTPUT_RUNS)
+@pytest.mark.parametrize(
+    "layer, dtype, block_size", covering_params(itertools.product(*OUTPUT_AXES.values()), FAST_OUTPUT_RUNS)
+)
 def test_blockwise_output_matches_torch(layer, dtype, block_size):
-    check_blockwise_output(layer, dtype, block_size)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("layer, dtype, block_size", SLOW_OUTPUT_RUNS)
-def test_blockwise_output_matches_torch_on_the_whole_product(layer, dtype, block_size):
-    check_blockwise_output(layer, dtype, block_size)
-
-
-def check_blockwise_output(layer, dtype, block_size):
     case = blockwise_case(layer, dtype)
     module = case.build_torch()
     params, x = to_params(module), case.make_input()

@@ -13,7 +13,7 @@ from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context
 from parity_tests.gradients import jax_gradients, torch_gradients
-from tests.covering import pairwise
+from tests.covering import covering_params, pairwise
 from torch_ref import from_numpy, to_params
 
 
@@ -28,8 +28,8 @@ def cotangent_for(case, output_shape):
 
 # class x bias x dtype: `make test` runs a pairwise covering set, `make test-slow` the rest
 AXES = {"layer": list(FUNCTION_NAMES), "bias": [False, True], "dtype": ["float32", "float64"]}
+RUNS = list(itertools.product(*AXES.values()))
 FAST_RUNS = [tuple(row[axis] for axis in AXES) for row in pairwise(AXES)]
-SLOW_RUNS = [run for run in itertools.product(*AXES.values()) if run not in FAST_RUNS]
 
 
 def run_id(run):
@@ -37,18 +37,8 @@ def run_id(run):
     return f"{layer}-bias{int(bias)}-{dtype}"
 
 
-@pytest.mark.parametrize("layer, bias, dtype", FAST_RUNS, ids=map(run_id, FAST_RUNS))
+@pytest.mark.parametrize("layer, bias, dtype", covering_params(RUNS, FAST_RUNS), ids=map(run_id, RUNS))
 def test_gradients_match_torch_autograd(layer, bias, dtype):
-    check_gradients(layer, bias, dtype)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("layer, bias, dtype", SLOW_RUNS, ids=map(run_id, SLOW_RUNS))
-def test_gradients_match_torch_autograd_on_the_whole_product(layer, bias, dtype):
-    check_gradients(layer, bias, dtype)
-
-
-def check_gradients(layer, bias, dtype):
     case = grad_case(layer, bias, dtype)
     module = case.build_torch()
     x = case.make_input()

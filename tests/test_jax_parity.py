@@ -9,7 +9,7 @@ import jax_attn
 from parity_tests.cases import FUNCTION_NAMES, SHAPES, case_product
 from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_flax, run_jax, run_torch
-from tests.covering import pairwise
+from tests.covering import covering_params, pairwise
 from torch_ref import to_params
 
 DTYPES = ["float32", "float64", "bfloat16"]
@@ -27,7 +27,6 @@ FAST_RUNS = [
     (next(case_product(*([row[axis]] for axis in AXES))), row["runner"])
     for row in pairwise({**AXES, "runner": list(RUNNERS)})
 ]
-SLOW_RUNS = [run for run in RUNS if run not in FAST_RUNS]
 
 
 def check_every_step(case, runner):
@@ -42,14 +41,10 @@ def check_every_step(case, runner):
     assert actual_output.dtype == case.dtype  # bfloat16 stays bfloat16, float64 stays float64
 
 
-@pytest.mark.parametrize("case, runner", FAST_RUNS, ids=[f"{case.id}-{runner}" for case, runner in FAST_RUNS])
+@pytest.mark.parametrize(
+    "case, runner", covering_params(RUNS, FAST_RUNS), ids=[f"{case.id}-{runner}" for case, runner in RUNS]
+)
 def test_functions_and_modules_match_torch(case, runner):
-    check_every_step(case, runner)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("case, runner", SLOW_RUNS, ids=[f"{case.id}-{runner}" for case, runner in SLOW_RUNS])
-def test_functions_and_modules_match_torch_on_the_whole_product(case, runner):
     check_every_step(case, runner)
 
 
