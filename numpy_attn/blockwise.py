@@ -206,12 +206,12 @@ def _heads_blockwise(
     if attn_keep_mask is not None:
         keep_mask = attn_keep_mask.reshape(batch, num_heads, num_queries, num_keys)
     context_vec = np.empty((batch, num_queries, num_heads, head_dim), dtype)
+    ones = np.ones((batch, num_keys, 1), dtype)
     for n in range(num_heads):
         head_queries, head_keys, head_values = head_inputs(n)  # (B, T, H), (B, S, H), (B, S, Hv)
         # a column of ones after the keys and the values: a query block whose last column holds
         # -shift gets its scores lowered by the shift from the matmul, and weights @ values also
         # sums the weights' rows
-        ones = np.ones((batch, num_keys, 1), dtype)
         keys_and_ones = np.concatenate([head_keys, ones], axis=-1)  # (B, S, H + 1)
         values_and_ones = np.concatenate([head_values, ones], axis=-1)  # (B, S, Hv + 1)
         scale = np.asarray(1 / head_queries.shape[-1] ** 0.5, dtype)
