@@ -60,6 +60,7 @@ from numpy_attn.spec import (
     parameter_shapes,
 )
 from numpy_attn.steps import STEP_DOCS, Steps
+from numpy_attn.threads import parallel_heads
 from numpy_attn.weights_file import load_weights, save_weights
 
 __all__ = [
@@ -103,6 +104,7 @@ __all__ = [
     "multi_head_attention",
     "multi_head_attention_decode",
     "multi_head_attention_wrapper",
+    "parallel_heads",
     "parameter_names",
     "parameter_shapes",
     "qkv_projections",

@@ -27,6 +27,9 @@ Heads split from ``(B, T, E)`` projections are read and written in that token-ma
 that merging the heads back is a view, not a copy. ``blockwise_self_attention`` (the
 multi-head layers' blockwise path) starts from the layer input instead: each head's queries,
 keys and values are projected inside the loop over heads, so no whole projection exists.
+Heads run one after another, or on threads within ``numpy_attn.parallel_heads`` (each head's
+passes on one core, BLAS limited to one thread per call by the caller's context manager; the
+same bits).
 jax_attn's ``blockwise.py`` mirrors this module function for function.
 """
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -41,6 +45,7 @@ import numpy as np
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.linear import linear
 from numpy_attn.masks import causal_mask
+from numpy_attn.threads import head_threads
 from numpy_attn.validation import NUMPY_FLOATS, check_blockwise_args, check_self_attention_args
 
 __all__ = [
@@ -207,7 +212,8 @@ def _heads_blockwise(
         keep_mask = attn_keep_mask.reshape(batch, num_heads, num_queries, num_keys)
     context_vec = np.empty((batch, num_queries, num_heads, head_dim), dtype)
     ones = np.ones((batch, num_keys, 1), dtype)
-    for n in range(num_heads):
+
+    def attend_head(n: int) -> None:
         head_queries, head_keys, head_values = head_inputs(n)  # (B, T, H), (B, S, H), (B, S, Hv)
         # a column of ones after the keys and the values: a query block whose last column holds
         # -shift gets its scores lowered by the shift from the matmul, and weights @ values also
@@ -264,6 +270,14 @@ def _heads_blockwise(
             # the reciprocal of the sum, as in softmax; a query that saw no key keeps a zero output
             running_sum = acc[..., -1:]
             context_vec[:, q0:q1, n] = acc[..., :-1] * (1 / np.where(running_sum == 0, 1, running_sum))
+
+    workers, one_thread_blas = head_threads()
+    if min(workers, num_heads) == 1 or (dropping and rng is not None):  # draws come in order
+        for n in range(num_heads):
+            attend_head(n)
+    else:  # numpy_attn.threads: a head per thread, each making its matmuls on one core
+        with one_thread_blas(), ThreadPoolExecutor(min(workers, num_heads)) as pool:
+            list(pool.map(attend_head, range(num_heads)))  # list(): raises what a head raised
     return context_vec
 
 

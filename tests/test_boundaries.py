@@ -13,6 +13,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 STDLIB = {
     "__future__",
     "collections",
+    "concurrent",
+    "contextlib",
+    "contextvars",
     "functools",
     "dataclasses",
     "typing",

@@ -12,6 +12,8 @@ The intended differences, and only these:
 - ``attend``'s option groups (``Masking``, ``AttnDropout``, ``ComputePath``) and
   ``fuses_projections`` are framework-neutral and exported by both packages as the same objects
   (``AttnDropout.rng`` holds a ``jax.random`` key in jax_attn);
+- ``parallel_heads`` (numpy_attn's blockwise heads on threads) is numpy_attn's alone: XLA spreads
+  every operation of jax_attn over the cores itself;
 - jax_attn adds the Flax NNX modules, one per layer spec, named as the torch classes, and the
   ``GPTModel`` NNX module;
 - ``generate``: jax_attn's takes the ``GPTModel`` (``generate(model, token_ids, max_new_tokens,
@@ -37,7 +39,7 @@ from torch_ref import to_params
 NUMPY_ONLY = {
     "IMPLEMENTATIONS", "LAYERS", "SPECS", "STEP_DOCS", "Steps", "check_layer",
     "constructor_arguments", "parameter_names", "parameter_shapes", "load_weights", "save_weights",
-    "gpt_param_shapes", "check_gpt_params", "load_hf_gpt2", "save_hf_gpt2",
+    "gpt_param_shapes", "check_gpt_params", "load_hf_gpt2", "save_hf_gpt2", "parallel_heads",
 }  # fmt: skip
 JAX_ONLY = {*SPECS, "GPTModel"}  # the Flax modules
 OTHER_SIGNATURES = {"generate"}  # see the module's docstring

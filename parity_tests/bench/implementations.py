@@ -8,6 +8,7 @@ only its own framework, so that a memory run in a fresh process measures that fr
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,8 @@ IMPLEMENTATIONS: dict[str, tuple[str, bool]] = {
     "numpy_reference": ("numpy", True),
     "numpy_blockwise": ("numpy", False),
     "numpy_auto": ("numpy", False),  # the reference core below 512 tokens, blockwise from there
+    # blockwise, its loop's heads on a thread per core, BLAS one thread per call (numpy_attn.threads)
+    "numpy_blockwise_threads": ("numpy", False),
     "jax_reference": ("jax", True),
     "jax_blockwise": ("jax", False),
     "jax_auto": ("jax", False),
@@ -81,13 +84,29 @@ def make_call(name: str, shape: Shape, params: dict[str, np.ndarray], x: np.ndar
     framework = IMPLEMENTATIONS[name][0]
     kwargs = {"num_heads": shape.num_heads, "context_length": shape.tokens}
     if framework == "numpy":
-        import numpy_attn
-
-        implementation = name.removeprefix("numpy_")
-        return lambda: numpy_attn.multi_head_attention(params, x, **kwargs, implementation=implementation)
+        return _numpy_call(name, params, x, kwargs)
     if framework == "torch":
         return _torch_call(name, shape, params, x)
     return _jax_call(name, shape, params, x, kwargs)
+
+
+def _numpy_call(
+    name: str, params: dict[str, np.ndarray], x: np.ndarray, kwargs: dict[str, int]
+) -> Callable[[], Any]:
+    import numpy_attn
+
+    if name != "numpy_blockwise_threads":
+        implementation = name.removeprefix("numpy_")
+        return lambda: numpy_attn.multi_head_attention(params, x, **kwargs, implementation=implementation)
+    from threadpoolctl import ThreadpoolController
+
+    blas = ThreadpoolController()  # finds the BLAS libraries once, not on every call
+
+    def heads_on_threads() -> np.ndarray:
+        with numpy_attn.parallel_heads(os.cpu_count() or 1, lambda: blas.limit(limits=1, user_api="blas")):
+            return numpy_attn.multi_head_attention(params, x, **kwargs, implementation="blockwise")
+
+    return heads_on_threads
 
 
 def _torch_call(name: str, shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> Callable[[], Any]:

@@ -1,0 +1,70 @@
+"""How numpy_attn's blockwise loops use the cores: ``parallel_heads``.
+
+NumPy runs every elementwise pass (the exp, the masks, the sums) on one core, and only its BLAS
+spreads a matmul over the cores. Heads are independent, so the blockwise path can run them on
+threads instead, each making all of its passes, matmuls included, on one core. That pays only
+while BLAS runs one thread per call: heads whose matmuls each start a thread per core
+oversubscribe the machine. numpy_attn imports NumPy alone, so it cannot set BLAS's threads
+itself; the caller hands it a context manager that does (``threadpoolctl``'s), and numpy_attn
+enters it around the threaded loop only, so that the projections and every other matmul
+outside the loop keep all of BLAS's threads:
+
+    from threadpoolctl import ThreadpoolController
+
+    blas = ThreadpoolController()
+    with numpy_attn.parallel_heads(2, lambda: blas.limit(limits=1, user_api="blas")):
+        output = numpy_attn.multi_head_attention(params, x, ..., implementation="blockwise")
+
+The result has the same bits whatever the number of threads. Measurements are in
+benchmarks/README.md. jax_attn has no counterpart: XLA spreads every operation over the cores
+itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
+from typing import NamedTuple
+
+__all__ = ["HeadThreads", "head_threads", "parallel_heads"]
+
+
+class HeadThreads(NamedTuple):
+    """``workers``: how many heads the blockwise loops run at a time; ``one_thread_blas``:
+    called for a context manager inside which BLAS runs one thread per call."""
+
+    workers: int
+    one_thread_blas: Callable[[], AbstractContextManager[object]]
+
+
+_HEAD_THREADS: ContextVar[HeadThreads] = ContextVar(
+    "numpy_attn_head_threads", default=HeadThreads(1, nullcontext)
+)
+
+
+@contextmanager
+def parallel_heads(
+    workers: int, one_thread_blas: Callable[[], AbstractContextManager[object]]
+) -> Iterator[None]:
+    """Within the block, numpy_attn's blockwise path runs up to ``workers`` heads at a time on
+    threads, inside ``one_thread_blas()`` (a context manager that keeps BLAS to one thread per
+    call, such as ``threadpoolctl``'s limit, or ``contextlib.nullcontext`` where BLAS already
+    runs one thread). Outside the block, or with ``workers=1``, heads run one after another.
+    Random dropout (an ``rng``) keeps one head after another: the draws come from one
+    generator, in order. The setting belongs to the calling thread (and asyncio task): a
+    ``contextvars.ContextVar``."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if not callable(one_thread_blas):
+        raise TypeError(f"one_thread_blas must be callable, got {type(one_thread_blas).__name__}")
+    token = _HEAD_THREADS.set(HeadThreads(workers, one_thread_blas))
+    try:
+        yield
+    finally:
+        _HEAD_THREADS.reset(token)
+
+
+def head_threads() -> HeadThreads:
+    """What ``parallel_heads`` set here (one worker and no BLAS limit outside it)."""
+    return _HEAD_THREADS.get()
