@@ -187,6 +187,8 @@ def floor_calls(shape_name: str) -> dict[str, Callable[[], Any]]:
                 "jax layer (auto, jitted)": make_call("jax_auto", shape, params, x)}  # fmt: skip
     return {"torch SDPA layer": make_call("torch_sdpa", shape, params, x),
             "numpy layer (blockwise)": make_call("numpy_blockwise", shape, params, x),
+            "numpy layer (blockwise, heads on threads)":
+                make_call("numpy_blockwise_threads", shape, params, x),
             **_numpy_floor(shape, params, x),
             "jax layer (blockwise, jitted)": make_call("jax_blockwise", shape, params, x),
             "jax floor: GEMMs and exp, one XLA program": _jax_floor(shape, params, x)}  # fmt: skip
