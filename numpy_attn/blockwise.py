@@ -29,7 +29,7 @@ multi-head layers' blockwise path) starts from the layer input instead: each hea
 keys and values are projected inside the loop over heads, so no whole projection exists.
 Heads run one after another, or on threads within ``numpy_attn.parallel_heads`` (each head's
 passes on one core, BLAS limited to one thread per call by the caller's context manager; the
-same bits).
+bits of one head after another under the same BLAS).
 jax_attn's ``blockwise.py`` mirrors this module function for function.
 """
 

@@ -15,9 +15,10 @@ outside the loop keep all of BLAS's threads:
     with numpy_attn.parallel_heads(2, lambda: blas.limit(limits=1, user_api="blas")):
         output = numpy_attn.multi_head_attention(params, x, ..., implementation="blockwise")
 
-The result has the same bits whatever the number of threads. Measurements are in
-benchmarks/README.md. jax_attn has no counterpart: XLA spreads every operation over the cores
-itself.
+The result has the bits of one head after another under the same BLAS settings (OpenBLAS
+itself may round a float64 matmul differently on one thread than on several: by 2.8e-16 in
+the README's example). Measurements are in benchmarks/README.md. jax_attn has no
+counterpart: XLA spreads every operation over the cores itself.
 """
 
 from __future__ import annotations
