@@ -271,8 +271,9 @@ def _heads_blockwise(
             running_sum = acc[..., -1:]
             context_vec[:, q0:q1, n] = acc[..., :-1] * (1 / np.where(running_sum == 0, 1, running_sum))
 
-    workers, one_thread_blas = head_threads()
-    if min(workers, num_heads) == 1 or (dropping and rng is not None):  # draws come in order
+    workers, one_thread_blas, min_scores = head_threads()
+    few_scores = batch * num_queries * num_keys < min_scores  # faster on one thread
+    if min(workers, num_heads) == 1 or few_scores or (dropping and rng is not None):  # rng: in order
         for n in range(num_heads):
             attend_head(n)
     else:  # numpy_attn.threads: a head per thread, each making its matmuls on one core

@@ -16,8 +16,8 @@ outside the loop keep all of BLAS's threads:
         output = numpy_attn.multi_head_attention(params, x, ..., implementation="blockwise")
 
 The result has the bits of one head after another under the same BLAS settings (OpenBLAS
-itself may round a float64 matmul differently on one thread than on several: by 2.8e-16 in
-the README's example). Measurements are in benchmarks/README.md. jax_attn has no
+itself may round a float64 matmul differently on one thread than on several: by 2.8e-16 in a
+float64 layer at B2/T600, d 64, 4 heads). Measurements are in benchmarks/README.md. jax_attn has no
 counterpart: XLA spreads every operation over the cores itself.
 """
 
@@ -28,15 +28,24 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import NamedTuple
 
-__all__ = ["HeadThreads", "head_threads", "parallel_heads"]
+__all__ = ["MIN_SCORES", "HeadThreads", "head_threads", "parallel_heads"]
+
+
+# Below this many scores per head (B x T x S) the heads stay on one thread: on 2 cores, threads
+# took 1.04-1.22 of the time at B1/T512-T1024 and B4/T512 (the two threads wait on each other
+# for the GIL between their many small operations), 0.94-0.99 at B1/T2048 and 0.83-0.85 at
+# B1/T4096 (benchmarks/README.md)
+MIN_SCORES = 2**22
 
 
 class HeadThreads(NamedTuple):
     """``workers``: how many heads the blockwise loops run at a time; ``one_thread_blas``:
-    called for a context manager inside which BLAS runs one thread per call."""
+    called for a context manager inside which BLAS runs one thread per call; ``min_scores``: the
+    fewest scores per head, B x T x S, for which heads go on threads."""
 
     workers: int
     one_thread_blas: Callable[[], AbstractContextManager[object]]
+    min_scores: int = MIN_SCORES
 
 
 _HEAD_THREADS: ContextVar[HeadThreads] = ContextVar(
@@ -46,20 +55,26 @@ _HEAD_THREADS: ContextVar[HeadThreads] = ContextVar(
 
 @contextmanager
 def parallel_heads(
-    workers: int, one_thread_blas: Callable[[], AbstractContextManager[object]]
+    workers: int,
+    one_thread_blas: Callable[[], AbstractContextManager[object]],
+    *,
+    min_scores: int = MIN_SCORES,
 ) -> Iterator[None]:
     """Within the block, numpy_attn's blockwise path runs up to ``workers`` heads at a time on
     threads, inside ``one_thread_blas()`` (a context manager that keeps BLAS to one thread per
     call, such as ``threadpoolctl``'s limit, or ``contextlib.nullcontext`` where BLAS already
-    runs one thread). Outside the block, or with ``workers=1``, heads run one after another.
-    Random dropout (an ``rng``) keeps one head after another: the draws come from one
-    generator, in order. The setting belongs to the calling thread (and asyncio task): a
+    runs one thread), when a head has at least ``min_scores`` scores (B x T x S; fewer run
+    faster on one thread, see ``MIN_SCORES``). Outside the block, with ``workers=1``, or with
+    random dropout (an ``rng``: the draws come from one generator, in order), heads run one
+    after another. The setting belongs to the calling thread (and asyncio task): a
     ``contextvars.ContextVar``."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    for name, value, least in (("workers", workers, 1), ("min_scores", min_scores, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            kind = "positive" if least else "non-negative"
+            raise ValueError(f"{name} must be a {kind} integer, got {value!r}")
     if not callable(one_thread_blas):
         raise TypeError(f"one_thread_blas must be callable, got {type(one_thread_blas).__name__}")
-    token = _HEAD_THREADS.set(HeadThreads(workers, one_thread_blas))
+    token = _HEAD_THREADS.set(HeadThreads(workers, one_thread_blas, min_scores))
     try:
         yield
     finally:

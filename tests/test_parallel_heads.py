@@ -49,7 +49,7 @@ def test_heads_on_threads_give_the_same_bits(dtype, workers):
     expected = self_attention(x, weight, bias, padding_mask)
     expected_dropped = self_attention(x, weight, bias, padding_mask, dropout=0.3, attn_keep_mask=keep)
     limit = CountingLimit()
-    with numpy_attn.parallel_heads(workers, limit):
+    with numpy_attn.parallel_heads(workers, limit, min_scores=0):
         actual = self_attention(x, weight, bias, padding_mask)
         actual_dropped = self_attention(x, weight, bias, padding_mask, dropout=0.3, attn_keep_mask=keep)
     np.testing.assert_array_equal(actual, expected)
@@ -83,7 +83,7 @@ def test_the_layer_with_blas_really_limited():
         threads_inside.append([info["num_threads"] for info in blas.select(user_api="blas").info()])
         return limit
 
-    with numpy_attn.parallel_heads(2, one_thread_blas):
+    with numpy_attn.parallel_heads(2, one_thread_blas, min_scores=0):
         actual = numpy_attn.multi_head_attention(params, x, **kwargs)
         actual_split = numpy_attn.blockwise_attention(*heads, causal=True, block_size=8)
     np.testing.assert_allclose(actual, expected, rtol=1e-13, atol=1e-15)
@@ -95,43 +95,59 @@ def test_random_dropout_keeps_the_draw_order_and_runs_one_head_at_a_time():
     x, weight, bias, padding_mask = inputs(np.float64)
     expected = self_attention(x, weight, bias, padding_mask, dropout=0.3, rng=np.random.default_rng(9))
     limit = CountingLimit()
-    with numpy_attn.parallel_heads(2, limit):
+    with numpy_attn.parallel_heads(2, limit, min_scores=0):
         actual = self_attention(x, weight, bias, padding_mask, dropout=0.3, rng=np.random.default_rng(9))
     np.testing.assert_array_equal(actual, expected)
     assert limit.entered == 0
 
 
-def test_one_worker_or_one_head_runs_no_threads():
+def test_one_worker_one_head_or_few_scores_run_no_threads():
     x, weight, bias, padding_mask = inputs(np.float64)
     limit = CountingLimit()
-    with numpy_attn.parallel_heads(1, limit):
+    with numpy_attn.parallel_heads(1, limit, min_scores=0):
         self_attention(x, weight, bias, padding_mask)
-    with numpy_attn.parallel_heads(4, limit):
+    with numpy_attn.parallel_heads(4, limit, min_scores=0):
         numpy_attn.blockwise_self_attention(x, weight[:12], bias[:12], num_heads=1, block_size=8)
+    with numpy_attn.parallel_heads(4, limit, min_scores=2 * 37 * 37 + 1):  # B x T x S + 1
+        self_attention(x, weight, bias, padding_mask)
     assert limit.entered == 0
+    with numpy_attn.parallel_heads(4, limit, min_scores=2 * 37 * 37):
+        self_attention(x, weight, bias, padding_mask)
+    assert limit.entered == 1
+    with numpy_attn.parallel_heads(4, limit):  # the default: 2**22 scores
+        self_attention(x, weight, bias, padding_mask)
+    assert limit.entered == 1 and numpy_attn.threads.MIN_SCORES == 2**22
 
 
 def test_the_setting_is_scoped_and_nests():
-    assert head_threads() == HeadThreads(1, contextlib.nullcontext)
+    assert head_threads() == HeadThreads(1, contextlib.nullcontext, 2**22)
     outer, inner = CountingLimit(), CountingLimit()
     with numpy_attn.parallel_heads(2, outer):
-        with numpy_attn.parallel_heads(3, inner):
-            assert head_threads() == HeadThreads(3, inner)
-        assert head_threads() == HeadThreads(2, outer)
-    assert head_threads() == HeadThreads(1, contextlib.nullcontext)
+        with numpy_attn.parallel_heads(3, inner, min_scores=5):
+            assert head_threads() == HeadThreads(3, inner, 5)
+        assert head_threads() == HeadThreads(2, outer, 2**22)
+    assert head_threads() == HeadThreads(1, contextlib.nullcontext, 2**22)
 
 
 @pytest.mark.parametrize(
-    "workers, one_thread_blas, error, match",
+    "arguments, error, match",
     [
-        (0, contextlib.nullcontext, ValueError, "workers must be a positive integer, got 0"),
-        (True, contextlib.nullcontext, ValueError, "workers must be a positive integer, got True"),
-        (2.0, contextlib.nullcontext, ValueError, "workers must be a positive integer, got 2.0"),
-        (2, None, TypeError, "one_thread_blas must be callable, got NoneType"),
+        ((0, contextlib.nullcontext), ValueError, "workers must be a positive integer, got 0"),
+        ((True, contextlib.nullcontext), ValueError, "workers must be a positive integer, got True"),
+        ((2.0, contextlib.nullcontext), ValueError, "workers must be a positive integer, got 2.0"),
+        ((2, None), TypeError, "one_thread_blas must be callable, got NoneType"),
+        ((2, contextlib.nullcontext, -1), ValueError, "min_scores must be a non-negative integer, got -1"),
+        (
+            (2, contextlib.nullcontext, 1e6),
+            ValueError,
+            "min_scores must be a non-negative integer, got 1000000.0",
+        ),
     ],
 )
-def test_bad_settings_are_rejected(workers, one_thread_blas, error, match):
-    with pytest.raises(error, match=match), numpy_attn.parallel_heads(workers, one_thread_blas):
+def test_bad_settings_are_rejected(arguments, error, match):
+    workers, one_thread_blas, *min_scores = arguments
+    keywords = {"min_scores": min_scores[0]} if min_scores else {}
+    with pytest.raises(error, match=match), numpy_attn.parallel_heads(workers, one_thread_blas, **keywords):
         pass
 
 
@@ -142,7 +158,7 @@ def test_an_error_in_a_head_is_raised_to_the_caller(monkeypatch):
     monkeypatch.setattr(numpy_attn.blockwise, "_block_scores", broken_block_scores)
     x, weight, bias, padding_mask = inputs(np.float64)
     with (
-        numpy_attn.parallel_heads(2, contextlib.nullcontext),
+        numpy_attn.parallel_heads(2, contextlib.nullcontext, min_scores=0),
         pytest.raises(FloatingPointError, match="a head"),
     ):
         self_attention(x, weight, bias, padding_mask)
