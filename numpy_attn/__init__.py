@@ -16,6 +16,7 @@ Every layer takes ``implementation="reference" | "blockwise" | "auto"``: the rea
 transcription of the notes, or the O(T)-memory blockwise path (online softmax, hidden causal
 blocks skipped; the multi-head layers project one head at a time), or blockwise for long
 sequences only; ``numpy_attn.implementation`` holds these rules for numpy_attn and jax_attn.
+Within ``parallel_heads`` the blockwise path runs its heads on threads (``numpy_attn.threads``).
 
 Each layer is defined once, framework-neutrally, in ``numpy_attn.spec.SPECS`` (weights, the
 constructor's arguments, buffers, steps); checks, ``constructor_arguments`` and the parity
