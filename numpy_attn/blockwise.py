@@ -272,12 +272,13 @@ def _heads_blockwise(
             context_vec[:, q0:q1, n] = acc[..., :-1] * (1 / np.where(running_sum == 0, 1, running_sum))
 
     workers, one_thread_blas, min_scores = head_threads()
+    workers = min(workers, num_heads)
     few_scores = batch * num_queries * num_keys < min_scores  # faster on one thread
-    if min(workers, num_heads) == 1 or few_scores or (dropping and rng is not None):  # rng: in order
+    if workers == 1 or few_scores or (dropping and rng is not None):  # rng: draws in order
         for n in range(num_heads):
             attend_head(n)
     else:  # numpy_attn.threads: a head per thread, each making its matmuls on one core
-        with one_thread_blas(), ThreadPoolExecutor(min(workers, num_heads)) as pool:
+        with one_thread_blas(), ThreadPoolExecutor(workers) as pool:
             list(pool.map(attend_head, range(num_heads)))  # list(): raises what a head raised
     return context_vec
 

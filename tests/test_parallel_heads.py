@@ -15,7 +15,7 @@ NUM_HEADS = 4
 
 
 class CountingLimit:
-    """A stand-in for a BLAS limit: counts how often it is entered, and by whom."""
+    """A stand-in for a BLAS limit: counts how often it is entered."""
 
     def __init__(self):
         self.entered = 0
@@ -70,9 +70,7 @@ def test_the_layer_with_blas_really_limited():
     params["out_proj.weight"] = np.eye(4 * NUM_HEADS)[::-1].copy()
     params["out_proj.bias"] = bias[: 4 * NUM_HEADS]
     kwargs = {"num_heads": NUM_HEADS, "context_length": 37, "implementation": "blockwise", "block_size": 8}
-    heads = [
-        np.random.default_rng(s).standard_normal((2, NUM_HEADS, 37, 4), dtype=np.float32) for s in (1, 2, 3)
-    ]
+    heads = [np.random.default_rng(seed).standard_normal((2, NUM_HEADS, 37, 4)) for seed in (1, 2, 3)]
     expected = numpy_attn.multi_head_attention(params, x, **kwargs)
     expected_split = numpy_attn.blockwise_attention(*heads, causal=True, block_size=8)
     blas = ThreadpoolController()
