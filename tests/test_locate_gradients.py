@@ -2,6 +2,7 @@
 on its line (a stop_gradient, an integer cast, a detached value, a custom_vjp/custom_jvp rule), and
 the correct ports in every style (plain, jitted, NNX, nnx.jit, torch, custom rules) pass."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -40,6 +41,25 @@ def test_planted_backward_bug_is_located_on_its_line(bug, tmp_path):
     assert actual == expected, f"\n{report}"
     assert report.first_divergence.startswith("gradient of")
     assert report.expected != report.actual
+
+
+def test_a_monitoring_listener_in_user_code_is_not_blamed_for_a_backward_rule(tmp_path):
+    """jax calls jax.monitoring listeners while it traces the backward rule; one written in a
+    user's file (here, this test file) returns None, not the rule's tuple of cotangents."""
+    calls = []
+
+    def listener(*args, **kwargs):
+        calls.append(args)
+
+    bug = next(b for b in GRADIENT_BUGS if b.name == "grad_custom_vjp_bwd_without_the_sum")
+    source, line = plant(bug)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        report = run_port(bug.port, source, tmp_path, inputs())
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert calls  # it ran while the gradients were located
+    assert report.candidate_location == f"{tmp_path / bug.port}.py:{line}", f"\n{report}"
 
 
 @pytest.mark.parametrize("port", list(GRADIENT_PORTS))

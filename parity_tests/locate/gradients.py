@@ -242,7 +242,7 @@ def _rule_location(trace: Trace, rule: CustomRule, operands: list[int]) -> str:
     cotangents = cotangents if eqn.primitive.multiple_results else cotangents[0]
     returns: list[str] = []
 
-    def tracer(frame, event, _arg):
+    def tracer(frame, event, arg):
         if not is_user_file(frame.f_code.co_filename):
             return None
         outer = frame.f_back
@@ -250,7 +250,9 @@ def _rule_location(trace: Trace, rule: CustomRule, operands: list[int]) -> str:
         while outer is not None:
             frames.append((outer.f_code.co_filename, outer.f_lineno, outer.f_code.co_name))
             outer = outer.f_back
-        if event == "return" and not user_stack(frames):
+        # a backward rule returns its cotangents as a tuple (custom_vjp requires one); other user
+        # code that library code calls meanwhile, such as a jax.monitoring listener, does not
+        if event == "return" and isinstance(arg, tuple) and not user_stack(frames):
             returns.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
         return tracer
 
