@@ -32,6 +32,7 @@ endif
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # one xdist worker per core, each with one BLAS/OpenMP thread: two workers that each start a
 # thread per core oversubscribe the machine (one run each on 2 cores: 217 s against 241 s); .pyc

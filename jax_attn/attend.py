@@ -96,7 +96,10 @@ def attend_heads(
         split_heads(queries, num_heads),  # (B, N, T, H)
         split_heads(keys, num_heads),  # (B, N, S, H)
         split_heads(values, num_heads),  # (B, N, S, H)
-        masking, dropout, path, return_steps,
+        masking,
+        dropout,
+        path,
+        return_steps,
     )  # (B, N, T, H)
     steps = Steps()
     if return_steps:

@@ -40,7 +40,6 @@ from numpy_attn.validation import JAX_FLOATS, check_blockwise_args, check_self_a
 __all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention", "blockwise_self_attention"]
 
 
-
 def _pad_to_blocks(x: jax.Array, block_size: int, axis: int) -> jax.Array:
     """Pad ``axis`` with zeros to a multiple of ``block_size`` (no copy when it divides)."""
     axis = axis % x.ndim

@@ -47,7 +47,9 @@ def multi_head_attention(
     )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
     context_vec, attention_steps = attend_heads(
-        x, qkv_weights(params), num_heads,
+        x,
+        qkv_weights(params),
+        num_heads,
         Masking(causal=True),
         AttnDropout(dropout, key, attn_keep_mask),
         ComputePath(implementation, block_size, fused_qkv=fuses_projections(implementation, x.shape[-2])),

@@ -131,7 +131,9 @@ def fused_causal_attention(
     x = np.asarray(x)  # arrays from any framework compute here
     qkv = params["Wqkv.weight"], params.get("Wqkv.bias")  # (3D, D), (3D,) or None
     context_vec, attention_steps = attend_heads(
-        x, qkv, num_heads,
+        x,
+        qkv,
+        num_heads,
         Masking(causal=True, padding_mask=padding_mask),
         AttnDropout(attn_drop, rng, attn_keep_mask),
         ComputePath(implementation, block_size, fused_qkv=_fused(implementation, x.shape[-2])),

@@ -55,4 +55,3 @@ def split_projection(
         projected = linear(x, weight, bias)  # (..., parts * E)
         return tuple(projected[..., cut] for cut in cuts)  # parts x (..., E)
     return tuple(linear(x, weight[cut], None if bias is None else bias[cut]) for cut in cuts)
-

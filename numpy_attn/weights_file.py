@@ -392,9 +392,7 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, file_size: int
         raise TypeError(f"{path}: member {name!r} has dtype {dtype}{needs}; .npz weights are {_NPZ_FLOATS}")
     data = stream.read()
     if len(shape) > _MAX_RANK or len(data) != math.prod(shape) * dtype.itemsize:
-        raise ValueError(
-            f"{path}: member {name!r} ({dtype}, shape {shape}) holds {len(data)} bytes of data"
-        )
+        raise ValueError(f"{path}: member {name!r} ({dtype}, shape {shape}) holds {len(data)} bytes of data")
     array = np.frombuffer(data, dtype=dtype).reshape(shape[::-1] if fortran_order else shape)
     return np.ascontiguousarray(array.T if fortran_order else array)
 

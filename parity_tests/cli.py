@@ -222,9 +222,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="attn-parity", description="Check attention ports between PyTorch, NumPy and JAX."
-    )
+    parser = _Parser(prog="attn-parity", description="Check attention ports between PyTorch, NumPy and JAX.")
     parser.add_argument("--width", type=int, default=None, help="terminal width for tables")
     commands = parser.add_subparsers(dest="command", required=True)
 

@@ -176,9 +176,7 @@ def _with_keep_masks(fn: Any, args: Sequence[Any], masks: Sequence[np.ndarray], 
         return _KeepMaskGenerator(value, masks, kept_high) if replace else value
 
     if isinstance(fn, functools.partial):
-        fn = functools.partial(
-            fn.func, *map(swap, fn.args), **{k: swap(v) for k, v in fn.keywords.items()}
-        )
+        fn = functools.partial(fn.func, *map(swap, fn.args), **{k: swap(v) for k, v in fn.keywords.items()})
     return fn, [swap(arg) for arg in args]
 
 
