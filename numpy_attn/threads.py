@@ -28,6 +28,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import NamedTuple
 
+from numpy_attn.validation import check_size
+
 __all__ = ["MIN_SCORES", "HeadThreads", "head_threads", "parallel_heads"]
 
 
@@ -68,10 +70,9 @@ def parallel_heads(
     random dropout (an ``rng``: the draws come from one generator, in order), heads run one
     after another. The setting belongs to the calling thread (and asyncio task): a
     ``contextvars.ContextVar``."""
-    for name, value, least in (("workers", workers, 1), ("min_scores", min_scores, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            kind = "positive" if least else "non-negative"
-            raise ValueError(f"{name} must be a {kind} integer, got {value!r}")
+    check_size("workers", workers)
+    if isinstance(min_scores, bool) or not isinstance(min_scores, int) or min_scores < 0:
+        raise ValueError(f"min_scores must be a non-negative integer, got {min_scores!r}")
     if not callable(one_thread_blas):
         raise TypeError(f"one_thread_blas must be callable, got {type(one_thread_blas).__name__}")
     token = _HEAD_THREADS.set(HeadThreads(workers, one_thread_blas, min_scores))
