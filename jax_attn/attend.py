@@ -8,6 +8,7 @@ import jax
 from jax_attn.attention import scaled_dot_product_attention
 from jax_attn.blockwise import blockwise_attention, blockwise_self_attention
 from jax_attn.checks import check_key
+from jax_attn.dropout import draw_keep_mask
 from jax_attn.heads import merge_heads, split_heads
 from jax_attn.linear import split_projection
 from jax_attn.masks import causal_mask
@@ -41,7 +42,7 @@ def attend(
     key, attn_keep_mask = dropout.rng, dropout.keep_mask
     if blockwise and return_steps and key is not None and dropout.rate:
         shape = queries.shape[:-1] + keys.shape[-2:-1]
-        attn_keep_mask = jax.random.bernoulli(key, 1 - dropout.rate, shape)
+        attn_keep_mask = draw_keep_mask(key, dropout.rate, shape)
         key = None
     steps = Steps()
     if not blockwise or return_steps:

@@ -32,6 +32,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jax_attn.dropout import draw_keep_mask
 from jax_attn.linear import linear
 from numpy_attn.blockwise import fit_block_size, token_major
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
@@ -226,7 +227,7 @@ def _heads_blockwise(
                         keep = key_slice(query_rows, ki * key_block_size, axis=1)  # (bq, bk)
                     else:
                         pair_key = jax.random.fold_in(head_key, qi * num_key_blocks + ki)
-                        keep = jax.random.bernoulli(pair_key, 1 - dropout, weights.shape)
+                        keep = draw_keep_mask(pair_key, dropout, weights.shape)
                     weights = weights * keep / (1 - dropout)
                 acc = acc * correction + weights @ key_slice(head_values, ki * key_block_size)  # (bq, Hv)
                 return block_max, running_sum, acc

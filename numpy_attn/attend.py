@@ -8,6 +8,7 @@ import numpy as np
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.attention import scaled_dot_product_attention
 from numpy_attn.blockwise import blockwise_attention, blockwise_self_attention
+from numpy_attn.dropout import draw_keep_mask
 from numpy_attn.heads import merge_heads, split_heads
 from numpy_attn.implementation import uses_blockwise
 from numpy_attn.linear import split_projection
@@ -40,7 +41,7 @@ def attend(
     blockwise = uses_blockwise(path.implementation, queries.shape[-2])
     rng, attn_keep_mask = dropout.rng, dropout.keep_mask
     if blockwise and return_steps and rng is not None and dropout.rate:
-        attn_keep_mask = rng.random(queries.shape[:-1] + keys.shape[-2:-1]) >= dropout.rate
+        attn_keep_mask = draw_keep_mask(rng, dropout.rate, queries.shape[:-1] + keys.shape[-2:-1])
         rng = None
     steps = Steps()
     if not blockwise or return_steps:

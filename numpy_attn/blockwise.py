@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from numpy_attn.dropout import draw_keep_mask
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.linear import linear
 from numpy_attn.masks import causal_mask
@@ -243,7 +244,7 @@ def _heads_blockwise(
                     keep = (
                         keep_mask[:, n, q0:q1, k0:k1]
                         if keep_mask is not None
-                        else rng.random((batch, q1 - q0, k1 - k0)) >= dropout
+                        else draw_keep_mask(rng, dropout, (batch, q1 - q0, k1 - k0))
                     )
                 key_block = np.swapaxes(keys_and_ones[:, k0:k1], -1, -2)  # (B, H + 1, bk)
                 block_values = values_and_ones[:, k0:k1]  # (B, bk, Hv + 1)

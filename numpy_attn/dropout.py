@@ -6,7 +6,7 @@ import numpy as np
 
 from numpy_attn.validation import check_dropout, check_keep_mask, check_rng
 
-__all__ = ["dropout"]
+__all__ = ["draw_keep_mask", "dropout"]
 
 
 def dropout(
@@ -27,6 +27,12 @@ def dropout(
     if keep_mask is None:
         if rng is None:
             return x
-        keep_mask = rng.random(x.shape) >= p
+        keep_mask = draw_keep_mask(rng, p, x.shape)
     check_keep_mask("keep_mask", keep_mask, x.shape)
     return x * keep_mask / (1 - p)
+
+
+def draw_keep_mask(rng: np.random.Generator, p: float, shape: tuple[int, ...]) -> np.ndarray:
+    """A bool mask of ``shape``, True = keep, each entry kept with probability ``1 - p``: one
+    uniform draw per entry, in row-major order, kept where it is at least ``p``."""
+    return rng.random(shape) >= p

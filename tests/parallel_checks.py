@@ -44,6 +44,8 @@ MODELS = {
 RING_SIZES = (1, 2, 4, 8)  # the memory measurements: T fixed, the ring grows
 MEMORY_SHAPE = (1, 2, 1024, 16)  # (B, N, T, H)
 DATA_SIZES = (1, 2, 4, 8)  # the data-parallel GPT forward: B fixed, the "data" axis grows
+KEEP_MASK_SHAPE = (8, 4, 8, 8)  # (B, N, T, S): a dropout keep-mask drawn with B and N sharded
+KEEP_MASK_MESH = "data2_model4"
 
 CHECKS = [
     *(
@@ -64,6 +66,7 @@ CHECKS = [
         for mesh in meshes
         for part in parts
     ),
+    f"keep_mask/{KEEP_MASK_MESH}/mask",
 ]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -80,6 +83,7 @@ def main(out: pathlib.Path) -> None:
     from jax.sharding import PartitionSpec as P
 
     from jax_attn import FusedCausalAttention, GPTModel, Masking, MultiHeadAttention, attend
+    from jax_attn.dropout import draw_keep_mask
     from jax_attn.parallel import ring_attention, shard_batch, shard_model
 
     sys.path.insert(0, str(ROOT / "examples"))
@@ -165,6 +169,20 @@ def main(out: pathlib.Path) -> None:
         reference, reference, reference
     )
     measures["reference_dims"] = largest_dims(single_program.compile())
+
+    # a dropout keep-mask with its batch and heads sharded: the same bits, each device drawing its own
+    mesh = auto_mesh(MODEL_MESHES[KEEP_MASK_MESH], ("data", "model"))
+    key = jax.random.key(0)
+    draw = jax.jit(
+        lambda key: draw_keep_mask(key, 0.5, KEEP_MASK_SHAPE),
+        out_shardings=NamedSharding(mesh, P("data", "model")),
+    )
+    expected, actual = (
+        np.asarray(mask, np.uint8) for mask in (draw_keep_mask(key, 0.5, KEEP_MASK_SHAPE), draw(key))
+    )
+    record(f"keep_mask/{KEEP_MASK_MESH}/mask", expected, actual)
+    bits = re.findall(r"u32\[([0-9,]+)\]", draw.lower(key).compile().as_text())  # the random bits' arrays
+    measures["keep_mask/bits_shapes"] = sorted({tuple(map(int, dims.split(","))) for dims in bits})
 
     # models: the same weights and batch on one device and on ("data", "model") meshes
     config = {

@@ -104,6 +104,18 @@ def test_ring_never_holds_the_whole_sequence(checks):
         assert max(measures[f"ring_dims/{size}"]) == num_tokens // size
 
 
+def test_a_sharded_keep_mask_is_drawn_shard_by_shard(checks):
+    """``draw_keep_mask`` merges only the last two axes: with the batch and the heads sharded,
+    each device computes the random bits of its own (B/2, N/4, T * S) shard, no more."""
+    _, measures = checks
+    b, n, t, s = parallel_checks.KEEP_MASK_SHAPE
+    data, model = parallel_checks.MODEL_MESHES[parallel_checks.KEEP_MASK_MESH]
+    shard = [b // data, n // model, t * s]
+    bits_shapes = measures["keep_mask/bits_shapes"]
+    assert shard in bits_shapes
+    assert max(np.prod(dims) for dims in bits_shapes) == np.prod(shard)
+
+
 def test_data_parallel_gpt_memory_falls_with_devices(checks):
     _, measures = checks
     one = measures["gpt_memory/1"]
