@@ -26,6 +26,12 @@ def pytest_configure(config):
     jax.config.update("jax_compilation_cache_dir", os.environ[CACHE_VARIABLE])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # JAX writes an entry in place, without a lock unless the cache has a size limit (whose
+    # eviction then scans the folder on every write): a worker may read an entry the other is
+    # still writing. JAX detects the truncated entry, warns and compiles the program itself.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:Error reading persistent compilation cache entry:UserWarning"
+    )
 
 
 def pytest_collection_modifyitems(items):
