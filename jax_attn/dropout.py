@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 
 from jax_attn.checks import check_key
+from jax_attn.draws import merged_draw
 from numpy_attn.validation import check_dropout, check_keep_mask
 
 __all__ = ["draw_keep_mask", "dropout"]
@@ -39,13 +38,5 @@ def dropout(
 
 def draw_keep_mask(key: jax.Array, p: float, shape: tuple[int, ...]) -> jax.Array:
     """A bool mask of ``shape``, True = keep, each entry kept with probability ``1 - p``: the bits
-    of ``jax.random.bernoulli(key, 1 - p, shape)``.
-
-    Drawn with the last two axes as one, then reshaped. jax.random's generators fill a draw in
-    row-major order (threefry's counter for an entry is its flat index), so the bits are the
-    same, and XLA:CPU compiles the counters of fewer axes faster: a (2, 2, 6, 6) mask's program
-    in 0.4 s against 1.0 s. The leading axes stay, so that a mask whose batch or heads are
-    sharded is still drawn shard by shard.
-    """
-    merged = (*shape[:-2], math.prod(shape[-2:]))  # (..., T * S)
-    return jax.random.bernoulli(key, 1 - p, merged).reshape(shape)
+    of ``jax.random.bernoulli(key, 1 - p, shape)``, drawn by ``merged_draw`` (compiled faster)."""
+    return merged_draw(jax.random.bernoulli, key, shape, p=1 - p)

@@ -27,7 +27,7 @@ from jax_attn.checks import is_concrete
 from jax_attn.convert import flax_path, flax_value, torch_name, torch_value
 from jax_attn.dropout import dropout
 from jax_attn.linear import linear
-from jax_attn.module_base import torch_linear
+from jax_attn.module_base import torch_linear, torch_normal
 from jax_attn.modules import MultiHeadAttention
 from jax_attn.multi_head import multi_head_attention
 from numpy_attn.gpt import BLOCK_STEPS, LAYER_NORM_EPS, apply_block, apply_model
@@ -253,10 +253,11 @@ class GPTModel(nnx.Module):
         check_config(config)
         self.config = dict(config)
         vocab, context, emb = config["vocab_size"], config["context_length"], config["emb_dim"]
-        normal = jax.nn.initializers.normal(1.0)
-        self.tok_emb = nnx.Embed(vocab, emb, dtype=dtype, param_dtype=dtype, embedding_init=normal, rngs=rngs)
+        self.tok_emb = nnx.Embed(
+            vocab, emb, dtype=dtype, param_dtype=dtype, embedding_init=torch_normal, rngs=rngs
+        )
         self.pos_emb = nnx.Embed(
-            context, emb, dtype=dtype, param_dtype=dtype, embedding_init=normal, rngs=rngs
+            context, emb, dtype=dtype, param_dtype=dtype, embedding_init=torch_normal, rngs=rngs
         )
         self.drop_emb = nnx.Dropout(config["drop_rate"], rngs=rngs)
         self.trf_blocks = nnx.List(

@@ -164,12 +164,12 @@ def test_a_flax_module_compiles_to_the_kernels_of_its_function():
 
 
 def test_floor_of_the_small_call_computes_the_layer_and_is_timed_against_torch_sdpa():
-    from parity_tests.bench.floor import _numpy_small_floor, markdown_floor, measure_floor
+    from parity_tests.bench.floor import markdown_floor, measure_floor, numpy_small_floor
 
     shape = SHAPES["B2_T6_d3to4"]
     params, x = make_inputs(shape)
     expected = make_call("numpy_reference", shape, params, x)()
-    actual = _numpy_small_floor(shape, params, x)()
+    actual = numpy_small_floor(shape, params, x)()
     rtol, atol = TOLERANCES["float32"]
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
     rows = measure_floor("B2_T6_d3to4", rounds=1)
@@ -177,3 +177,29 @@ def test_floor_of_the_small_call_computes_the_layer_and_is_timed_against_torch_s
     assert all(row["median_s"] > 0 for row in rows)
     table = markdown_floor(rows)
     assert "| B2_T6_d3to4 | numpy layer (auto) |" in table and "<= 25 us" in table and "<= 40 us" in table
+
+
+def test_the_small_call_is_timed_in_a_process_of_one_framework():
+    command = ["-m", "parity_tests.bench.small", "--framework", "numpy", "--rounds", "2", "--calls", "3"]
+    out = subprocess.run([sys.executable, *command], capture_output=True, text=True, check=True).stdout
+    assert "| numpy layer (auto) |" in out and "<= 25 us" in out and "| numpy floor:" in out
+    assert out.splitlines()[-1] == "frameworks imported: numpy"
+
+
+def test_the_small_jax_call_is_timed_against_its_dispatch():
+    from parity_tests.bench.small import measure_small
+
+    rows = measure_small("jax", rounds=2, calls=3)
+    assert [row["what"].split()[:2] for row in rows] == [["jax", "layer"], ["jax", "dispatch:"]]
+    assert all(0 < row["best_s"] <= row["median_s"] for row in rows)
+    with pytest.raises(ValueError, match="framework must be one of"):
+        measure_small("torch")
+
+
+def test_the_small_jax_call_can_run_on_the_calling_thread():
+    command = ["-m", "parity_tests.bench.small", "--framework", "jax", "--sync-dispatch", "--rounds", "1"]
+    out = subprocess.run(
+        [sys.executable, *command, "--calls", "2"], capture_output=True, text=True, check=True
+    )
+    assert "| jax layer (auto, jitted) |" in out.stdout
+    assert "jax_cpu_enable_async_dispatch: False" in out.stdout.splitlines()

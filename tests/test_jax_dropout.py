@@ -1,7 +1,5 @@
 """Dropout in JAX: keep-mask parity with torch in training mode, NNX rng streams, eval mode."""
 
-import re
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +7,6 @@ import pytest
 from flax import nnx
 
 import jax_attn
-from jax_attn.dropout import draw_keep_mask
 from parity_tests.cases import DROPOUT_LAYERS, Case
 from parity_tests.compare import compare_steps
 from parity_tests.frameworks import jax_context, run_jax, run_torch
@@ -104,26 +101,3 @@ def test_module_dropout_works_under_nnx_jit():
     np.testing.assert_allclose(
         np.asarray(step(module, x)), np.asarray(run_jax(case, params, x)[0]), rtol=1e-5, atol=1e-6
     )
-
-
-@pytest.mark.parametrize(
-    ("impl", "partitionable"),
-    [("threefry2x32", True), ("threefry2x32", False), ("rbg", True), ("philox4x32", True)],
-)
-@pytest.mark.parametrize("shape", [(), (7,), (3, 5), (2, 6, 4), (2, 2, 6, 6), (1, 3, 5, 7, 2)])
-def test_a_drawn_keep_mask_has_the_bits_of_jax_random_bernoulli(impl, partitionable, shape):
-    """``draw_keep_mask`` draws over the last two axes merged: the bits stay those of
-    ``jax.random.bernoulli`` at the shape, whatever the key's generator."""
-    with jax.threefry_partitionable(partitionable):
-        for seed in range(3):
-            key = jax.random.key(seed, impl=impl)
-            mask = draw_keep_mask(key, P, shape)
-            assert mask.shape == shape and mask.dtype == jnp.bool_
-            np.testing.assert_array_equal(mask, jax.random.bernoulli(key, 1 - P, shape))
-
-
-def test_a_drawn_keep_mask_counts_over_three_axes_at_most():
-    """The counters of a (B, N, T, S) mask are drawn as (B, N, T * S): XLA:CPU compiles a rank-4
-    counter about twice as slowly (benchmarks/README.md); without the merge this fails."""
-    jaxpr = jax.make_jaxpr(lambda key: draw_keep_mask(key, P, (2, 3, 4, 5)))(jax.random.key(0))
-    assert re.findall(r"random_bits\[bit_width=32 shape=\(([0-9, ]+)\)", str(jaxpr)) == ["2, 3, 20"]

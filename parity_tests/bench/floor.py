@@ -36,7 +36,8 @@ from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_in
 from parity_tests.bench.output import format_time
 
 __all__ = [
-    "TARGETS", "floor_calls", "markdown_floor", "measure_floor", "numpy_projections", "round_robin_medians",
+    "SMALL", "SMALL_TARGETS", "TARGETS", "floor_calls", "markdown_floor", "measure_floor",
+    "numpy_projections", "numpy_small_floor", "round_robin_medians", "round_robin_times",
 ]  # fmt: skip
 
 # issue 16's targets: a ratio to torch SDPA's time on long sequences, seconds on the small call
@@ -151,7 +152,9 @@ def _jax_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> Ca
     return lambda: jitted(jax_x, weight, out_weight).block_until_ready()
 
 
-def _numpy_small_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> Callable[[], Any]:
+def numpy_small_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> Callable[[], Any]:
+    """The small call's layer as the few NumPy operations it must make: no checks, no steps, the
+    QKV weights stacked once, outside the call."""
     n, h = shape.num_heads, shape.d_out // shape.num_heads
     qkv_weight = qkv_weights(params)[0].T  # (D, 3E)
     out_weight, out_bias = params["out_proj.weight"].T, params["out_proj.bias"]
@@ -183,7 +186,7 @@ def floor_calls(shape_name: str) -> dict[str, Callable[[], Any]]:
     if shape_name == SMALL:
         return {"torch SDPA layer": make_call("torch_sdpa", shape, params, x),
                 "numpy layer (auto)": make_call("numpy_auto", shape, params, x),
-                "numpy floor: the layer's operations, no checks": _numpy_small_floor(shape, params, x),
+                "numpy floor: the layer's operations, no checks": numpy_small_floor(shape, params, x),
                 "jax layer (auto, jitted)": make_call("jax_auto", shape, params, x)}  # fmt: skip
     return {"torch SDPA layer": make_call("torch_sdpa", shape, params, x),
             "numpy layer (blockwise)": make_call("numpy_blockwise", shape, params, x),
@@ -194,10 +197,10 @@ def floor_calls(shape_name: str) -> dict[str, Callable[[], Any]]:
             "jax floor: GEMMs and exp, one XLA program": _jax_floor(shape, params, x)}  # fmt: skip
 
 
-def round_robin_medians(
+def round_robin_times(
     calls: dict[Any, Callable[[], Any]], rounds: int, repeats: int = 1
-) -> dict[Any, float]:
-    """Each call's median time in seconds over ``rounds`` rounds, after one warm-up call each
+) -> dict[Any, list[float]]:
+    """Each call's time in seconds in each of ``rounds`` rounds, after one warm-up call each
     (compiles, caches): every round times each call ``repeats`` times in a row, in an order that
     starts one call later every round, so no call always follows the same other."""
     for call in calls.values():
@@ -210,7 +213,14 @@ def round_robin_medians(
             for _ in range(repeats):
                 calls[key]()
             samples[key].append((time.perf_counter() - start) / repeats)
-    return {key: statistics.median(times) for key, times in samples.items()}
+    return samples
+
+
+def round_robin_medians(
+    calls: dict[Any, Callable[[], Any]], rounds: int, repeats: int = 1
+) -> dict[Any, float]:
+    """Each call's median time in seconds over the rounds of ``round_robin_times``."""
+    return {key: statistics.median(times) for key, times in round_robin_times(calls, rounds, repeats).items()}
 
 
 def measure_floor(shape_name: str, rounds: int = 5) -> list[dict[str, Any]]:

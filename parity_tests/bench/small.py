@@ -1,0 +1,103 @@
+"""The small call (B2/T6, d 3->4) timed in a process that imports one framework alone.
+
+    python -m parity_tests.bench.small --framework jax [--sync-dispatch] [--rounds 15] [--calls 200]
+
+The bench table and the floor time the small call in a process that also runs torch, whose
+OpenMP threads stay awake after each of torch's calls and take the second core: there, NumPy's
+and JAX's small calls take up to twice their time in a process of their own. This times the
+call as a user of one framework runs it: the layer (``implementation="auto"``, jitted in JAX)
+and a baseline, round-robin in one process (``floor.round_robin_times``), each round timing
+``calls`` calls of each. The baseline is NumPy's floor (the layer's operations, no checks) or,
+in JAX, a jitted identity on the same weights and input (the dispatch alone). The last line
+names the frameworks the process imported.
+
+``--sync-dispatch`` sets JAX's ``jax_cpu_enable_async_dispatch`` to False before its first
+computation: XLA:CPU then runs a program on the calling thread instead of handing it to one of
+its own and waking the caller when it is done, which is most of a small call's time here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from parity_tests.bench.floor import SMALL, SMALL_TARGETS, numpy_small_floor, round_robin_times
+from parity_tests.bench.implementations import SHAPES, make_call, make_inputs
+from parity_tests.bench.output import format_time
+
+__all__ = ["FRAMEWORKS", "markdown_small", "measure_small", "small_calls"]
+
+FRAMEWORKS = ("numpy", "jax")
+
+
+def _jax_dispatch(params: dict[str, Any], x: Any) -> Callable[[], Any]:
+    import jax
+    import jax.numpy as jnp
+
+    jax_params, jax_x = {k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(x)
+    identity = jax.jit(lambda params, x: x)
+    return lambda: identity(jax_params, jax_x).block_until_ready()
+
+
+def small_calls(framework: str) -> dict[str, Callable[[], Any]]:
+    """The layer and the baseline that ``measure_small`` times in ``framework``."""
+    shape = SHAPES[SMALL]
+    params, x = make_inputs(shape)
+    layer = make_call(f"{framework}_auto", shape, params, x)
+    if framework == "numpy":
+        return {"numpy layer (auto)": layer, "numpy floor: the layer's operations, no checks":
+                numpy_small_floor(shape, params, x)}  # fmt: skip
+    return {"jax layer (auto, jitted)": layer, "jax dispatch: a jitted identity, same arguments":
+            _jax_dispatch(params, x)}  # fmt: skip
+
+
+def measure_small(framework: str, rounds: int = 15, calls: int = 200) -> list[dict[str, Any]]:
+    """Rows ``{"what", "median_s", "best_s"}``: each call's median and fastest round."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+    times = round_robin_times(small_calls(framework), rounds, repeats=calls)
+    return [{"what": what, "median_s": statistics.median(seconds), "best_s": min(seconds)}
+            for what, seconds in times.items()]  # fmt: skip
+
+
+def markdown_small(rows: list[dict[str, Any]]) -> str:
+    lines = ["| what | median | best round | target |", "| --- | ---: | ---: | --- |"]
+    for row in rows:
+        framework, layer = row["what"].split()[0], " layer " in row["what"]
+        target = f"<= {SMALL_TARGETS[framework] * 1e6:.0f} us" if layer else ""
+        lines.append(
+            f"| {row['what']} | {format_time(row['median_s'])} | {format_time(row['best_s'])} | {target} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.small", description=__doc__)
+    parser.add_argument("--framework", choices=FRAMEWORKS, required=True)
+    parser.add_argument("--rounds", type=int, default=15, help="round-robin rounds (medians)")
+    parser.add_argument("--calls", type=int, default=200, help="calls of each per round")
+    parser.add_argument(
+        "--sync-dispatch", action="store_true", help="JAX: run programs on the calling thread"
+    )
+    args = parser.parse_args(argv)
+    if args.sync_dispatch:
+        if args.framework != "jax":
+            parser.error("--sync-dispatch is a JAX setting")
+        import jax
+
+        jax.config.update("jax_cpu_enable_async_dispatch", False)  # read when the CPU client starts
+    print(markdown_small(measure_small(args.framework, args.rounds, args.calls)))
+    imported = [name for name in ("numpy", "torch", "jax") if name in sys.modules]
+    if args.framework == "jax":
+        import jax
+
+        flag = "jax_cpu_enable_async_dispatch"
+        print(f"{flag}: {jax.config.values[flag]}")
+    print(f"frameworks imported: {', '.join(imported)}")
+
+
+if __name__ == "__main__":
+    main()
