@@ -3,7 +3,7 @@
 jax.random's generators fill a draw in row-major order (threefry's counter for an entry is its
 flat index, whatever the shape), so a draw of shape ``(..., T * S)`` reshaped to ``(..., T, S)``
 has the bits of the draw at ``(..., T, S)``. XLA:CPU compiles the counters of fewer axes faster:
-a (2, 2, 6, 6) dropout mask's program in 0.4 s against 1.0 s, a (3, 5) weight's uniform draw in
+a (2, 2, 6, 6) dropout mask's program in 0.4 s against 1.0 s, a (3, 5) mask's in
 0.08 s against 0.19 s, almost all of it LLVM's. The leading axes stay, so that a draw whose
 batch or heads are sharded is still made shard by shard (a fully flat draw would make every
 device compute every entry).
