@@ -184,6 +184,10 @@ def test_the_small_call_is_timed_in_a_process_of_one_framework():
     out = subprocess.run([sys.executable, *command], capture_output=True, text=True, check=True).stdout
     assert "| numpy layer (auto) |" in out and "<= 25 us" in out and "| numpy floor:" in out
     assert out.splitlines()[-1] == "frameworks imported: numpy"
+    from parity_tests.bench.small import main
+
+    with pytest.raises(SystemExit):  # JAX's dispatch setting is refused for NumPy
+        main(["--framework", "numpy", "--sync-dispatch"])
 
 
 def test_the_small_jax_call_is_timed_against_its_dispatch():

@@ -31,6 +31,7 @@ from parity_tests.bench.output import format_time
 __all__ = ["FRAMEWORKS", "markdown_small", "measure_small", "small_calls"]
 
 FRAMEWORKS = ("numpy", "jax")
+ASYNC_DISPATCH = "jax_cpu_enable_async_dispatch"  # JAX's setting that --sync-dispatch turns off
 
 
 def _jax_dispatch(params: dict[str, Any], x: Any) -> Callable[[], Any]:
@@ -83,19 +84,17 @@ def main(argv: list[str] | None = None) -> None:
         "--sync-dispatch", action="store_true", help="JAX: run programs on the calling thread"
     )
     args = parser.parse_args(argv)
-    if args.sync_dispatch:
-        if args.framework != "jax":
-            parser.error("--sync-dispatch is a JAX setting")
-        import jax
-
-        jax.config.update("jax_cpu_enable_async_dispatch", False)  # read when the CPU client starts
-    print(markdown_small(measure_small(args.framework, args.rounds, args.calls)))
-    imported = [name for name in ("numpy", "torch", "jax") if name in sys.modules]
+    if args.sync_dispatch and args.framework != "jax":
+        parser.error("--sync-dispatch is a JAX setting")
     if args.framework == "jax":
         import jax
 
-        flag = "jax_cpu_enable_async_dispatch"
-        print(f"{flag}: {jax.config.values[flag]}")
+        if args.sync_dispatch:
+            jax.config.update(ASYNC_DISPATCH, False)  # read when JAX starts its CPU client
+    print(markdown_small(measure_small(args.framework, args.rounds, args.calls)))
+    if args.framework == "jax":
+        print(f"{ASYNC_DISPATCH}: {jax.config.values[ASYNC_DISPATCH]}")
+    imported = [name for name in ("numpy", "torch", "jax") if name in sys.modules]
     print(f"frameworks imported: {', '.join(imported)}")
 
 
