@@ -8,7 +8,7 @@ The functions mirror numpy_attn.gpt (same names, arguments, checks and step trac
 ``out_head``) in Flax layout; ``from_params``/``to_params`` convert to and from the weights format
 once, here; ``from_hf_gpt2`` reads a Hugging Face GPT-2 folder, ``save_hf_gpt2`` writes one.
 It works under ``nnx.jit`` and ``nnx.grad``; ``.train()``/``.eval()`` switch dropout (a module
-built by ``from_params`` without ``rngs`` starts in eval mode).
+built by ``from_params`` without ``rngs`` starts in eval mode, with no dropout stream).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from jax_attn.checks import is_concrete
 from jax_attn.convert import flax_path, flax_value, torch_name, torch_value
 from jax_attn.dropout import dropout
 from jax_attn.linear import linear
-from jax_attn.module_base import torch_linear, torch_normal
+from jax_attn.module_base import assert_loaded, build_to_load, fill, torch_linear, torch_normal
 from jax_attn.modules import MultiHeadAttention
 from jax_attn.multi_head import multi_head_attention
 from numpy_attn.gpt import BLOCK_STEPS, LAYER_NORM_EPS, apply_block, apply_model
@@ -282,13 +282,14 @@ class GPTModel(nnx.Module):
     ) -> Self:
         """A model holding ``params`` (the weights format, checked against ``config``: every
         missing, unexpected and mis-shaped key at once, then finiteness); the dtype is the
-        weights'. Without ``rngs`` it starts in eval mode."""
+        weights'. Without ``rngs`` it is built as shapes (no weight is drawn to be thrown away),
+        starts in eval mode and has no dropout stream."""
         check_gpt_params(params, config)
         dtype = next(iter(params.values())).dtype
-        model = cls(config, dtype=dtype, rngs=nnx.Rngs(0) if rngs is None else rngs)
-        if rngs is None:
-            model.eval()
-        return model.load_params(params)
+        model = build_to_load(lambda rngs: cls(config, dtype=dtype, rngs=rngs), rngs)
+        model.load_params(params)
+        assert_loaded(model)
+        return model
 
     @classmethod
     def from_hf_gpt2(cls, directory: str | os.PathLike, *, rngs: nnx.Rngs | None = None) -> Self:
@@ -317,7 +318,7 @@ class GPTModel(nnx.Module):
         cast to the model's dtype. Nothing is written unless every key, shape and value fits."""
         check_gpt_params(params, self.config)
         for name, variable in self._param_variables().items():
-            variable[...] = jnp.asarray(_flax_layout(name, params[name])).astype(variable[...].dtype)
+            fill(variable, jnp.asarray(_flax_layout(name, params[name])))
         return self
 
 

@@ -3,10 +3,11 @@ state, the call of the attention core, and the steps it sows."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -39,10 +40,14 @@ from numpy_attn.validation import (
     check_size,
 )
 
-__all__ = ["MODULE_OPTIONS", "AttentionModule", "torch_linear", "torch_normal", "torch_qkv", "torch_uniform"]
+__all__ = [
+    "MODULE_OPTIONS", "AttentionModule", "assert_loaded", "build_to_load", "fill", "torch_linear",
+    "torch_normal", "torch_qkv", "torch_uniform",
+]  # fmt: skip
 
 # the constructor arguments of a Flax module that its torch class does not have
 MODULE_OPTIONS = ("dtype", "implementation", "block_size", "rngs")
+M = TypeVar("M", bound=nnx.Module)
 SIZES = ("d_in", "d_out", "hidden_size", "num_heads")  # constructor arguments that are positive sizes
 
 
@@ -60,6 +65,42 @@ def torch_normal(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float3
     """An initializer drawing from N(0, 1), like torch's ``nn.Embedding``: the bits of
     ``jax.random.normal``, drawn by ``merged_draw`` (compiled faster)."""
     return merged_draw(jax.random.normal, key, shape, dtype=dtype)
+
+
+def build_to_load(build: Callable[[nnx.Rngs], M], rngs: nnx.Rngs | None) -> M:
+    """``build(rngs)``: the module ``from_params`` then fills with weights. With ``rngs`` it is
+    built as it is (its dropout streams are forks of the caller's). Without, it is built as shapes
+    only (``nnx.eval_shape``), so that no weight is drawn to be thrown away, and with no dropout
+    stream: eval mode, as ``nnx.Dropout`` without ``rngs``. ``assert_loaded`` checks the fill."""
+    if rngs is not None:
+        return build(rngs)
+    module = nnx.eval_shape(lambda: build(nnx.Rngs(0)))
+    for _, node in nnx.iter_graph(module):
+        if isinstance(node, nnx.Dropout):
+            node.rngs, node.deterministic = None, True
+        elif isinstance(node, AttentionModule) and hasattr(node, "deterministic"):
+            node._init_dropout(None)
+    return module
+
+
+def fill(variable: nnx.Variable, value: jax.Array) -> None:
+    """Write ``value``, cast to the variable's dtype, into ``variable``: over its array in place
+    (keeping the array's placement, as ``variable[...] = value`` does) or over the shape that
+    ``build_to_load`` left."""
+    current = variable.get_value()
+    value = value.astype(current.dtype)
+    if isinstance(current, jax.ShapeDtypeStruct):
+        variable.set_value(value)
+    else:
+        variable[...] = value
+
+
+def assert_loaded(module: nnx.Module) -> None:
+    """Every variable of ``module`` holds an array (none is a shape ``build_to_load`` left)."""
+    leaves = jax.tree_util.tree_leaves_with_path(nnx.state(module))
+    shapes = [jax.tree_util.keystr(path) for path, value in leaves if isinstance(value, jax.ShapeDtypeStruct)]
+    if shapes:
+        raise RuntimeError(f"variables left without values after loading: {shapes}")
 
 
 def torch_linear(d_in: int, d_out: int, bias: bool, dtype: Any, rngs: nnx.Rngs) -> nnx.Linear:
@@ -128,18 +169,18 @@ class AttentionModule(nnx.Module):
         others (``context_length``, ``num_heads``, dropout rates, ``implementation``...) are
         passed on; ``dropout`` defaults to 0. ``dtype`` defaults to the weights'. With ``rngs``
         the module draws dropout masks from its ``dropout`` stream in train mode; without, it
-        starts in eval mode and has no stream.
+        starts in eval mode and has no stream, and is built as shapes (``build_to_load``): no
+        weight is drawn to be overwritten.
         """
         options = {name: arguments.pop(name) for name in MODULE_OPTIONS if name in arguments}
         weights = as_jax_params(without_buffers(cls.layer, params))
         arguments = constructor_arguments(cls.layer, weights, **arguments)  # the torch class's
         rngs = options.pop("rngs", None)
         options.setdefault("dtype", next(v.dtype for v in weights.values() if hasattr(v, "dtype")))
-        # any stream builds the module: its weights are overwritten by load_params
-        module = cls(**arguments, **options, rngs=nnx.Rngs(0) if rngs is None else rngs)
-        if rngs is None and hasattr(module, "deterministic"):
-            module._init_dropout(None)
-        return module.load_params(weights)
+        module = build_to_load(lambda rngs: cls(**arguments, **options, rngs=rngs), rngs)
+        module.load_params(weights)
+        assert_loaded(module)
+        return module
 
     def _init_layer(
         self, arguments: Mapping[str, Any], implementation: str, block_size: int, rngs: nnx.Rngs | None
@@ -282,9 +323,12 @@ class AttentionModule(nnx.Module):
         """
         params = as_jax_params(without_buffers(self.layer, params))
         variables = self._param_variables()
-        expected = {name: torch_value(path, var[...]).shape for name, (path, var) in variables.items()}
+        expected = {
+            name: jax.eval_shape(functools.partial(torch_value, path), var.get_value()).shape
+            for name, (path, var) in variables.items()
+        }  # a value may be its shape alone (build_to_load)
         check_params(params, expected, layer=self.layer)
         check_finite(params)
         for name, (_, variable) in variables.items():
-            variable[...] = flax_value(name, params[name]).astype(variable[...].dtype)
+            fill(variable, flax_value(name, params[name]))
         return self

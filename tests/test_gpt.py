@@ -13,6 +13,7 @@ import numpy_attn
 import torch_ref
 from parity_tests.compare import compare_arrays, compare_steps
 from tests.gpt_cases import TINY, token_ids, torch_model
+from tests.test_jax_modules import refuse_draws
 
 NO_BIAS = TINY | {"qkv_bias": False}
 
@@ -121,3 +122,15 @@ def test_changing_later_tokens_leaves_earlier_logits_unchanged():
     actual = numpy_attn.gpt_model(params, changed, TINY)
     assert compare_arrays("first 8 positions", expected[:, :8], actual[:, :8]).ok  # causal
     assert not np.allclose(actual[:, 8:], expected[:, 8:])
+
+
+def test_from_params_draws_no_weight_and_has_no_dropout_stream_without_rngs(monkeypatch):
+    params = jax_attn.GPTModel(TINY, rngs=nnx.Rngs(0)).to_params()
+    refuse_draws(monkeypatch)
+    model = jax_attn.GPTModel.from_params(params, TINY)
+    assert model.to_params().keys() == params.keys()
+    for name, value in model.to_params().items():
+        np.testing.assert_array_equal(value, params[name])
+    model.train()  # no stream to draw masks from
+    with pytest.raises(ValueError, match=r"has no dropout stream|no `rngs` argument was provided"):
+        model(jnp.asarray(token_ids()))

@@ -2,6 +2,7 @@
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -153,3 +154,39 @@ def test_one_optax_training_step_lowers_the_loss():
     model.eval()
     after = jnp.mean((model(x) - target) ** 2)
     assert after < before
+
+
+def refuse_draws(monkeypatch):
+    """A jax.random draw of weights with a concrete key fails: ``from_params`` may build its
+    module as shapes (the draws traced, none made), never draw weights it then throws away."""
+    for name in ("uniform", "normal"):
+        draw = getattr(jax.random, name)
+
+        def refused(key, *args, draw=draw, **kwargs):
+            if not isinstance(key, jax.core.Tracer):
+                raise AssertionError("a weight was drawn")
+            return draw(key, *args, **kwargs)
+
+        monkeypatch.setattr(jax_attn.draws.jax.random, name, refused)
+
+
+@pytest.mark.parametrize("layer", ["MultiHeadAttention", "FusedCausalAttention"])
+def test_from_params_draws_no_weight_without_rngs(layer, monkeypatch):
+    case = module_case(layer)
+    params = to_params(case.build_torch())
+    expected = getattr(jax_attn, layer).from_params(params, **case.kwargs(0.0))
+    refuse_draws(monkeypatch)
+    module = getattr(jax_attn, layer).from_params(params, **case.kwargs(0.0))
+    assert module.deterministic and module.rngs is None  # eval mode, no stream
+    x = case.make_input()
+    np.testing.assert_array_equal(module(x), expected(x))
+    with pytest.raises(AssertionError, match="a weight was drawn"):  # rngs given: built as it is
+        getattr(jax_attn, layer).from_params(params, **case.kwargs(0.0), rngs=nnx.Rngs(0))
+
+
+def test_a_module_built_for_loading_must_be_filled():
+    from jax_attn.module_base import assert_loaded, build_to_load
+
+    module = build_to_load(lambda rngs: jax_attn.SelfAttentionV2(3, 4, rngs=rngs), None)
+    with pytest.raises(RuntimeError, match=r"without values after loading: .*kernel"):
+        assert_loaded(module)
