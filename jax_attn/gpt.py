@@ -27,7 +27,7 @@ from jax_attn.checks import is_concrete
 from jax_attn.convert import flax_path, flax_value, torch_name, torch_value
 from jax_attn.dropout import dropout
 from jax_attn.linear import linear
-from jax_attn.module_base import assert_loaded, build_to_load, fill, torch_linear, torch_normal
+from jax_attn.module_base import build_to_load, check_loaded, fill, torch_linear, torch_normal
 from jax_attn.modules import MultiHeadAttention
 from jax_attn.multi_head import multi_head_attention
 from numpy_attn.gpt import BLOCK_STEPS, LAYER_NORM_EPS, apply_block, apply_model
@@ -288,7 +288,7 @@ class GPTModel(nnx.Module):
         dtype = next(iter(params.values())).dtype
         model = build_to_load(lambda rngs: cls(config, dtype=dtype, rngs=rngs), rngs)
         model.load_params(params)
-        assert_loaded(model)
+        check_loaded(model)
         return model
 
     @classmethod

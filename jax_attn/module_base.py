@@ -41,7 +41,7 @@ from numpy_attn.validation import (
 )
 
 __all__ = [
-    "MODULE_OPTIONS", "AttentionModule", "assert_loaded", "build_to_load", "fill", "torch_linear",
+    "MODULE_OPTIONS", "AttentionModule", "build_to_load", "check_loaded", "fill", "torch_linear",
     "torch_normal", "torch_qkv", "torch_uniform",
 ]  # fmt: skip
 
@@ -71,7 +71,7 @@ def build_to_load(build: Callable[[nnx.Rngs], M], rngs: nnx.Rngs | None) -> M:
     """``build(rngs)``: the module ``from_params`` then fills with weights. With ``rngs`` it is
     built as it is (its dropout streams are forks of the caller's). Without, it is built as shapes
     only (``nnx.eval_shape``), so that no weight is drawn to be thrown away, and with no dropout
-    stream: eval mode, as ``nnx.Dropout`` without ``rngs``. ``assert_loaded`` checks the fill."""
+    stream: eval mode, as ``nnx.Dropout`` without ``rngs``. ``check_loaded`` checks the fill."""
     if rngs is not None:
         return build(rngs)
     module = nnx.eval_shape(lambda: build(nnx.Rngs(0)))
@@ -95,7 +95,7 @@ def fill(variable: nnx.Variable, value: jax.Array) -> None:
         variable[...] = value
 
 
-def assert_loaded(module: nnx.Module) -> None:
+def check_loaded(module: nnx.Module) -> None:
     """Every variable of ``module`` holds an array (none is a shape ``build_to_load`` left)."""
     leaves = jax.tree_util.tree_leaves_with_path(nnx.state(module))
     shapes = [jax.tree_util.keystr(path) for path, value in leaves if isinstance(value, jax.ShapeDtypeStruct)]
@@ -179,7 +179,7 @@ class AttentionModule(nnx.Module):
         options.setdefault("dtype", next(v.dtype for v in weights.values() if hasattr(v, "dtype")))
         module = build_to_load(lambda rngs: cls(**arguments, **options, rngs=rngs), rngs)
         module.load_params(weights)
-        assert_loaded(module)
+        check_loaded(module)
         return module
 
     def _init_layer(

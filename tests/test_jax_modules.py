@@ -185,8 +185,8 @@ def test_from_params_draws_no_weight_without_rngs(layer, monkeypatch):
 
 
 def test_a_module_built_for_loading_must_be_filled():
-    from jax_attn.module_base import assert_loaded, build_to_load
+    from jax_attn.module_base import build_to_load, check_loaded
 
     module = build_to_load(lambda rngs: jax_attn.SelfAttentionV2(3, 4, rngs=rngs), None)
     with pytest.raises(RuntimeError, match=r"without values after loading: .*kernel"):
-        assert_loaded(module)
+        check_loaded(module)
