@@ -27,7 +27,7 @@ from jax_attn.checks import is_concrete
 from jax_attn.convert import flax_path, flax_value, torch_name, torch_value
 from jax_attn.dropout import dropout
 from jax_attn.linear import linear
-from jax_attn.module_base import build_to_load, check_loaded, fill, torch_linear, torch_normal
+from jax_attn.module_base import build_to_load, check_loaded, check_rngs, fill, torch_linear, torch_normal
 from jax_attn.modules import MultiHeadAttention
 from jax_attn.multi_head import multi_head_attention
 from numpy_attn.gpt import BLOCK_STEPS, LAYER_NORM_EPS, apply_block, apply_model
@@ -251,6 +251,7 @@ class GPTModel(nnx.Module):
 
     def __init__(self, config: Mapping[str, Any], *, dtype: Any = jnp.float32, rngs: nnx.Rngs):
         check_config(config)
+        check_rngs(rngs)
         self.config = dict(config)
         vocab, context, emb = config["vocab_size"], config["context_length"], config["emb_dim"]
         self.tok_emb = nnx.Embed(

@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jax_attn.checks import check_key
 from jax_attn.gpt import GPTModel, block_parts, head_parts
 from jax_attn.kv_cache import KVCache, init_kv_cache, multi_head_attention_decode
 from numpy_attn.gpt import apply_block, apply_model
@@ -111,6 +112,7 @@ def generate(
     params = model.torch_params()  # the weights format, converted once per call
     check_gpt_params(params, config)
     check_token_ids(token_ids, config)
+    check_key(rng)
     check_generate_args(token_ids.shape, max_new_tokens, config, temperature, top_k, rng is not None)
     token_ids = jnp.asarray(token_ids)
     caches = init_gpt_cache(config, token_ids.shape[0], params["tok_emb.weight"].dtype)

@@ -21,7 +21,7 @@ from jax_attn.checks import check_layer
 from jax_attn.heads import merge_heads, split_heads
 from jax_attn.linear import linear, qkv_projections
 from jax_attn.masks import causal_mask
-from numpy_attn.validation import check_padding_mask
+from numpy_attn.validation import check_cache_dtype, check_kv_cache_sizes, check_padding_mask
 
 __all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
 
@@ -34,7 +34,9 @@ class KVCache(NamedTuple):
 
 
 def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dtype=jnp.float32) -> KVCache:
-    """An empty cache for ``max_length`` tokens (the layer's ``context_length``/``context_size``)."""
+    """An empty cache for ``max_length`` tokens (the layer's ``context_length``/``context_size``),
+    in the dtype of the x and weights it will be used with (the decode functions check it)."""
+    check_kv_cache_sizes(batch, num_heads, max_length, head_dim)
     shape = (batch, num_heads, max_length, head_dim)
     return KVCache(
         jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch, max_length), bool),
@@ -84,6 +86,7 @@ def multi_head_attention_decode(
     prompt, then call with one token.
     """
     check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
+    check_cache_dtype(cache, x)
     _check_room(cache, x.shape[1])
     x = jnp.asarray(x)  # arrays from any framework compute here
     queries, keys, values = qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
@@ -111,6 +114,7 @@ def fused_causal_attention_decode(
                 context_name="context_size")  # fmt: skip
     if padding_mask is not None:
         check_padding_mask(padding_mask, x.shape[0], x.shape[1])
+    check_cache_dtype(cache, x)
     _check_room(cache, x.shape[1])
     x = jnp.asarray(x)  # arrays from any framework compute here
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3 * D)

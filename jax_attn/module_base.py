@@ -15,7 +15,8 @@ import numpy as np
 from flax import nnx
 
 from jax_attn.attend import attend
-from jax_attn.convert import as_jax_params, flax_path, flax_value, torch_name, torch_value
+from jax_attn.checks import check_x64
+from jax_attn.convert import as_jax, flax_path, flax_value, torch_name, torch_value
 from jax_attn.draws import merged_draw
 from jax_attn.heads import merge_heads, split_heads
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
@@ -27,22 +28,25 @@ from numpy_attn.spec import (
     constructor_arguments,
     layer_spec,
     parameter_names,
+    parameter_shapes,
     without_buffers,
 )
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     JAX_FLOATS,
+    check_context,
     check_context_length,
     check_dropout,
     check_finite,
     check_input,
+    check_native_byte_order,
     check_params,
     check_size,
 )
 
 __all__ = [
-    "MODULE_OPTIONS", "AttentionModule", "build_to_load", "check_loaded", "fill", "torch_linear",
-    "torch_normal", "torch_qkv", "torch_uniform",
+    "MODULE_OPTIONS", "AttentionModule", "build_to_load", "check_loaded", "check_rngs", "check_weight_dtypes",
+    "fill", "readable_weights", "torch_linear", "torch_normal", "torch_qkv", "torch_uniform",
 ]  # fmt: skip
 
 # the constructor arguments of a Flax module that its torch class does not have
@@ -93,6 +97,43 @@ def fill(variable: nnx.Variable, value: jax.Array) -> None:
         variable.set_value(value)
     else:
         variable[...] = value
+
+
+def check_rngs(rngs: Any) -> None:
+    """A constructor's ``rngs``: an ``nnx.Rngs`` (its streams draw the weights and dropout)."""
+    if not isinstance(rngs, nnx.Rngs):
+        raise TypeError(
+            f"rngs must be a flax.nnx.Rngs (nnx.Rngs(seed)), got {rngs!r} ({type(rngs).__name__})"
+        )
+
+
+def readable_weights(layer: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` without ``layer``'s buffers, each weight with the dtype it was given, for the
+    checks: NumPy arrays as they are (in the machine's byte order, ``check_native_byte_order``),
+    other arrays (JAX, torch) as JAX arrays converted in 64-bit mode, where ``as_jax`` keeps a
+    float64 or int64 dtype that it narrows without x64; anything else as it is, for the checks
+    to name."""
+    weights = without_buffers(layer, params)
+    for name, value in weights.items():
+        if isinstance(value, np.ndarray):
+            check_native_byte_order(f"params[{name!r}]", value)
+    with jax.enable_x64(True):
+        return {
+            name: value if isinstance(value, np.ndarray) else as_jax(value) for name, value in weights.items()
+        }
+
+
+def check_weight_dtypes(
+    layer: str, weights: Mapping[str, Any], shapes: Mapping[str, Any], default: Any
+) -> np.dtype:
+    """The one dtype that ``weights`` (of keys and ``shapes`` already checked, in torch's order)
+    share: that of the first, if it is floating, else ``default``. The layer function checks the
+    weights against x's dtype; here, against that one, with its TypeError word for word (the
+    first weight of another dtype named): what a call with an x of that dtype would raise."""
+    first = np.dtype(weights[next(iter(shapes))].dtype)
+    dtype = first if first.name in JAX_FLOATS else np.dtype(default)
+    check_params(weights, shapes, layer=layer, dtype=dtype)
+    return dtype
 
 
 def check_loaded(module: nnx.Module) -> None:
@@ -162,7 +203,8 @@ class AttentionModule(nnx.Module):
     def from_params(cls, params: Mapping[str, Any], /, **arguments: Any) -> Self:
         """A module holding ``params``: the project's weights format (NumPy, JAX or torch arrays;
         a torch ``state_dict()`` as it is, its causal-mask buffers ignored), checked as
-        ``load_params`` does.
+        ``load_params`` does: they must share one floating dtype (``check_weight_dtypes``),
+        float64 only in JAX's 64-bit mode.
 
         ``arguments`` are the constructor's, by name: the sizes and bias flags are read from the
         weights (one given that contradicts them raises ValueError naming both values); the
@@ -173,27 +215,38 @@ class AttentionModule(nnx.Module):
         weight is drawn to be overwritten.
         """
         options = {name: arguments.pop(name) for name in MODULE_OPTIONS if name in arguments}
-        weights = as_jax_params(without_buffers(cls.layer, params))
+        weights = readable_weights(cls.layer, params)
         arguments = constructor_arguments(cls.layer, weights, **arguments)  # the torch class's
         rngs = options.pop("rngs", None)
-        options.setdefault("dtype", next(v.dtype for v in weights.values() if hasattr(v, "dtype")))
+        shapes = parameter_shapes(cls.layer, **arguments)
+        dtype = check_weight_dtypes(cls.layer, weights, shapes, options.get("dtype", jnp.float32))
+        if "dtype" not in options:  # the weights': as the functions, float64 only with x64
+            first = next(iter(shapes))
+            check_x64(f"params[{first!r}]", weights[first])
+            options["dtype"] = dtype
         module = build_to_load(lambda rngs: cls(**arguments, **options, rngs=rngs), rngs)
         module.load_params(weights)
         check_loaded(module)
         return module
 
     def _init_layer(
-        self, arguments: Mapping[str, Any], implementation: str, block_size: int, rngs: nnx.Rngs | None
+        self, arguments: Mapping[str, Any], dtype: Any, implementation: str, block_size: int, rngs: nnx.Rngs
     ) -> None:
         """Check the torch constructor's ``arguments`` as the torch class and the layer function
-        do (sizes, heads, dropout rates, read from the spec) and the compute path; keep what a call
+        do (sizes, heads, dropout rates, read from the spec; the context length with the
+        function's ``check_context``), ``rngs``, ``dtype`` (float64 only with JAX's 64-bit mode,
+        the functions' error) and the compute path; keep what a call
         reads: the arguments the layer function takes (``context_length``, ``num_heads``, the
         dropout rates...), the torch name of the input weight and, with dropout, the train/eval
         state and a fork of the ``dropout`` stream of ``rngs``."""
+        check_rngs(rngs)
         spec = layer_spec(self.layer)
-        for name in (*SIZES, spec.context):
+        for name in SIZES:
             if name in arguments:
                 check_size(name, arguments[name])
+        if spec.context is not None:
+            check_context(spec.context, arguments[spec.context])
+        check_x64("dtype", np.empty(0, dtype))
         check_sizes(self.layer, arguments)
         for name in spec.dropouts:
             check_dropout(name, arguments[name])
@@ -251,6 +304,7 @@ class AttentionModule(nnx.Module):
         value = weight[...]  # (in, out)
         spec = layer_spec(self.layer)
         shape = check_input(x, layout=spec.input_layout, d_in=value.shape[0], floating=JAX_FLOATS)
+        check_x64("x", x)  # a module holds float64 weights only in 64-bit mode
         expected = {self.input_weight: value.shape}
         check_params({self.input_weight: value}, expected, layer=self.layer, dtype=x.dtype)
         if spec.context is not None:
@@ -317,18 +371,21 @@ class AttentionModule(nnx.Module):
         causal-mask buffers ignored), in place, and return the module.
 
         Every key and shape is checked first (one error names every missing, unexpected and
-        mis-shaped key), then every value must be finite; values are cast to the module's dtype
-        (as torch's ``load_state_dict`` does). With ``to_params``, the only place where torch's
+        mis-shaped key), then the weights must share one floating dtype (``check_weight_dtypes``),
+        then every value must be finite; values are cast to the module's dtype (as torch's
+        ``load_state_dict`` does). With ``to_params``, the only place where torch's
         layout becomes Flax's.
         """
-        params = as_jax_params(without_buffers(self.layer, params))
+        weights = readable_weights(self.layer, params)
         variables = self._param_variables()
         expected = {
             name: jax.eval_shape(functools.partial(torch_value, path), var.get_value()).shape
             for name, (path, var) in variables.items()
         }  # a value may be its shape alone (build_to_load)
-        check_params(params, expected, layer=self.layer)
-        check_finite(params)
+        check_params(weights, expected, layer=self.layer)
+        shapes = parameter_shapes(self.layer, **check_weights(self.layer, weights, self.num_heads))
+        check_weight_dtypes(self.layer, weights, shapes, variables[next(iter(shapes))][1].get_value().dtype)
+        check_finite(weights)
         for name, (_, variable) in variables.items():
-            fill(variable, flax_value(name, params[name]))
+            fill(variable, flax_value(name, as_jax(weights[name])))
         return self

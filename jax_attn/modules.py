@@ -54,7 +54,7 @@ class SelfAttentionV1(AttentionModule):
         *, dtype: Any = jnp.float32, implementation: str = "reference", block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):  # fmt: skip
-        self._init_layer({"d_in": d_in, "d_out": d_out}, implementation, block_size, rngs)
+        self._init_layer({"d_in": d_in, "d_out": d_out}, dtype, implementation, block_size, rngs)
         init = torch_uniform(0.0, 1.0)
         self.W_query = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
         self.W_key = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
@@ -80,7 +80,7 @@ class SelfAttentionV2(AttentionModule):
         rngs: nnx.Rngs,
     ):  # fmt: skip
         arguments = {"d_in": d_in, "d_out": d_out, "qkv_bias": qkv_bias}
-        self._init_layer(arguments, implementation, block_size, rngs)
+        self._init_layer(arguments, dtype, implementation, block_size, rngs)
         self.W_query, self.W_key, self.W_value = torch_qkv(d_in, d_out, qkv_bias, dtype, rngs)
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
@@ -103,7 +103,7 @@ class CausalAttention(AttentionModule):
         rngs: nnx.Rngs,
     ):  # fmt: skip
         arguments = {"d_in": d_in, "d_out": d_out, "context_length": context_length, "dropout": dropout}
-        self._init_layer(arguments | {"qkv_bias": qkv_bias}, implementation, block_size, rngs)
+        self._init_layer(arguments | {"qkv_bias": qkv_bias}, dtype, implementation, block_size, rngs)
         self.W_query, self.W_key, self.W_value = torch_qkv(d_in, d_out, qkv_bias, dtype, rngs)
 
     def __call__(
@@ -136,7 +136,7 @@ class MultiHeadAttentionWrapper(AttentionModule):
     ):  # fmt: skip
         arguments = {"d_in": d_in, "d_out": d_out, "context_length": context_length, "dropout": dropout}
         arguments |= {"num_heads": num_heads, "qkv_bias": qkv_bias}
-        self._init_layer(arguments, implementation, block_size, rngs)
+        self._init_layer(arguments, dtype, implementation, block_size, rngs)
         options = {"dtype": dtype, "implementation": implementation, "block_size": block_size, "rngs": rngs}
         head_arguments = (d_in, d_out, context_length, dropout, qkv_bias)
         self.heads = nnx.List([CausalAttention(*head_arguments, **options) for _ in range(num_heads)])
@@ -178,7 +178,7 @@ class MultiHeadAttention(AttentionModule):
     ):  # fmt: skip
         arguments = {"d_in": d_in, "d_out": d_out, "context_length": context_length, "dropout": dropout}
         arguments |= {"num_heads": num_heads, "qkv_bias": qkv_bias, "out_bias": out_bias}
-        self._init_layer(arguments, implementation, block_size, rngs)
+        self._init_layer(arguments, dtype, implementation, block_size, rngs)
         self.W_query, self.W_key, self.W_value = torch_qkv(d_in, d_out, qkv_bias, dtype, rngs)
         self.out_proj = torch_linear(d_out, d_out, out_bias, dtype, rngs)
 
@@ -209,7 +209,7 @@ class FusedSingleHeadAttention(AttentionModule):
         *, dtype: Any = jnp.float32, implementation: str = "reference", block_size: int = DEFAULT_BLOCK_SIZE,
         rngs: nnx.Rngs,
     ):  # fmt: skip
-        self._init_layer({"hidden_size": hidden_size, "bias": bias}, implementation, block_size, rngs)
+        self._init_layer({"hidden_size": hidden_size, "bias": bias}, dtype, implementation, block_size, rngs)
         self.Wqkv = torch_linear(hidden_size, (hidden_size // 4) * 3, bias, dtype, rngs)
         self.Wo = torch_linear(hidden_size // 4, hidden_size, bias, dtype, rngs)
 
@@ -233,7 +233,7 @@ class FusedMultiHeadAttention(AttentionModule):
         rngs: nnx.Rngs,
     ):  # fmt: skip
         arguments = {"hidden_size": hidden_size, "num_heads": num_heads, "bias": bias}
-        self._init_layer(arguments, implementation, block_size, rngs)
+        self._init_layer(arguments, dtype, implementation, block_size, rngs)
         self.Wqkv = torch_linear(hidden_size, hidden_size * 3, bias, dtype, rngs)
         self.Wo = torch_linear(hidden_size, hidden_size, bias, dtype, rngs)
 
@@ -263,7 +263,7 @@ class FusedCausalAttention(AttentionModule):
     ):  # fmt: skip
         arguments = {"hidden_size": hidden_size, "num_heads": num_heads, "context_size": context_size}
         arguments |= {"attn_drop": attn_drop, "out_drop": out_drop, "bias": bias}
-        self._init_layer(arguments, implementation, block_size, rngs)
+        self._init_layer(arguments, dtype, implementation, block_size, rngs)
         self.Wqkv = torch_linear(hidden_size, hidden_size * 3, bias, dtype, rngs)
         self.Wo = torch_linear(hidden_size, hidden_size, bias, dtype, rngs)
 

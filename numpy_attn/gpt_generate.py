@@ -26,6 +26,7 @@ from numpy_attn.gpt_spec import (
 )
 from numpy_attn.kv_cache import KVCache, init_kv_cache, multi_head_attention_decode
 from numpy_attn.softmax import softmax
+from numpy_attn.validation import check_rng
 
 __all__ = ["generate", "gpt_model_decode", "init_gpt_cache"]
 
@@ -102,6 +103,7 @@ def generate(
     """
     check_gpt_params(params, config)
     check_token_ids(token_ids, config)
+    check_rng(rng)
     check_generate_args(token_ids.shape, max_new_tokens, config, temperature, top_k, rng is not None)
     caches = init_gpt_cache(config, token_ids.shape[0], params["tok_emb.weight"].dtype)
     new_tokens, step_input = [], token_ids

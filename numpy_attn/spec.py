@@ -330,10 +330,13 @@ def constructor_arguments(layer: str, params: Mapping[str, Any], **given: Any) -
     contradicts the weights: W_query.weight has shape (4, 3), so d_in=3"), naming the required
     arguments the weights cannot tell (``context_length``) when they are missing, and naming every
     missing, unexpected and mis-shaped weight; TypeError for an argument the class does not take.
+    A context length given is checked as the layer function checks it (``check_context``).
     """
     spec = layer_spec(layer)
     weights = without_buffers(layer, params)
     arguments = _read(spec, weights, given)
+    if spec.context in arguments:  # the layer function's check: a positive int
+        check_context(spec.context, arguments[spec.context])
     missing = [name for name in spec.constructor if name not in arguments]
     if missing:
         raise ValueError(f"{layer} needs {', '.join(missing)}: the weights do not tell them")

@@ -294,3 +294,38 @@ def check_finite(params: Mapping[str, Any]) -> None:
     for key, value in params.items():
         if not np.isfinite(np.asarray(value)).all():
             raise ValueError(f"params[{key!r}] has non-finite values (NaN or inf)")
+
+
+# ------------------------------------------------------------------ weights in modules, KV caches
+
+__all__ += ["check_cache_dtype", "check_kv_cache_sizes", "check_native_byte_order"]
+
+
+def check_native_byte_order(name: str, value: Any) -> None:
+    """TypeError for an array stored in the other byte order (``v.astype('>f4')`` on a
+    little-endian machine): JAX cannot take it, and NumPy computes with it slowly."""
+    dtype = np.dtype(value.dtype)
+    if dtype.byteorder == ">":  # big-endian and not the machine's (its own order reads "=")
+        raise TypeError(
+            f"{name} has dtype {dtype.str}, big-endian; give it in the machine's byte order: "
+            f".astype(np.{dtype.name})"
+        )
+
+
+def check_kv_cache_sizes(batch: Any, num_heads: Any, max_length: Any, head_dim: Any) -> None:
+    """``init_kv_cache``'s sizes: positive ints (NumPy ints too, bools refused); ``max_length``,
+    the layer's context length, with ``check_context``'s errors, the others with ``check_size``'s."""
+    check_size("batch", batch)
+    check_size("num_heads", num_heads)
+    check_context("max_length", max_length)
+    check_size("head_dim", head_dim)
+
+
+def check_cache_dtype(cache: Any, x: Any) -> None:
+    """A KV cache stores keys and values in x's dtype (that of the weights too, once
+    ``check_params`` has run): another one would round them silently."""
+    for stored in (cache.keys, cache.values):
+        if np.dtype(stored.dtype) != np.dtype(x.dtype):
+            raise TypeError(
+                f"cache has dtype {np.dtype(stored.dtype).name} but x has dtype {np.dtype(x.dtype).name}"
+            )

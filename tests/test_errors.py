@@ -289,11 +289,14 @@ def call_function(framework: str, layer: str, call: Call) -> None:
 
 
 def call_flax_module(layer: str, call: Call) -> None:
-    """Build the module from the weights, then call it: each error surfaces at one of the two."""
+    """Build the module from the weights, then call it: each error surfaces at one of the two.
+    64-bit types are enabled so that a float64 x meets the dtype check (without them a module
+    refuses it first with JAX's x64 hint: tests/test_nnx_modules.py)."""
     built = {k: v for k, v in call.kwargs.items() if k in CONSTRUCTOR_ARGS}
     called = {k: v for k, v in call.kwargs.items() if k not in CONSTRUCTOR_ARGS}
-    module = getattr(jax_attn, layer).from_params(call.params, **built)
-    module(call.x, *call.args, **called)
+    with jax.enable_x64(True):
+        module = getattr(jax_attn, layer).from_params(call.params, **built)
+        module(call.x, *call.args, **called)
 
 
 CALLERS = {

@@ -1,5 +1,7 @@
 """Bad input to the GPT: the same ValueError, naming the problem, in numpy_attn and jax_attn."""
 
+import re
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -102,3 +104,14 @@ def test_loading_bad_weights_into_a_jax_model_leaves_it_untouched(params):
         model.load_params(bad)
     actual = model.to_params()
     assert all(np.array_equal(actual[name], params[name]) for name in params)
+
+
+@pytest.mark.parametrize("rngs", [0, "seed"], ids=["int", "str"])
+def test_rngs_that_are_not_an_nnx_rngs_are_named(params, rngs):
+    """Not ``'int' object is not subscriptable``: a TypeError naming rngs, what it must be and
+    what was given, from the constructor and from from_params."""
+    message = f"rngs must be a flax.nnx.Rngs (nnx.Rngs(seed)), got {rngs!r} ({type(rngs).__name__})"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        jax_attn.GPTModel(TINY, rngs=rngs)
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        jax_attn.GPTModel.from_params(params, TINY, rngs=rngs)

@@ -1,5 +1,7 @@
 """Generation: cached decoding equals the full pass, greedy equals transformers', one compile per shape."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -106,3 +108,35 @@ def test_bad_generate_arguments(params, model, arguments, message):
         jax_attn.generate(model, jnp.asarray(prompt), max_new_tokens, **arguments)
     with pytest.raises(ValueError, match=message):
         numpy_attn.generate(params, prompt, TINY, max_new_tokens, **arguments)
+
+
+def the_layers_error(dropout, **rng):
+    """The TypeError a layer's dropout raises for ``rng`` (numpy_attn) or ``key`` (jax_attn)."""
+    with pytest.raises(TypeError) as expected:
+        dropout(np.ones((2, 3), np.float32), 0.5, **rng)
+    return str(expected.value)
+
+
+@pytest.mark.parametrize(
+    "rng", [0, np.random.RandomState(0), jax.random.key(0)], ids=["int", "RandomState", "key"]
+)
+def test_numpy_generate_refuses_an_rng_that_is_not_a_generator(params, rng):
+    """Not ``'int' object has no attribute 'choice'``, nor a legacy RandomState taken: the layers'
+    rng TypeError, word for word."""
+    message = the_layers_error(numpy_attn.dropout, rng=rng)
+    assert message.startswith("rng must be a numpy.random.Generator")
+    for temperature in (0.0, 1.0):
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+            numpy_attn.generate(params, token_ids(1, 3), TINY, 2, temperature=temperature, rng=rng)
+
+
+@pytest.mark.parametrize(
+    "rng", [0, np.random.default_rng(0), np.zeros(2, np.int32)], ids=["int", "Generator", "ints"]
+)
+def test_jax_generate_refuses_an_rng_that_is_not_a_key(model, rng):
+    """The layers' key TypeError, word for word, instead of JAX's own error."""
+    message = the_layers_error(jax_attn.dropout, key=rng)
+    assert message.startswith("key must be a jax.random key")
+    for temperature in (0.0, 1.0):
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+            jax_attn.generate(model, jnp.asarray(token_ids(1, 3)), 2, temperature=temperature, rng=rng)

@@ -1,5 +1,7 @@
 """KV-cache decoding: prefill, then token by token, equals the full causal pass."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -86,3 +88,43 @@ def test_a_full_cache_refuses_more_tokens(framework):
     _, cache = package.multi_head_attention_decode(params, x, cache, num_heads=2, context_length=12)
     with pytest.raises(ValueError, match="the cache holds 12 of 12 tokens; 1 more do not fit"):
         package.multi_head_attention_decode(params, x[:, :1], cache, num_heads=2, context_length=12)
+
+
+BAD_SIZES = [
+    ((2, 2, 6.0, 2), TypeError, "max_length must be a positive int, got 6.0 (float)"),
+    ((2, 2, 0, 2), ValueError, "max_length must be a positive int, got 0"),
+    ((2, 2, True, 2), TypeError, "max_length must be a positive int, got True (bool)"),
+    ((2, 2, None, 2), TypeError, "max_length must be a positive int, got None (NoneType)"),
+    ((0, 2, 6, 2), ValueError, "batch must be a positive integer, got 0"),
+    ((2, 2.0, 6, 2), ValueError, "num_heads must be a positive integer, got 2.0"),
+    ((2, 2, 6, True), ValueError, "head_dim must be a positive integer, got True"),
+]
+
+
+@pytest.mark.parametrize("sizes, error, message", BAD_SIZES, ids=[repr(s) for s, _, _ in BAD_SIZES])
+@pytest.mark.parametrize("framework", ["numpy", "jax"])
+def test_init_kv_cache_checks_every_size(framework, sizes, error, message):
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        PACKAGES[framework].init_kv_cache(*sizes)
+
+
+@pytest.mark.parametrize("framework", ["numpy", "jax"])
+def test_init_kv_cache_accepts_numpy_ints(framework):
+    cache = PACKAGES[framework].init_kv_cache(np.int64(2), np.int32(2), np.int64(6), np.uint8(2))
+    assert cache.keys.shape == cache.values.shape == (2, 2, 6, 2) and cache.padding.shape == (2, 6)
+
+
+@pytest.mark.parametrize("cache_dtype", ["float16", "float64"])
+@pytest.mark.parametrize("layer", list(LAYERS))
+@pytest.mark.parametrize("framework", ["numpy", "jax"])
+def test_a_cache_of_another_dtype_than_x_is_refused(framework, layer, cache_dtype):
+    """Not keys and values rounded to the cache's dtype in silence: the dtype-mismatch TypeError."""
+    case = decode_case(layer, "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    package = PACKAGES[framework]
+    name = "context_length" if layer == "MultiHeadAttention" else "context_size"
+    with jax_context(cache_dtype):
+        cache = package.init_kv_cache(2, 2, 12, 4, getattr(np, cache_dtype))
+        message = f"cache has dtype {cache_dtype} but x has dtype float32"
+        with pytest.raises(TypeError, match=f"^{message}$"):
+            getattr(package, LAYERS[layer])(params, x, cache, num_heads=2, **{name: 12})

@@ -12,6 +12,7 @@ import torch
 from flax import nnx
 
 import jax_attn
+import numpy_attn
 import torch_ref
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.compare import compare_steps
@@ -268,7 +269,7 @@ def test_the_wrapper_heads_draw_different_masks_from_its_stream():
     "layer, args, kwargs, message",
     [
         ("SelfAttentionV2", (0, 4), {}, "d_in must be a positive integer, got 0"),
-        ("CausalAttention", (3, 4, -1, 0.0), {}, "context_length must be a positive integer, got -1"),
+        ("CausalAttention", (3, 4, -1, 0.0), {}, "context_length must be a positive int, got -1"),
         ("CausalAttention", (3, 4, 6, 1.0), {}, r"dropout must be in \[0, 1\), got 1.0"),
         ("MultiHeadAttention", (3, 4, 6, 0.0, 3), {}, "d_out=4 is not divisible by num_heads=3"),
         ("MultiHeadAttentionWrapper", (3, 4, 6, 0.0, 0), {}, "num_heads must be a positive integer, got 0"),
@@ -290,11 +291,122 @@ def test_bad_inputs_raise_the_functions_errors_word_for_word(layer):
     module = getattr(jax_attn, layer).from_params(params, **case.kwargs())
     function = getattr(jax_attn, case.function_name)
     x = case.make_input()
-    for bad in (x.astype("float64"), x[..., :-1], x[..., None]):
+    for bad in (x.astype("float64"), x[..., :-1], x[..., None]):  # float64: without x64, its hint
         with pytest.raises((TypeError, ValueError)) as expected:
-            function(params, bad, **case.kwargs())
+            function({k: v.astype(bad.dtype) for k, v in params.items()}, bad, **case.kwargs())
         with pytest.raises(expected.type, match=f"^{re.escape(str(expected.value))}$"):
             module(bad)
+
+
+def the_functions_error(layer, params, **kwargs):
+    """The error ``layer``'s jax_attn function raises for ``params``, ``kwargs`` (the module
+    case's keyword arguments by default) and a float32 input."""
+    case = module_case(layer)
+    with pytest.raises((TypeError, ValueError)) as expected:
+        getattr(jax_attn, case.function_name)(params, case.make_input(), **(case.kwargs() | kwargs))
+    return expected
+
+
+def raises_exactly(expected):
+    return pytest.raises(expected.type, match=f"^{re.escape(str(expected.value))}$")
+
+
+def retyped(params, dtype, keys=None):
+    return {k: v.astype(dtype) if keys is None or k in keys else v for k, v in params.items()}
+
+
+@pytest.mark.parametrize(
+    "dtype, keys",
+    [
+        ("int32", None), ("bool", None), ("complex64", None), ("object", None), ("int64", ["W_key.weight"]),
+        ("float64", ["W_value.weight"]), ("float64", ["out_proj.bias"]), ("float16", ["W_key.bias"]),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("load", ["from_params", "load_params"])
+def test_weights_of_a_wrong_or_mixed_dtype_raise_the_functions_error(load, dtype, keys):
+    """Not one floating dtype: the TypeError the function raises for a float32 x, word for word,
+    instead of a cast (or JAX's own errors)."""
+    case = module_case("MultiHeadAttention")
+    bad = retyped(to_params(case.build_torch()), dtype, keys)
+    expected = the_functions_error("MultiHeadAttention", bad)
+    assert expected.type is TypeError and "but x has dtype float32" in str(expected.value)
+    with raises_exactly(expected):
+        if load == "from_params":
+            jax_attn.MultiHeadAttention.from_params(bad, **case.kwargs())
+        else:
+            jax_attn.MultiHeadAttention(5, 8, 6, 0.0, 2, True, rngs=nnx.Rngs(0)).load_params(bad)
+
+
+@pytest.mark.parametrize("load", ["from_params", "load_params"])
+def test_big_endian_weights_are_named_with_their_byte_order(load):
+    case = module_case("MultiHeadAttention")
+    params = to_params(case.build_torch())
+    params["W_key.weight"] = params["W_key.weight"].astype(">f4")
+    message = (
+        "params['W_key.weight'] has dtype >f4, big-endian; give it in the machine's byte order: "
+        ".astype(np.float32)"
+    )
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        if load == "from_params":
+            jax_attn.MultiHeadAttention.from_params(params, **case.kwargs())
+        else:
+            jax_attn.MultiHeadAttention(5, 8, 6, 0.0, 2, True, rngs=nnx.Rngs(0)).load_params(params)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_float64_weights_without_x64_raise_the_functions_x64_error(source):
+    """Not a float32 module built in silence: the functions' TypeError with its x64 hint, for
+    the first weight instead of x; and for a float64 dtype given to a constructor."""
+    case = module_case("MultiHeadAttention", "float64")
+    params = {k: v.astype(np.float64) for k, v in to_params(case.build_torch()).items()}
+    with jax.enable_x64(False), pytest.raises(TypeError) as expected:
+        jax_attn.multi_head_attention(params, case.make_input(), **case.kwargs())
+    assert str(expected.value).startswith("x has dtype float64, which JAX computes in float32 unless 64-bit")
+    hint = str(expected.value).removeprefix("x")
+    first = "params['W_query.weight']"
+    with jax.enable_x64(True):  # a JAX float64 array is made in 64-bit mode
+        weights = weights_from(source, case.build_torch())
+    with jax.enable_x64(False):
+        with pytest.raises(TypeError, match=f"^{re.escape(first + hint)}$"):
+            jax_attn.MultiHeadAttention.from_params(weights, **case.kwargs())
+        with pytest.raises(TypeError, match=f"^{re.escape('dtype' + hint)}$"):
+            jax_attn.MultiHeadAttention(5, 8, 6, 0.0, 2, dtype=jnp.float64, rngs=nnx.Rngs(0))
+    with jax.enable_x64(True):  # with x64 the module is float64
+        module = jax_attn.MultiHeadAttention.from_params(weights, **case.kwargs())
+        assert module.W_query.kernel[...].dtype == np.float64
+
+
+BAD_CONTEXTS = [6.0, None, float("nan"), float("inf"), True, 0, -1]
+
+
+@pytest.mark.parametrize("value", BAD_CONTEXTS, ids=repr)
+@pytest.mark.parametrize("layer", ["MultiHeadAttention", "FusedCausalAttention"])
+def test_a_bad_context_raises_the_functions_error_everywhere(layer, value):
+    """The constructors, from_params and numpy_attn.constructor_arguments check the context
+    length as the functions do (TypeError for a non-int, ValueError below 1), word for word."""
+    case = module_case(layer)
+    params = to_params(case.build_torch())
+    name = "context_length" if layer == "MultiHeadAttention" else "context_size"
+    kwargs = case.kwargs() | {name: value}
+    expected = the_functions_error(layer, params, **kwargs)
+    assert str(expected.value).startswith(f"{name} must be a positive int, got ")
+    with raises_exactly(expected):
+        getattr(jax_attn, layer).from_params(params, **kwargs)
+    with raises_exactly(expected):
+        getattr(jax_attn, layer)(**constructor_arguments(case) | kwargs, rngs=nnx.Rngs(0))
+    with raises_exactly(expected):
+        numpy_attn.constructor_arguments(layer, params, **kwargs)
+
+
+@pytest.mark.parametrize("rngs", [0, None, jax.random.key(0)], ids=["int", "None", "key"])
+def test_rngs_that_are_not_an_nnx_rngs_are_named(rngs):
+    message = f"rngs must be a flax.nnx.Rngs (nnx.Rngs(seed)), got {rngs!r} ({type(rngs).__name__})"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        jax_attn.MultiHeadAttention(5, 8, 6, 0.0, 2, rngs=rngs)
+    if rngs is not None:  # from_params without rngs: eval mode
+        case = module_case("CausalAttention")
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+            jax_attn.CausalAttention.from_params(to_params(case.build_torch()), **case.kwargs(), rngs=rngs)
 
 
 @pytest.mark.parametrize("layer", LAYERS)
