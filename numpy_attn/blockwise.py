@@ -214,6 +214,9 @@ def _heads_blockwise(
     context_vec = np.empty((batch, num_queries, num_heads, head_dim), dtype)
     ones = np.ones((batch, num_keys, 1), dtype)
 
+    # a score above a block's stale shift overflows exp to inf (and inf x 0 in the weights' matmul
+    # gives NaN): the signal that the block is done again with a new shift, not a warning's cause
+    @np.errstate(over="ignore", invalid="ignore")
     def attend_head(n: int) -> None:
         head_queries, head_keys, head_values = head_inputs(n)  # (B, T, H), (B, S, H), (B, S, Hv)
         # a column of ones after the keys and the values: a query block whose last column holds
