@@ -32,9 +32,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jax_attn.checks import check_key
 from jax_attn.dropout import draw_keep_mask
 from jax_attn.linear import linear
-from numpy_attn.blockwise import compute_dtype, fit_block_size, token_major
+from numpy_attn.blockwise import check_attention_inputs, compute_dtype, fit_block_size, token_major
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.validation import JAX_FLOATS, check_blockwise_args, check_self_attention_args
 
@@ -75,6 +76,8 @@ def blockwise_attention(
     Half-precision inputs are computed in float32 and the context cast back to their dtype
     (``compute_dtype``).
     """
+    check_attention_inputs(queries, keys, values)
+    check_key(key)
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     check_blockwise_args(
         num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
@@ -129,6 +132,7 @@ def blockwise_self_attention(
     check_self_attention_args(
         x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=JAX_FLOATS
     )
+    check_key(key)
     batch, num_tokens, d_in = x.shape
     head_dim = weight.shape[0] // (3 * num_heads)
     check_blockwise_args(

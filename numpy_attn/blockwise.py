@@ -47,13 +47,20 @@ from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.linear import linear
 from numpy_attn.masks import causal_mask
 from numpy_attn.threads import head_threads
-from numpy_attn.validation import NUMPY_FLOATS, check_blockwise_args, check_self_attention_args
+from numpy_attn.validation import (
+    NUMPY_FLOATS,
+    check_array,
+    check_blockwise_args,
+    check_rng,
+    check_self_attention_args,
+)
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "block_sides",
     "blockwise_attention",
     "blockwise_self_attention",
+    "check_attention_inputs",
     "compute_dtype",
     "fit_block_size",
     "token_major",
@@ -88,6 +95,19 @@ def compute_dtype(dtype: Any) -> np.dtype:
     return np.dtype(np.float32) if dtype.itemsize < 4 else dtype
 
 
+def check_attention_inputs(queries: Any, keys: Any, values: Any) -> None:
+    """``blockwise_attention``'s queries ``(..., T, H)``, keys and values ``(..., S, H)``: arrays of
+    at least two axes (the wording of ``validation.check_input``)."""
+    for name, value, layout in (
+        ("queries", queries, "(..., T, H)"),
+        ("keys", keys, "(..., S, H)"),
+        ("values", values, "(..., S, H)"),
+    ):
+        shape = check_array(name, value)
+        if len(shape) < 2:
+            raise ValueError(f"{name} must have shape {layout}, got shape {shape} (rank {len(shape)})")
+
+
 def token_major(x: Any) -> Any:
     """``(..., T, H) -> (B, T, N, H)``: ``(B, N, T, H)`` swapped (a view of split heads), ``(B, T, H)``
     and ``(T, H)`` with unit axes; more leading axes are folded into N. NumPy or JAX arrays."""
@@ -120,6 +140,8 @@ def blockwise_attention(
     draws a mask per block (other draws than the reference path's). Half-precision inputs are
     computed in float32 and the context cast back to their dtype (``compute_dtype``).
     """
+    check_attention_inputs(queries, keys, values)
+    check_rng(rng)
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     check_blockwise_args(
         num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
@@ -172,6 +194,7 @@ def blockwise_self_attention(
     check_self_attention_args(
         x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=NUMPY_FLOATS
     )
+    check_rng(rng)
     batch, num_tokens, d_in = x.shape
     head_dim = weight.shape[0] // (3 * num_heads)
     check_blockwise_args(
