@@ -32,9 +32,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jax_attn.checks import check_key
 from jax_attn.dropout import draw_keep_mask
 from jax_attn.linear import linear
-from numpy_attn.blockwise import fit_block_size, token_major
+from numpy_attn.blockwise import check_attention_inputs, compute_dtype, fit_block_size, token_major
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.validation import JAX_FLOATS, check_blockwise_args, check_self_attention_args
 
@@ -72,7 +73,11 @@ def blockwise_attention(
     gets a zero output. Dropout on the (normalised) weights: ``attn_keep_mask`` (bool
     ``(..., T, S)``, True = keep) is sliced per block; ``key`` draws a mask per block
     (``fold_in(fold_in(key, head), block pair)``: other draws than the reference path's).
+    Half-precision inputs are computed in float32 and the context cast back to their dtype
+    (``compute_dtype``).
     """
+    check_attention_inputs(queries, keys, values)
+    check_key(key)
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     check_blockwise_args(
         num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
@@ -127,6 +132,7 @@ def blockwise_self_attention(
     check_self_attention_args(
         x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=JAX_FLOATS
     )
+    check_key(key)
     batch, num_tokens, d_in = x.shape
     head_dim = weight.shape[0] // (3 * num_heads)
     check_blockwise_args(
@@ -170,7 +176,9 @@ def _heads_blockwise(
 ) -> jax.Array:
     """The blockwise loops over every head: ``head_inputs(b, n)`` gives head (b, n)'s queries
     ``(T, H)`` and keys and values ``(S, H)``; returns the context in token-major
-    ``(B, T, N, Hv)`` layout."""
+    ``(B, T, N, Hv)`` layout. Everything up to the context is computed in ``compute_dtype(dtype)``
+    (float32 for half precision: each head's queries, keys and values are cast as it starts),
+    each query block's context cast to ``dtype`` as it is written."""
     dropping = dropout is not None and (key is not None or attn_keep_mask is not None)
     query_block_size = fit_block_size(block_size, num_queries)  # bq
     key_block_size = fit_block_size(block_size, num_keys)  # bk (= bq when causal: T = S)
@@ -188,6 +196,7 @@ def _heads_blockwise(
         keep_mask = _pad_to_blocks(_pad_to_blocks(keep_mask, key_block_size, -1), query_block_size, -2)
     query_slice = functools.partial(jax.lax.dynamic_slice_in_dim, slice_size=query_block_size)
     key_slice = functools.partial(jax.lax.dynamic_slice_in_dim, slice_size=key_block_size)
+    compute = compute_dtype(dtype)  # the input dtype, or float32 for half precision
 
     def after_query(qi: jax.Array, ki: jax.Array) -> jax.Array:
         """(bq, bk) bool, True where key block ``ki``'s key comes after query block ``qi``'s query."""
@@ -197,7 +206,11 @@ def _heads_blockwise(
     def one_head(head: jax.Array, context_vec: jax.Array) -> jax.Array:
         b, n = head // num_heads, head % num_heads
         head_queries, head_keys, head_values = head_inputs(b, n)  # (T, H), (S, H), (S, Hv)
-        head_queries = head_queries * jnp.asarray(1 / head_queries.shape[-1] ** 0.5, dtype)
+        # in compute (astype is no operation in float32 and float64)
+        head_queries, head_keys, head_values = (
+            a.astype(compute) for a in (head_queries, head_keys, head_values)
+        )
+        head_queries = head_queries * jnp.asarray(1 / head_queries.shape[-1] ** 0.5, compute)
         head_queries = _pad_to_blocks(head_queries, query_block_size, 0)  # (Tp, H)
         head_keys = _pad_to_blocks(head_keys, key_block_size, 0)  # (Sp, H): padded keys are hidden
         head_values = _pad_to_blocks(head_values, key_block_size, 0)  # (Sp, Hv)
@@ -243,12 +256,13 @@ def _heads_blockwise(
                 return jax.lax.switch(jnp.sign(ki - qi) + 1, branches, ki, carry)
 
             init = (
-                jnp.full((query_block_size, 1), -jnp.inf, dtype),
-                jnp.zeros((query_block_size, 1), dtype),
-                jnp.zeros((query_block_size, head_dim), dtype),
+                jnp.full((query_block_size, 1), -jnp.inf, compute),
+                jnp.zeros((query_block_size, 1), compute),
+                jnp.zeros((query_block_size, head_dim), compute),
             )
             _, running_sum, acc = jax.lax.fori_loop(0, num_key_blocks, visit, init)
-            result = acc * (1 / jnp.where(running_sum == 0, 1, running_sum))  # (bq, Hv)
+            result = acc * (1 / jnp.where(running_sum == 0, 1, running_sum))  # (bq, Hv), in compute
+            result = result.astype(dtype)  # half precision's one cast
             return jax.lax.dynamic_update_slice_in_dim(head_context, result, qi * query_block_size, axis=0)
 
         head_context = jnp.zeros((padded_length, head_dim), dtype)

@@ -47,13 +47,21 @@ from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.linear import linear
 from numpy_attn.masks import causal_mask
 from numpy_attn.threads import head_threads
-from numpy_attn.validation import NUMPY_FLOATS, check_blockwise_args, check_self_attention_args
+from numpy_attn.validation import (
+    NUMPY_FLOATS,
+    check_array,
+    check_blockwise_args,
+    check_rng,
+    check_self_attention_args,
+)
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "block_sides",
     "blockwise_attention",
     "blockwise_self_attention",
+    "check_attention_inputs",
+    "compute_dtype",
     "fit_block_size",
     "token_major",
 ]
@@ -76,6 +84,28 @@ def block_sides(block_size: int, batch: int, num_queries: int, num_keys: int) ->
     (B = 8, T = 1024: sides of 256 instead of 512 took 0.89-0.91 of the time)."""
     side = max(1, block_size // math.isqrt(batch))
     return fit_block_size(side, num_queries), fit_block_size(side, num_keys)
+
+
+def compute_dtype(dtype: Any) -> np.dtype:
+    """The dtype the blockwise cores compute scores, sums and the context in: float32 for
+    half-precision inputs (float16, bfloat16), whose scores can exceed float16's range and whose
+    running sums grow with the sequence (as the reference path computes its softmax in float32);
+    the input dtype otherwise. NumPy or JAX dtypes."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.itemsize < 4 else dtype
+
+
+def check_attention_inputs(queries: Any, keys: Any, values: Any) -> None:
+    """``blockwise_attention``'s queries ``(..., T, H)``, keys and values ``(..., S, H)``: arrays of
+    at least two axes (the wording of ``validation.check_input``)."""
+    for name, value, layout in (
+        ("queries", queries, "(..., T, H)"),
+        ("keys", keys, "(..., S, H)"),
+        ("values", values, "(..., S, H)"),
+    ):
+        shape = check_array(name, value)
+        if len(shape) < 2:
+            raise ValueError(f"{name} must have shape {layout}, got shape {shape} (rank {len(shape)})")
 
 
 def token_major(x: Any) -> Any:
@@ -107,8 +137,11 @@ def blockwise_attention(
     True = padding (hidden), for 4-D ``(B, N, T, H)`` inputs. A query whose every key is hidden
     gets a zero output, as in ``scaled_dot_product_attention``. Dropout on the (normalised)
     weights: ``attn_keep_mask`` (bool ``(..., T, S)``, True = keep) is sliced per block; ``rng``
-    draws a mask per block (other draws than the reference path's).
+    draws a mask per block (other draws than the reference path's). Half-precision inputs are
+    computed in float32 and the context cast back to their dtype (``compute_dtype``).
     """
+    check_attention_inputs(queries, keys, values)
+    check_rng(rng)
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     check_blockwise_args(
         num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
@@ -161,6 +194,7 @@ def blockwise_self_attention(
     check_self_attention_args(
         x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=NUMPY_FLOATS
     )
+    check_rng(rng)
     batch, num_tokens, d_in = x.shape
     head_dim = weight.shape[0] // (3 * num_heads)
     check_blockwise_args(
@@ -204,7 +238,9 @@ def _heads_blockwise(
 ) -> np.ndarray:
     """The blockwise loops over every head: ``head_inputs(n)`` gives head n's queries
     ``(B, T, H)`` and keys and values ``(B, S, H)``; returns the context in token-major
-    ``(B, T, N, Hv)`` layout."""
+    ``(B, T, N, Hv)`` layout. Everything up to the context is computed in ``compute_dtype(dtype)``
+    (float32 for half precision: the keys and values are cast with their column of ones, the
+    queries as they are scaled), the context cast to ``dtype`` as it is written."""
     dropping = dropout is not None and (rng is not None or attn_keep_mask is not None)
     query_block_size, key_block_size = block_sides(block_size, batch, num_queries, num_keys)  # bq, bk
     hidden = None if padding_mask is None else padding_mask[:, None, :]  # (B, 1, S)
@@ -212,24 +248,28 @@ def _heads_blockwise(
     if attn_keep_mask is not None:
         keep_mask = attn_keep_mask.reshape(batch, num_heads, num_queries, num_keys)
     context_vec = np.empty((batch, num_queries, num_heads, head_dim), dtype)
-    ones = np.ones((batch, num_keys, 1), dtype)
+    compute = compute_dtype(dtype)  # the input dtype, or float32 for half precision
+    ones = np.ones((batch, num_keys, 1), compute)
 
+    # a score above a block's stale shift overflows exp to inf (and inf x 0 in the weights' matmul
+    # gives NaN): the signal that the block is done again with a new shift, not a warning's cause
+    @np.errstate(over="ignore", invalid="ignore")
     def attend_head(n: int) -> None:
         head_queries, head_keys, head_values = head_inputs(n)  # (B, T, H), (B, S, H), (B, S, Hv)
         # a column of ones after the keys and the values: a query block whose last column holds
         # -shift gets its scores lowered by the shift from the matmul, and weights @ values also
         # sums the weights' rows
-        keys_and_ones = np.concatenate([head_keys, ones], axis=-1)  # (B, S, H + 1)
-        values_and_ones = np.concatenate([head_values, ones], axis=-1)  # (B, S, Hv + 1)
-        scale = np.asarray(1 / head_queries.shape[-1] ** 0.5, dtype)
+        keys_and_ones = np.concatenate([head_keys, ones], axis=-1, dtype=compute)  # (B, S, H + 1)
+        values_and_ones = np.concatenate([head_values, ones], axis=-1, dtype=compute)  # (B, S, Hv + 1)
+        scale = np.asarray(1 / head_queries.shape[-1] ** 0.5, compute)
         for q0 in range(0, num_queries, query_block_size):
             q1 = min(q0 + query_block_size, num_queries)
             # (B, bq, H + 1): the scaled queries and -shift, 0 until the shift is known
-            query_block = np.zeros((batch, q1 - q0, head_queries.shape[-1] + 1), dtype)
-            np.multiply(head_queries[:, q0:q1], scale, out=query_block[..., :-1])
+            query_block = np.zeros((batch, q1 - q0, head_queries.shape[-1] + 1), compute)
+            np.multiply(head_queries[:, q0:q1], scale, out=query_block[..., :-1], dtype=compute)
             shift = None  # (B, bq, 1): what each query's scores are lowered by before exp
             # (B, bq, Hv + 1): the weighted values and, in the last column, the running sum l
-            acc = np.zeros((batch, q1 - q0, head_dim + 1), dtype=dtype)
+            acc = np.zeros((batch, q1 - q0, head_dim + 1), dtype=compute)
             last_key = q1 if causal else num_keys  # keys after the block's last query are all hidden
             for k0 in range(0, last_key, key_block_size):
                 k1 = min(k0 + key_block_size, num_keys)
@@ -269,6 +309,7 @@ def _heads_blockwise(
                     product = _weighted_values(_shifted_exp(scores, shift), block_values, keep, dropout)
                 acc += product
             # the reciprocal of the sum, as in softmax; a query that saw no key keeps a zero output
+            # (written in the input dtype: half precision's one cast)
             running_sum = acc[..., -1:]
             context_vec[:, q0:q1, n] = acc[..., :-1] * (1 / np.where(running_sum == 0, 1, running_sum))
 

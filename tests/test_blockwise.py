@@ -369,6 +369,73 @@ def test_causal_blockwise_attention_needs_as_many_queries_as_keys_in_both_packag
         assert not_causal.shape == (7, 4)
 
 
+def raised(call):
+    """The exception ``call()`` raises."""
+    with pytest.raises(Exception) as info:
+        call()
+    return info.value
+
+
+def test_blockwise_random_sources_are_checked_as_the_layers_check_them():
+    """``rng=0`` / ``key=0`` raise the layers' TypeError (not NumPy's AttributeError on
+    ``0.random``, JAX's "invalid PRNG key data" or a TracerArrayConversionError)."""
+    x, weight, bias = (a.astype(np.float32) for a in self_attention_inputs())  # (2, 13, 5), (18, 5), (18,)
+    queries = np.random.default_rng(11).standard_normal((2, 2, 13, 3)).astype(np.float32)
+    params = {name: weight[:4] for name in parameter_shapes("CausalAttention", d_in=5, d_out=4)}
+
+    def calls(package, to_array, name):
+        """The layer and both blockwise functions, with dropout, taking the random source."""
+        return (
+            lambda random: package.causal_attention(
+                {k: to_array(v) for k, v in params.items()}, to_array(x), context_length=13, dropout=0.5,
+                **{name: random},
+            ),
+            lambda random: package.blockwise_attention(
+                *[to_array(queries)] * 3, dropout=0.5, **{name: random}
+            ),
+            lambda random: package.blockwise_self_attention(
+                to_array(x), to_array(weight), to_array(bias), num_heads=2, dropout=0.5, **{name: random}
+            ),
+        )  # fmt: skip
+
+    numpy_calls, jax_calls = calls(numpy_attn, np.asarray, "rng"), calls(jax_attn, jnp.asarray, "key")
+    generator = "rng must be a numpy.random.Generator (numpy.random.default_rng(seed)) or None"
+    key = "key must be a jax.random key (jax.random.key(seed)) or None"
+    for runs, expected in (
+        ([lambda call=call: call(0) for call in numpy_calls], f"{generator}, got 0 (int)"),
+        # eagerly the blockwise functions see the int; the layer runs jitted (jax_attn.compiled)
+        ([lambda call=call: call(0) for call in jax_calls[1:]], f"{key}, got 0 (int)"),
+        (
+            [lambda call=call: jax.jit(call)(0) for call in jax_calls],
+            f"{key}, got an array of dtype int32, shape ()",
+        ),
+    ):
+        for run in runs:
+            error = raised(run)
+            assert (type(error), str(error)) == (TypeError, expected)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        (((4,), (6, 4), (6, 4)), "queries must have shape (..., T, H), got shape (4,) (rank 1)"),
+        (((5, 4), (4,), (6, 4)), "keys must have shape (..., S, H), got shape (4,) (rank 1)"),
+        (((5, 4), (6, 4), ()), "values must have shape (..., S, H), got shape () (rank 0)"),
+    ],
+)
+def test_blockwise_attention_rejects_inputs_of_fewer_than_two_axes_alike(shapes, message):
+    """A ValueError naming the argument and its shape (it was an IndexError), the same in
+    numpy_attn, jax_attn and under jax.jit."""
+    arrays = [np.ones(shape, np.float32) for shape in shapes]
+    jax_arrays = [jnp.asarray(a) for a in arrays]
+    for error in (
+        raised(lambda: numpy_attn.blockwise_attention(*arrays)),
+        raised(lambda: jax_attn.blockwise_attention(*jax_arrays)),
+        raised(lambda: jax.jit(jax_attn.blockwise_attention)(*jax_arrays)),
+    ):
+        assert (type(error), str(error)) == (ValueError, message)
+
+
 @pytest.mark.parametrize(
     ("block_size", "length", "expected"),
     [
