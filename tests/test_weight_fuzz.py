@@ -3,6 +3,7 @@ or raises ValueError/TypeError, and a file written by ``save_weights`` refuses a
 
 The default run is small (about 10 s); ``-m slow`` runs many more hypothesis examples."""
 
+import io
 import json
 import struct
 
@@ -52,7 +53,9 @@ def flips_that_load(tmp_path, monkeypatch, suffix, bits):
     for bit in bits(len(blob)):
         altered = bytearray(blob)
         altered[bit // 8] ^= 1 << (bit % 8)
-        monkeypatch.setattr(weights_file, "_read_regular_file", lambda _, data=bytes(altered): data)
+        monkeypatch.setattr(
+            weights_file, "_open_regular_file", lambda _, data=bytes(altered): io.BytesIO(data)
+        )
         if load_or_refuse(path) is not None:
             loaded.append(bit)
     return loaded
