@@ -79,6 +79,7 @@ _MAX_ZIP_NAME = 0xFFFF - len(".npy")  # a zip member's name is at most 65535 byt
 _NOT_UTF8 = "names must be text that UTF-8 can encode (not a lone surrogate)"
 _CHUNK = 1 << 20  # bytes read at a time
 _MAX_RANK = 64  # NumPy's maximum number of axes
+_MAX_ELEMENTS = sys.maxsize // 8  # NumPy's bound on an array's bytes, for the widest weight dtype
 _DIGEST_LENGTH = 64  # hex characters of a SHA-256
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed, so that equal weights give equal files
 _MAX_DEFLATE_RATIO = 1100  # deflate expands at most ~1032:1; a larger claimed size is a lie
@@ -326,8 +327,18 @@ def _is_index(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _is_shape(shape: Any) -> bool:
+    """Whether ``shape`` is one NumPy can make (a zero-size array too) for any weight dtype."""
+    return (
+        isinstance(shape, list | tuple)
+        and len(shape) <= _MAX_RANK
+        and all(map(_is_index, shape))
+        and math.prod(filter(None, shape)) <= _MAX_ELEMENTS
+    )
+
+
 def _check_shape(shape: Any, key: str, path: str) -> None:
-    if not (isinstance(shape, list) and len(shape) <= _MAX_RANK and all(map(_is_index, shape))):
+    if not (isinstance(shape, list) and _is_shape(shape)):
         raise ValueError(f"{path}: tensor {key!r} has an invalid shape {_preview(shape)}")
 
 
@@ -370,10 +381,10 @@ def _safetensors_entries(header: Mapping[str, Any]) -> list[list[Any]]:
     ]
 
 
-def _parse_header(file: BinaryIO, size: int, path: str) -> tuple[dict[str, Any], dict[str, str], int]:
+def _parse_header(file: BinaryIO, size: int, path: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The tensor entries (checked for type, and their offsets against each other and against
-    the file's size) and the metadata of a safetensors file, and where its data begins: only
-    the size field and the header are read."""
+    the file's size) and the metadata of a safetensors file: only the size field and the header
+    are read, and the file is left where its data begins."""
     if size < 8:
         raise ValueError(f"{path} is truncated: {size} bytes, shorter than the 8-byte header size")
     (header_size,) = struct.unpack("<Q", _read_exactly(file, 8, path))
@@ -429,11 +440,11 @@ def _parse_header(file: BinaryIO, size: int, path: str) -> tuple[dict[str, Any],
             f"{path} {reason}: the header describes {end} data bytes, the file holds {size - data_start} "
             f"({size} bytes in all, {data_start + end} expected)"
         )
-    return header, metadata, data_start
+    return header, metadata
 
 
 def _parse_safetensors(file: BinaryIO, size: int, path: str) -> dict[str, np.ndarray]:
-    header, metadata, _ = _parse_header(file, size, path)  # the file is now at the data
+    header, metadata = _parse_header(file, size, path)
     stored = {}
     for key, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"]):
         dtype = _little_endian_dtype(_numpy_dtype(entry["dtype"], path))
@@ -554,7 +565,7 @@ def _member_layout(
         if version not in _NPY_HEADERS:
             raise ValueError(f"unsupported .npy version {version}")
         shape, fortran_order, dtype = _NPY_HEADERS[version](stream)
-        if len(shape) > _MAX_RANK or not all(map(_is_index, shape)):
+        if not _is_shape(shape):
             raise ValueError(f"invalid shape {_preview(shape)}")
     except (ValueError, TypeError, SyntaxError, RecursionError, OverflowError) as error:
         raise ValueError(f"{path}: member {name!r} has a corrupt .npy header: {error}") from None

@@ -152,8 +152,18 @@ SAFETENSORS = {
         ValueError,
         "invalid shape",
     ),
+    "shape_zero_by_2_to_the_80": (
+        safetensors_file({"W": entry(shape=(0, 2**40, 2**40), offsets=(0, 0))}),
+        ValueError,
+        r"tensor 'W' has an invalid shape \[0, 1099511627776, 1099511627776\]",
+    ),
     "shape_of_2_to_the_62": (
         safetensors_file({"W": entry(shape=(2**62, 2**62))}, W.tobytes()),
+        ValueError,
+        "invalid shape",
+    ),
+    "shape_of_2_to_the_50": (
+        safetensors_file({"W": entry(shape=(2**30, 2**20))}, W.tobytes()),
         ValueError,
         "do not fit its size",
     ),
@@ -241,6 +251,20 @@ NPZ = {
         ),
         ValueError,
         r"shape \(1099511627776,\)\) holds 0 bytes",
+    ),
+    "npy_zero_by_2_to_the_80": (
+        npz_file(
+            [
+                (
+                    "W.npy",
+                    npy_with_header(
+                        f"{{'descr': '<f4', 'fortran_order': False, 'shape': (0, {2**40}, {2**40}), }}"
+                    ),
+                )
+            ]
+        ),
+        ValueError,
+        r"corrupt .npy header: invalid shape \(0, 1099511627776, 1099511627776\)",
     ),
     "npy_too_few_bytes": (npz_file([("W.npy", npy(W)[:-4])]), ValueError, r"holds 20 bytes of data"),
     "npy_deep_header": (
