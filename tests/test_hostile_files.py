@@ -483,6 +483,7 @@ def test_0d_arrays_from_elsewhere_load_as_they_are(tmp_path):
     for path in (tmp_path / "w.npz", tmp_path / "w.safetensors"):
         loaded = load_weights(path)["W"]
         assert loaded.shape == () and loaded.dtype == np.float32 and loaded == 3
+    assert safetensors.numpy.load_file(tmp_path / "w.safetensors")["W"].shape == ()  # as the library reads it
     assert load_weights(tmp_path / "w.npz")["V"].shape == (2,)
 
 
