@@ -7,6 +7,8 @@ import json
 import os
 import struct
 import threading
+import time
+import tracemalloc
 import warnings
 import zipfile
 
@@ -16,7 +18,7 @@ import pytest
 import safetensors.numpy
 import torch
 
-from numpy_attn import load_weights, save_weights
+from numpy_attn import load_weights, save_weights, weights_file
 
 W = np.arange(6, dtype=np.float32).reshape(2, 3)
 B = np.array([0.5, -1.5], np.float32)
@@ -150,8 +152,18 @@ SAFETENSORS = {
         ValueError,
         "invalid shape",
     ),
+    "shape_zero_by_2_to_the_80": (
+        safetensors_file({"W": entry(shape=(0, 2**40, 2**40), offsets=(0, 0))}),
+        ValueError,
+        r"tensor 'W' has an invalid shape \[0, 1099511627776, 1099511627776\]",
+    ),
     "shape_of_2_to_the_62": (
         safetensors_file({"W": entry(shape=(2**62, 2**62))}, W.tobytes()),
+        ValueError,
+        "invalid shape",
+    ),
+    "shape_of_2_to_the_50": (
+        safetensors_file({"W": entry(shape=(2**30, 2**20))}, W.tobytes()),
         ValueError,
         "do not fit its size",
     ),
@@ -240,6 +252,20 @@ NPZ = {
         ValueError,
         r"shape \(1099511627776,\)\) holds 0 bytes",
     ),
+    "npy_zero_by_2_to_the_80": (
+        npz_file(
+            [
+                (
+                    "W.npy",
+                    npy_with_header(
+                        f"{{'descr': '<f4', 'fortran_order': False, 'shape': (0, {2**40}, {2**40}), }}"
+                    ),
+                )
+            ]
+        ),
+        ValueError,
+        r"corrupt .npy header: invalid shape \(0, 1099511627776, 1099511627776\)",
+    ),
     "npy_too_few_bytes": (npz_file([("W.npy", npy(W)[:-4])]), ValueError, r"holds 20 bytes of data"),
     "npy_deep_header": (
         npz_file([("W.npy", npy_with_header("{'descr': " + "[" * 3000 + "]" * 3000 + "}"))]),
@@ -257,6 +283,20 @@ NPZ = {
     "npy_complex": (npz_file([("W.npy", npy(np.ones(3, complex)))]), TypeError, "has dtype complex128"),
     "npy_structured": (npz_file([("W.npy", npy(np.zeros(3, "f4,f4")))]), TypeError, "has dtype"),
     "not_a_zip": (b"PK\x03\x04" + bytes(40), ValueError, "not a readable .npz weight file"),
+    "npy_negative_shape": (
+        npz_file(
+            [("W.npy", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (-2, -3), }"))]
+        ),
+        ValueError,
+        r"corrupt .npy header: invalid shape \(-2, -3\)",
+    ),
+    "member_name_not_utf8": (
+        set_central_field(  # the name's bytes are not UTF-8, and its flag says they are
+            npz_file([("W-.npy", npy(W))]).replace(b"W-.npy", b"W\xff.npy"), 8, "<H", 0x800
+        ),
+        ValueError,
+        "not a readable .npz weight file: 'utf-8' codec can't decode",
+    ),
 }
 
 
@@ -429,3 +469,218 @@ def test_files_written_by_the_safetensors_library_still_load(tmp_path):
     safetensors.numpy.save_file(expected, tmp_path / "w.safetensors", metadata={"format": "pt"})
     actual = load_weights(tmp_path / "w.safetensors")
     assert set(actual) == set(expected) and all(np.array_equal(actual[k], expected[k]) for k in expected)
+
+
+# ------------------------------------------------------------------ 0-d arrays from elsewhere
+
+
+def test_0d_arrays_from_elsewhere_load_as_they_are(tmp_path):
+    """Decision: save_weights refuses 0-d arrays (weights have an axis), but a file from
+    elsewhere may hold one (np.savez of a NumPy scalar, the library's shape [], the 0-d
+    ``attn.masked_bias`` of old GPT-2 checkpoints): it loads exactly, as shape ()."""
+    np.savez(tmp_path / "w.npz", W=np.float32(3), V=np.float32([1, 2]))
+    safetensors.numpy.save_file({"W": np.array(3, np.float32)}, tmp_path / "w.safetensors")
+    for path in (tmp_path / "w.npz", tmp_path / "w.safetensors"):
+        loaded = load_weights(path)["W"]
+        assert loaded.shape == () and loaded.dtype == np.float32 and loaded == 3
+    assert safetensors.numpy.load_file(tmp_path / "w.safetensors")["W"].shape == ()  # as the library reads it
+    assert load_weights(tmp_path / "w.npz")["V"].shape == (2,)
+
+
+# ------------------------------------------------------------------ sizes: checked before the data
+
+
+def refused_quickly(path, message):
+    """Load ``path``: it must be refused with ``message``, in well under a second, and without
+    reading the data it claims (the memory the loader allocates stays under 1 MiB)."""
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(ValueError, match=message):
+            load_weights(path)
+        elapsed = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert elapsed < 1 and peak < 2**20, (elapsed, peak)
+
+
+def sparse_file(path, size, head=b"", tail=b""):
+    """A file of ``size`` bytes, ``head`` and ``tail`` around a hole (which costs no disk)."""
+    with open(path, "wb") as file:
+        file.write(head)
+        file.truncate(size - len(tail))
+        file.seek(0, os.SEEK_END)
+        file.write(tail)
+    assert os.path.getsize(path) == size
+
+
+GiB = 2**30
+
+
+def eocd(entries, directory_size, directory_offset):
+    """A zip's end of central directory record."""
+    return struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, entries, entries, directory_size, directory_offset, 0)
+
+
+@pytest.mark.parametrize(
+    "name, head, tail, message",
+    [
+        ("w.safetensors", b"", b"", r"does not start with '\{'"),
+        ("w.safetensors", safetensors_file({"W": entry()}), b"",
+         r"has trailing bytes: the header describes 24 data bytes, the file holds 4294967223 "
+         r"\(4294967296 bytes in all, 97 expected\)"),
+        ("w.npz", b"", b"", "not a readable .npz weight file"),
+        ("w.npz", b"", eocd(1, 4 * GiB - 23, 0), "a zip directory of 4294967273 bytes, more than"),
+    ],
+    ids=["zeros", "header_of_one_tensor", "npz_zeros", "npz_directory_of_4_gib"],
+)  # fmt: skip
+def test_a_4_gib_sparse_file_is_refused_before_its_data_is_read(tmp_path, name, head, tail, message):
+    """Only the size field, the header or the zip directory are read before the sizes they
+    declare are checked against the file's size (the whole file was read first: 20 s here)."""
+    sparse_file(tmp_path / name, 4 * GiB, head, tail)
+    refused_quickly(tmp_path / name, message)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (W.tobytes() + b"x", r"has trailing bytes: the header describes 24 data bytes, the file holds 25 "
+                             r"\(98 bytes in all, 97 expected\)"),
+        (W.tobytes()[:-1], r"is truncated: the header describes 24 data bytes, the file holds 23 "
+                           r"\(96 bytes in all, 97 expected\)"),
+    ],
+    ids=["longer", "shorter"],
+)  # fmt: skip
+def test_a_file_longer_or_shorter_than_its_header_declares_is_refused_naming_the_sizes(
+    tmp_path, data, message
+):
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(safetensors_file({"W": entry()}, data))
+    check_refused(path, ValueError, message)
+
+
+def test_an_npz_member_claiming_more_than_its_npy_header_is_refused_without_inflating_it(tmp_path):
+    """A zip bomb: 64 MiB of zeros after a (2, 3) array, deflated to a few hundred kB; the npy
+    header says 24 bytes of data, so the member is refused before it is inflated."""
+    path = tmp_path / "w.npz"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        archive.writestr("W.npy", npy(W) + bytes(64 * 2**20))
+    path.write_bytes(buffer.getvalue())
+    refused_quickly(path, r"member 'W.npy' \(float32, shape \(2, 3\)\) holds 67108888 bytes of data")
+
+
+def test_npz_members_that_overlap_are_refused(tmp_path):
+    """A member whose compressed bytes are claimed to run over the next member's (the
+    overlapping-members zip bomb): together they claim more bytes than the file has."""
+    blob = npz_file([("W.npy", npy(W)), ("V.npy", npy(W))], zipfile.ZIP_DEFLATED)
+    path = tmp_path / "w.npz"
+    path.write_bytes(set_central_field(blob, 20, "<I", len(blob) - 20))  # W's compressed size
+    check_refused(path, ValueError, rf"its members claim more bytes than the file's {len(blob)}")
+
+
+# ------------------------------------------------------------------ bounds on headers and directories
+
+
+def zero_size_entries(count):
+    return {f"t{i}": entry(shape=(0,), offsets=(0, 0)) for i in range(count)}
+
+
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        (zero_size_entries(10_001), "holds more than 10000 tensors, the most a weight file holds"),
+        ({"__metadata__": [{}] * 20_000}, "holds more than 10000 tensors"),
+        ({"__metadata__": {"notes": "x" * (8 * 2**20)}}, r"a header of 8388639 bytes, more than the 8388608"),
+    ],
+    ids=["10_001_tensors", "20_000_objects", "header_over_8_mib"],
+)
+def test_headers_over_the_bounds_are_refused(tmp_path, header, message):
+    """The bounds (docs/hardening.md) keep a refusal within a second: a 17.6 MB header of 300k
+    zero-size entries took 4.6 s, and the format itself allows 100 MB."""
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(safetensors_file(header))
+    start = time.perf_counter()
+    check_refused(path, ValueError, message)
+    assert time.perf_counter() - start < 1
+
+
+def test_the_bounds_hold_as_many_tensors_as_a_file_may_have(tmp_path):
+    params = {f"t{i}": B for i in range(10_000)}
+    for suffix in (".safetensors", ".npz"):
+        save_weights(tmp_path / f"w{suffix}", params)
+        assert len(load_weights(tmp_path / f"w{suffix}")) == 10_000
+    with pytest.raises(ValueError, match="params holds more than 10000 tensors"):
+        save_weights(tmp_path / "w.npz", {**params, "one more": B})
+    np.savez(tmp_path / "w.npz", **params, one_more=B, and_another=B)
+    check_refused(tmp_path / "w.npz", ValueError, "holds more than 10000 tensors")
+
+
+def test_saving_refuses_names_longer_than_the_bounds(tmp_path):
+    with pytest.raises(ValueError, match=r"a name in \.npz holds at most 65531 bytes"):
+        save_weights(tmp_path / "w.npz", {"é" * 32_766: W})
+    long_names = {f"{i:04d}" + "x" * 1000: B for i in range(5_000)}
+    with pytest.raises(ValueError, match=r"params: a header of \d+ bytes, more than the 8388608"):
+        save_weights(tmp_path / "w.safetensors", long_names)
+    with pytest.raises(ValueError, match=r"params: a zip directory of \d+ bytes, more than the 8388608"):
+        save_weights(tmp_path / "w.npz", {f"{i:04d}" + "x" * 2000: B for i in range(5_000)})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_bounds_are_the_documented_ones():
+    assert (weights_file._MAX_TENSORS, weights_file._MAX_HEADER) == (10_000, 8 * 2**20)
+
+
+# ------------------------------------------------------------------ names UTF-8 cannot encode
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz"])
+def test_saving_refuses_a_name_with_a_lone_surrogate(tmp_path, suffix):
+    path = tmp_path / f"w{suffix}"
+    with pytest.raises(ValueError, match=r"params\['a\\ud800'\]: names must be text that UTF-8 can encode"):
+        save_weights(path, {"a\ud800": W})
+    assert not path.exists()
+    save_weights(path, {"é😀": W})  # any text UTF-8 encodes round-trips
+    assert list(load_weights(path)) == ["é😀"]
+
+
+def test_a_safetensors_name_with_a_lone_surrogate_is_refused_as_the_library_does(tmp_path):
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(safetensors_file({"a\ud800": entry()}, W.tobytes()))  # JSON escapes it: "a\\ud800"
+    check_refused(path, ValueError, r"tensor 'a\\ud800': names must be text that UTF-8 can encode")
+    with pytest.raises(Exception, match="invalid JSON in header"):
+        safetensors.numpy.load_file(path)
+
+
+# ------------------------------------------------------------------ saving to what is not a regular file
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link_to_fifo", "dev_null", "directory"])
+def test_saving_to_what_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind):
+    path = tmp_path / "w.npz"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link_to_fifo":
+        os.mkfifo(tmp_path / "pipe")
+        path.symlink_to(tmp_path / "pipe")
+    elif kind == "dev_null":
+        path.symlink_to("/dev/null")
+    else:
+        path.mkdir()
+    outcome = []
+
+    def run():
+        try:
+            save_weights(path, {"W": W})
+        except BaseException as error:  # the test inspects it
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():  # unblock a writer stuck on a FIFO
+        with open(path, "rb") as reader:
+            reader.read()
+    assert not thread.is_alive() and outcome, "saving hung or returned"
+    assert isinstance(outcome[0], ValueError) and "is not a regular file" in str(outcome[0])

@@ -3,6 +3,7 @@ or raises ValueError/TypeError, and a file written by ``save_weights`` refuses a
 
 The default run is small (about 10 s); ``-m slow`` runs many more hypothesis examples."""
 
+import io
 import json
 import struct
 
@@ -42,18 +43,24 @@ def load_or_refuse(path):
         return None
 
 
-def flips_that_load(tmp_path, monkeypatch, suffix, bits):
-    """The ``bits`` of a saved file that, flipped alone, still let it load. The altered bytes
-    are handed to the loader in memory (writing thousands of files is slow on some disks)."""
+def flips_that_load(tmp_path, monkeypatch, suffix, bits, params=None):
+    """The ``bits`` of a saved file that, flipped alone, still let it load, each checked to load
+    exactly what was saved. The altered bytes are handed to the loader in memory (writing
+    thousands of files is slow on some disks)."""
+    params = small_params() if params is None else params
     path = tmp_path / f"w{suffix}"
-    save_weights(path, small_params())
+    save_weights(path, params)
     blob = path.read_bytes()
     loaded = []
     for bit in bits(len(blob)):
         altered = bytearray(blob)
         altered[bit // 8] ^= 1 << (bit % 8)
-        monkeypatch.setattr(weights_file, "_read_regular_file", lambda _, data=bytes(altered): data)
-        if load_or_refuse(path) is not None:
+        monkeypatch.setattr(
+            weights_file, "_open_regular_file", lambda _, data=bytes(altered): io.BytesIO(data)
+        )
+        arrays = load_or_refuse(path)
+        if arrays is not None:
+            assert_same(arrays, params)
             loaded.append(bit)
     return loaded
 
@@ -65,6 +72,23 @@ def test_a_single_bit_flip_in_any_byte_is_refused(tmp_path, monkeypatch, suffix)
     rng = np.random.default_rng(0)
     bits = lambda size: [8 * i + b for i, b in enumerate(rng.integers(0, 8, size))]  # noqa: E731
     assert flips_that_load(tmp_path, monkeypatch, suffix, bits) == []
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_every_bit_flip_in_a_file_with_a_non_ascii_name_is_refused_or_loads_what_was_saved(
+    tmp_path, monkeypatch, suffix
+):
+    """The record covers what the header says, not how its JSON spells it: safetensors' header
+    writes "café" as "caf\\u00e9", and "caf\\u00E9" (one bit, e -> E) is the same name, so that
+    file loads exactly what was saved; every other flip is refused, and every flip of an .npz."""
+    params = {"café": np.float32([1, 2])}
+    loaded = flips_that_load(tmp_path, monkeypatch, suffix, lambda size: range(8 * size), params)
+    if suffix == ".npz":
+        assert loaded == []
+    else:
+        blob = (tmp_path / "w.safetensors").read_bytes()
+        hex_letter = blob.index(b'"caf\\u00e9":') + len(b'"caf\\u00')
+        assert blob[hex_letter : hex_letter + 1] == b"e" and loaded == [8 * hex_letter + 5]  # 0x20: case
 
 
 @pytest.mark.slow
