@@ -96,6 +96,7 @@ def check_self_attention_args(
             f"got shape {check_array('bias', bias)}"
         )
     for name, value in (("weight", weight), ("bias", bias)):
+        check_native_byte_order(name, value)
         if value is not None and np.dtype(value.dtype) != np.dtype(x.dtype):
             raise TypeError(
                 f"{name} has dtype {np.dtype(value.dtype).name} but x has dtype {np.dtype(x.dtype).name}"

@@ -488,3 +488,10 @@ def test_shapes_that_do_not_fit_a_building_block_are_one_value_error(path, block
 
     with pytest.raises(ValueError, match=f"^{re.escape(message)}(\n|$)"):
         jax.jit(run)(arrays) if path == "jit" else run(arrays)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+def test_a_big_endian_weight_given_to_blockwise_self_attention_is_named(package):
+    x, weight = np.ones((1, 4, 3), np.float32), np.ones((12, 3), ">f4")
+    with pytest.raises(TypeError, match=f"^{re.escape(big_endian_message('weight'))}(\n|$)"):
+        PACKAGES[package].blockwise_self_attention(x, weight, None, num_heads=2)
