@@ -16,8 +16,10 @@ from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import uses_blockwise
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
+    JAX_FLOATS,
     check_attention_shapes,
     check_divisible,
+    check_input,
     check_linear_shapes,
     check_mask_operands,
     check_parts,
@@ -103,6 +105,7 @@ def attend_heads(
     ``qkv[1]``), that the weight stacks 3 projections whose width ``num_heads`` divides, and
     that the masks given are arrays NumPy can read."""
     check_jax_operands(x=x, **{"qkv[0]": qkv[0], "qkv[1]": qkv[1]})
+    check_input(x, layout="(B, T, D)", floating=JAX_FLOATS)
     check_linear_shapes(x, *qkv)
     check_parts(tuple(qkv[0].shape), 3)
     check_divisible("E", qkv[0].shape[0] // 3, num_heads)

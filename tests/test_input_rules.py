@@ -495,3 +495,11 @@ def test_a_big_endian_weight_given_to_blockwise_self_attention_is_named(package)
     x, weight = np.ones((1, 4, 3), np.float32), np.ones((12, 3), ">f4")
     with pytest.raises(TypeError, match=f"^{re.escape(big_endian_message('weight'))}(\n|$)"):
         PACKAGES[package].blockwise_self_attention(x, weight, None, num_heads=2)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+def test_attend_heads_names_an_input_of_another_rank(package):
+    arrays = block_arrays("attend_heads")
+    arrays["x"] = arrays["x"][0]
+    with pytest.raises(ValueError, match=r"^x must have shape \(B, T, D\), got shape \(3, 3\) \(rank 2\)$"):
+        call_block(PACKAGES[package], "attend_heads", arrays)
