@@ -50,6 +50,8 @@ NUMPY_FLOATS = ("float16", "float32", "float64")
 JAX_FLOATS = ("bfloat16", *NUMPY_FLOATS)
 # how every refusal of a non-floating dtype names the accepted ones: one text in both packages
 FLOATS_ACCEPTED = "float16, float32, float64; bfloat16 in jax_attn"
+# dtype -> name for NumPy's floats: ``dtype.name`` costs microseconds, a dict lookup a tenth
+_FLOAT_NAMES = {np.dtype(name): name for name in NUMPY_FLOATS}
 
 
 def check_blockwise_args(
@@ -151,7 +153,8 @@ def check_floating(x: Any, floating: tuple[str, ...] = NUMPY_FLOATS, name: str =
     shape = check_array(name, x)
     check_numpy_dtype(name, x)
     check_native_byte_order(name, x)
-    if np.dtype(x.dtype).name not in floating:
+    dtype = np.dtype(x.dtype)
+    if (_FLOAT_NAMES.get(dtype) or dtype.name) not in floating:
         raise TypeError(
             f"{name} must have a floating dtype ({FLOATS_ACCEPTED}), "
             f"got {np.dtype(x.dtype).name} with shape {shape}"
