@@ -503,3 +503,12 @@ def test_attend_heads_names_an_input_of_another_rank(package):
     arrays["x"] = arrays["x"][0]
     with pytest.raises(ValueError, match=r"^x must have shape \(B, T, D\), got shape \(3, 3\) \(rank 2\)$"):
         call_block(PACKAGES[package], "attend_heads", arrays)
+
+
+@pytest.mark.parametrize("path", ["numpy", "jax"])
+def test_a_big_endian_mask_gets_the_mask_error_not_jaxs(path):
+    case, params = case_and_params("FusedCausalAttention")
+    padding_mask = np.zeros((2, 6), ">f4")  # a mask must be bool: refused as such in both packages
+    message = r"^padding_mask must be a bool array of shape \(B, S\) = \(2, 6\), got float32 array"
+    with pytest.raises(ValueError, match=message):
+        getattr(PACKAGES[path], case.function_name)(params, case.make_input(), padding_mask, **case.kwargs())
