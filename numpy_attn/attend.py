@@ -16,11 +16,11 @@ from numpy_attn.masks import causal_mask
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     NUMPY_FLOATS,
+    check_attend_options,
     check_attention_shapes,
     check_divisible,
     check_input,
     check_linear_shapes,
-    check_mask_operands,
     check_operands,
     check_parts,
     check_rng,
@@ -39,11 +39,11 @@ def attend(
     return_steps: bool = False,
 ) -> tuple[np.ndarray, Steps]:
     """``unchecked_attend`` after ``scaled_dot_product_attention``'s checks of the queries, keys,
-    values and masks (TypeError for a non-array, another framework's tensor, a non-floating
+    values, masks and dropout rate (TypeError for a non-array, another framework's tensor, a non-floating
     dtype, different dtypes; ValueError for shapes that do not fit)."""
     check_operands(NUMPY_FLOATS, queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
-    check_mask_operands(padding_mask=masking.padding_mask, attn_keep_mask=dropout.keep_mask)
+    check_attend_options(masking, dropout)
     return unchecked_attend(queries, keys, values, masking, dropout, path, return_steps)
 
 
@@ -103,13 +103,13 @@ def attend_heads(
 ) -> tuple[np.ndarray, Steps]:
     """``unchecked_attend_heads`` after ``linear``'s checks of x and ``qkv`` (named ``qkv[0]``,
     ``qkv[1]``), that the weight stacks 3 projections whose width ``num_heads`` divides, and
-    that the masks given are arrays NumPy can read."""
+    that the masks given are arrays NumPy can read and the dropout rate is in [0, 1)."""
     check_operands(NUMPY_FLOATS, x=x, **{"qkv[0]": qkv[0], "qkv[1]": qkv[1]})
     check_input(x, layout="(B, T, D)")
     check_linear_shapes(x, *qkv)
     check_parts(tuple(qkv[0].shape), 3)
     check_divisible("E", qkv[0].shape[0] // 3, num_heads)
-    check_mask_operands(padding_mask=masking.padding_mask, attn_keep_mask=dropout.keep_mask)
+    check_attend_options(masking, dropout)
     return unchecked_attend_heads(x, qkv, num_heads, masking, dropout, path, return_steps)
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "JAX_FLOATS",
     "NUMPY_FLOATS",
     "check_array",
+    "check_attend_options",
     "check_attention_shapes",
     "check_blockwise_args",
     "check_context",
@@ -187,6 +188,15 @@ def check_mask_operands(**masks: Any) -> None:
         if mask is not None:
             check_array(name, mask)
             check_numpy_dtype(name, mask)
+
+
+def check_attend_options(masking: Any, dropout: Any) -> None:
+    """``attend``'s and ``attend_heads``' ``Masking`` and ``AttnDropout``: the masks given are
+    arrays NumPy can read (their shapes and dtypes are checked where they are used), the rate,
+    if any, is in [0, 1) (named ``dropout.rate``)."""
+    check_mask_operands(padding_mask=masking.padding_mask, attn_keep_mask=dropout.keep_mask)
+    if dropout.rate is not None:
+        check_dropout("dropout.rate", dropout.rate)
 
 
 def check_linear_shapes(x: Any, weight: Any, bias: Any) -> None:

@@ -512,3 +512,14 @@ def test_a_big_endian_mask_gets_the_mask_error_not_jaxs(path):
     message = r"^padding_mask must be a bool array of shape \(B, S\) = \(2, 6\), got float32 array"
     with pytest.raises(ValueError, match=message):
         getattr(PACKAGES[path], case.function_name)(params, case.make_input(), padding_mask, **case.kwargs())
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize("block", ["attend", "attend_heads"])
+def test_attend_names_its_dropout_rate(package, block):
+    arrays = block_arrays(block)
+    fn = getattr(PACKAGES[package], block)
+    first = (arrays["queries"], arrays["keys"], arrays["values"]) if block == "attend" else (
+        arrays["x"], (arrays["qkv[0]"], arrays["qkv[1]"]), N)  # fmt: skip
+    with pytest.raises(ValueError, match=r"^dropout.rate must be in \[0, 1\), got 1.0(\n|$)"):
+        fn(*first, numpy_attn.Masking(), numpy_attn.AttnDropout(1.0))
