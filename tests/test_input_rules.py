@@ -519,7 +519,9 @@ def test_a_big_endian_mask_gets_the_mask_error_not_jaxs(path):
 def test_attend_names_its_dropout_rate(package, block):
     arrays = block_arrays(block)
     fn = getattr(PACKAGES[package], block)
-    first = (arrays["queries"], arrays["keys"], arrays["values"]) if block == "attend" else (
-        arrays["x"], (arrays["qkv[0]"], arrays["qkv[1]"]), N)  # fmt: skip
+    if block == "attend":
+        first = (arrays["queries"], arrays["keys"], arrays["values"])
+    else:
+        first = (arrays["x"], (arrays["qkv[0]"], arrays["qkv[1]"]), N)
     with pytest.raises(ValueError, match=r"^dropout.rate must be in \[0, 1\), got 1.0(\n|$)"):
         fn(*first, numpy_attn.Masking(), numpy_attn.AttnDropout(1.0))
