@@ -5,18 +5,27 @@ from __future__ import annotations
 
 import jax
 
-from jax_attn.attention import scaled_dot_product_attention
+from jax_attn.attention import unchecked_scaled_dot_product_attention
 from jax_attn.blockwise import blockwise_attention, blockwise_self_attention
-from jax_attn.checks import check_key
+from jax_attn.checks import check_jax_operands, check_key
 from jax_attn.dropout import draw_keep_mask
-from jax_attn.heads import merge_heads, split_heads
-from jax_attn.linear import split_projection
+from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
+from jax_attn.linear import unchecked_split_projection
 from jax_attn.masks import causal_mask
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import uses_blockwise
 from numpy_attn.steps import Steps
+from numpy_attn.validation import (
+    JAX_FLOATS,
+    check_attend_options,
+    check_attention_shapes,
+    check_divisible,
+    check_input,
+    check_linear_shapes,
+    check_parts,
+)
 
-__all__ = ["attend", "attend_heads"]
+__all__ = ["attend", "attend_heads", "unchecked_attend", "unchecked_attend_heads"]
 
 
 def attend(
@@ -28,7 +37,26 @@ def attend(
     path: ComputePath = ComputePath(),
     return_steps: bool = False,
 ) -> tuple[jax.Array, Steps]:
-    """``(context_vec, steps)`` of ``(..., T, H)`` queries against ``(..., S, H)`` keys/values.
+    """``unchecked_attend`` after ``scaled_dot_product_attention``'s checks of the queries, keys,
+    values, masks and dropout rate (TypeError for a non-array, another framework's tensor, a non-floating
+    dtype, float64 without 64-bit mode, different dtypes; ValueError for shapes that do not fit)."""
+    check_jax_operands(queries=queries, keys=keys, values=values)
+    check_attention_shapes(queries, keys, values)
+    check_attend_options(masking, dropout)
+    return unchecked_attend(queries, keys, values, masking, dropout, path, return_steps)
+
+
+def unchecked_attend(
+    queries: jax.Array,
+    keys: jax.Array,
+    values: jax.Array,
+    masking: Masking = Masking(),
+    dropout: AttnDropout = AttnDropout(),
+    path: ComputePath = ComputePath(),
+    return_steps: bool = False,
+) -> tuple[jax.Array, Steps]:
+    """``(context_vec, steps)`` of ``(..., T, H)`` queries against ``(..., S, H)`` keys/values,
+    for arguments already checked (the layers'; ``dropout.rng`` is checked here).
 
     ``path.implementation="reference"`` builds the mask from ``masking`` (causal, OR the ``(B, S)``
     padding mask, True = hidden) and runs ``scaled_dot_product_attention``; ``"blockwise"`` runs
@@ -50,7 +78,7 @@ def attend(
         if masking.padding_mask is not None:
             hidden_keys = masking.padding_mask[:, None, None, :]  # (B, 1, 1, S)
             mask = hidden_keys if mask is None else mask | hidden_keys  # (B, 1, T, S)
-        attention = scaled_dot_product_attention(
+        attention = unchecked_scaled_dot_product_attention(
             queries, keys, values, mask,
             dropout=dropout.rate, key=key, attn_keep_mask=attn_keep_mask, return_steps=return_steps,
         )  # fmt: skip
@@ -73,7 +101,29 @@ def attend_heads(
     path: ComputePath = ComputePath(),
     return_steps: bool = False,
 ) -> tuple[jax.Array, Steps]:
-    """``(context_vec, steps)`` of multi-head self-attention, up to the output projection.
+    """``unchecked_attend_heads`` after ``linear``'s checks of x and ``qkv`` (named ``qkv[0]``,
+    ``qkv[1]``), that the weight stacks 3 projections whose width ``num_heads`` divides, and
+    that the masks given are arrays NumPy can read and the dropout rate is in [0, 1)."""
+    check_jax_operands(x=x, **{"qkv[0]": qkv[0], "qkv[1]": qkv[1]})
+    check_input(x, layout="(B, T, D)", floating=JAX_FLOATS)
+    check_linear_shapes(x, *qkv)
+    check_parts(tuple(qkv[0].shape), 3)
+    check_divisible("E", qkv[0].shape[0] // 3, num_heads)
+    check_attend_options(masking, dropout)
+    return unchecked_attend_heads(x, qkv, num_heads, masking, dropout, path, return_steps)
+
+
+def unchecked_attend_heads(
+    x: jax.Array,
+    qkv: tuple[jax.Array, jax.Array | None],
+    num_heads: int,
+    masking: Masking = Masking(),
+    dropout: AttnDropout = AttnDropout(),
+    path: ComputePath = ComputePath(),
+    return_steps: bool = False,
+) -> tuple[jax.Array, Steps]:
+    """``(context_vec, steps)`` of multi-head self-attention, up to the output projection, for
+    arguments already checked (the layers'; ``dropout.rng`` is checked here).
 
     x ``(B, T, D)`` is projected by ``qkv``, the stacked QKV weight ``(3E, D)`` (torch layout:
     the rows of W_query, W_key, W_value) and bias ``(3E,)`` or None, in one matmul if
@@ -92,11 +142,11 @@ def attend_heads(
             block_size=path.block_size,
         )  # fmt: skip
         return context_vec, Steps()
-    queries, keys, values = split_projection(x, *qkv, fused=path.fused_qkv)  # 3 x (B, T, E)
-    context_vec, attention_steps = attend(
-        split_heads(queries, num_heads),  # (B, N, T, H)
-        split_heads(keys, num_heads),  # (B, N, S, H)
-        split_heads(values, num_heads),  # (B, N, S, H)
+    queries, keys, values = unchecked_split_projection(x, *qkv, fused=path.fused_qkv)  # 3 x (B, T, E)
+    context_vec, attention_steps = unchecked_attend(
+        unchecked_split_heads(queries, num_heads),  # (B, N, T, H)
+        unchecked_split_heads(keys, num_heads),  # (B, N, S, H)
+        unchecked_split_heads(values, num_heads),  # (B, N, S, H)
         masking,
         dropout,
         path,
@@ -105,4 +155,4 @@ def attend_heads(
     steps = Steps()
     if return_steps:
         steps = Steps(queries=queries, keys=keys, values=values, **attention_steps)
-    return merge_heads(context_vec), steps
+    return unchecked_merge_heads(context_vec), steps

@@ -5,11 +5,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_attn.dropout import dropout as apply_dropout
-from jax_attn.softmax import softmax
+from jax_attn.checks import check_jax_operands, check_key
+from jax_attn.dropout import unchecked_dropout
+from jax_attn.softmax import unchecked_softmax
 from numpy_attn.steps import Steps
+from numpy_attn.validation import check_attention_shapes, check_dropout, check_mask_operands
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["scaled_dot_product_attention", "unchecked_scaled_dot_product_attention"]
 
 
 def scaled_dot_product_attention(
@@ -41,7 +43,36 @@ def scaled_dot_product_attention(
     attention dropout (its trace then has no ``attn_weights_dropped`` step); see ``dropout`` for
     ``key`` and ``attn_keep_mask``. Steps: ``attn_scores``, ``masked_scores`` (only with a
     mask), ``attn_weights``, ``attn_weights_dropped`` (only with ``dropout``).
+
+    TypeError for a non-array (masks included), another framework's tensor, a non-floating
+    dtype, float64 without 64-bit mode or queries, keys and values of different dtypes;
+    ValueError for shapes that do not fit, ``dropout`` outside [0, 1); ``key`` is checked with
+    or without dropout.
     """
+    check_jax_operands(queries=queries, keys=keys, values=values)
+    check_attention_shapes(queries, keys, values)
+    check_mask_operands(mask=mask, attn_keep_mask=attn_keep_mask)
+    check_key(key)
+    if dropout is not None:
+        check_dropout("dropout", dropout)
+    return unchecked_scaled_dot_product_attention(
+        queries, keys, values, mask, dropout=dropout, key=key, attn_keep_mask=attn_keep_mask,
+        return_steps=return_steps,
+    )  # fmt: skip
+
+
+def unchecked_scaled_dot_product_attention(
+    queries: jax.Array,
+    keys: jax.Array,
+    values: jax.Array,
+    mask: jax.Array | None = None,
+    *,
+    dropout: float | None = None,
+    key: jax.Array | None = None,
+    attn_keep_mask: jax.Array | None = None,
+    return_steps: bool = False,
+) -> jax.Array | tuple[jax.Array, Steps]:
+    """``scaled_dot_product_attention`` for arguments already checked (the layers')."""
     dtype = queries.dtype
     compute = jnp.float32 if dtype.itemsize < 4 else dtype  # half precision: scores in float32
     queries_acc, keys_acc = queries.astype(compute, copy=False), keys.astype(compute, copy=False)
@@ -49,12 +80,12 @@ def scaled_dot_product_attention(
     # a dot contracting the weight's first axis, which XLA:CPU runs with its slow generic kernel
     attn_scores = jnp.einsum("...th,...sh->...ts", queries_acc, keys_acc)  # (..., T, S)
     masked_scores = attn_scores if mask is None else jnp.where(mask, -jnp.inf, attn_scores)
-    attn_weights = softmax(masked_scores / keys.shape[-1] ** 0.5, axis=-1)  # (..., T, S)
+    attn_weights = unchecked_softmax(masked_scores / keys.shape[-1] ** 0.5, axis=-1)  # (..., T, S)
     attn_weights = attn_weights.astype(dtype, copy=False)
     attn_weights_dropped = (
         attn_weights
         if dropout is None
-        else apply_dropout(attn_weights, dropout, key=key, keep_mask=attn_keep_mask)
+        else unchecked_dropout(attn_weights, dropout, key=key, keep_mask=attn_keep_mask)
     )
     context_vec = attn_weights_dropped @ values  # (..., T, Hv)
     if not return_steps:

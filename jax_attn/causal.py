@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from jax_attn.attend import attend
+from jax_attn.attend import unchecked_attend
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
 from jax_attn.linear import qkv_projections
@@ -60,7 +60,7 @@ def _causal_head(
     """``causal_attention`` on checked arguments (the wrapper checks all its heads at once)."""
     fused = fuses_projections(path.implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
-    context_vec, attention_steps = attend(
+    context_vec, attention_steps = unchecked_attend(
         queries, keys, values, Masking(causal=True), dropout, path, return_steps
     )  # (B, T, E)
     if not return_steps:

@@ -10,9 +10,9 @@ import jax
 import numpy as np
 
 from numpy_attn.spec import check_layer as _check_layer
-from numpy_attn.validation import JAX_FLOATS
+from numpy_attn.validation import JAX_FLOATS, check_floating, check_operands
 
-__all__ = ["check_key", "check_layer", "check_x64", "is_concrete"]
+__all__ = ["check_jax_operands", "check_key", "check_layer", "check_x64", "is_concrete"]
 
 
 def is_concrete(params: Mapping[str, Any]) -> bool:
@@ -53,3 +53,15 @@ def check_x64(name: str, value: Any) -> None:
             "call jax.config.update('jax_enable_x64', True) at start-up (or compute inside "
             "`with jax.enable_x64(True):`), or pass float32 arrays"
         )
+
+
+def check_jax_operands(**arrays: Any) -> None:
+    """A building block's array arguments, by name: ``numpy_attn.validation.check_operands``
+    (floating, readable, native byte order, one dtype; bfloat16 accepted as well), and float64
+    only in 64-bit mode (``check_x64``: concrete float64 arrays; under ``jax.jit`` JAX has cast
+    them to float32 before any function runs)."""
+    for name, value in arrays.items():  # float64 refused as such before any mismatch is named
+        if value is not None:
+            check_floating(value, JAX_FLOATS, name)
+            check_x64(name, value)
+    check_operands(JAX_FLOATS, **arrays)

@@ -54,11 +54,21 @@ STATIC_ARGNAMES = (
 
 F = TypeVar("F", bound=Callable[..., Any])
 _CAST_BY_JIT = {"float64", "int64", "uint64", "complex128"}  # without jax_enable_x64
+_JIT_READS = (np.ndarray, np.generic, jax.Array)  # the arrays jit takes as arguments
+
+
+def _unreadable(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.dtype.byteorder == ">"
+    return hasattr(value, "dtype") and not isinstance(value, _JIT_READS)
 
 
 def _jit_would_cast(values: tuple[Any, ...]) -> bool:
-    """True if jit would narrow a 64-bit mask or array before the checks see it: such (invalid)
-    calls run op by op instead, so that their errors name the dtypes the caller passed."""
+    """True if jit would narrow a 64-bit mask or array before the checks see it, or could not
+    read an array at all (another framework's tensor as a mask, a big-endian array): such
+    (invalid) calls run op by op instead, so that their errors name the dtypes the caller passed."""
+    if any(_unreadable(value) for value in values):
+        return True
     if jax.config.jax_enable_x64:
         return False
     return any(str(getattr(value, "dtype", "")) in _CAST_BY_JIT for value in values)

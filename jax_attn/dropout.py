@@ -5,11 +5,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_attn.checks import check_key
+from jax_attn.checks import check_jax_operands, check_key
 from jax_attn.draws import merged_draw
 from numpy_attn.validation import check_dropout, check_keep_mask
 
-__all__ = ["draw_keep_mask", "dropout"]
+__all__ = ["draw_keep_mask", "dropout", "unchecked_dropout"]
 
 
 def dropout(
@@ -19,7 +19,21 @@ def dropout(
     key: jax.Array | None = None,
     keep_mask: jax.Array | None = None,
 ) -> jax.Array:
-    """Zero entries of ``x`` with probability ``p`` and scale the rest by ``1 / (1 - p)``.
+    """``unchecked_dropout`` of a floating array ``x`` (TypeError for a non-array, another
+    framework's tensor, a non-floating dtype, float64 without 64-bit mode)."""
+    check_jax_operands(x=x)
+    return unchecked_dropout(x, p, key=key, keep_mask=keep_mask)
+
+
+def unchecked_dropout(
+    x: jax.Array,
+    p: float,
+    *,
+    key: jax.Array | None = None,
+    keep_mask: jax.Array | None = None,
+) -> jax.Array:
+    """Zero entries of ``x`` with probability ``p`` and scale the rest by ``1 / (1 - p)``; ``x``
+    is not checked (the layers have), ``p``, the randomness and ``keep_mask`` are.
 
     ``keep_mask`` (bool, ``x``'s shape, True = keep) fixes which entries survive, e.g. a mask
     taken from torch to reproduce a training-mode run; otherwise ``key`` (a ``jax.random`` key)

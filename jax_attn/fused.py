@@ -7,11 +7,11 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from jax_attn.attend import attend, attend_heads
+from jax_attn.attend import unchecked_attend, unchecked_attend_heads
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
-from jax_attn.dropout import dropout as apply_dropout
-from jax_attn.linear import linear, split_projection
+from jax_attn.dropout import unchecked_dropout
+from jax_attn.linear import unchecked_linear, unchecked_split_projection
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.steps import Steps
@@ -40,13 +40,13 @@ def fused_single_head_attention(
     """
     check_layer("FusedSingleHeadAttention", params, x, implementation=implementation, block_size=block_size)
     x = jnp.asarray(x)  # arrays from any framework compute here
-    queries, keys, values = split_projection(
+    queries, keys, values = unchecked_split_projection(
         x, params["Wqkv.weight"], params.get("Wqkv.bias"), fused=_fused(implementation, x.shape[-2])
     )  # 3 x (B, T, E)
-    context_vec, attention_steps = attend(
+    context_vec, attention_steps = unchecked_attend(
         queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
     )  # (B, T, E)
-    output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
+    output = unchecked_linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     if not return_steps:
         return output
     return output, Steps(
@@ -82,10 +82,10 @@ def fused_multi_head_attention(
     x = jnp.asarray(x)  # arrays from any framework compute here
     qkv = params["Wqkv.weight"], params.get("Wqkv.bias")  # (3D, D), (3D,) or None
     path = ComputePath(implementation, block_size, fused_qkv=_fused(implementation, x.shape[-2]))
-    context_vec, attention_steps = attend_heads(
+    context_vec, attention_steps = unchecked_attend_heads(
         x, qkv, num_heads, path=path, return_steps=return_steps
     )  # (B, T, D)
-    output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
+    output = unchecked_linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
     if not return_steps:
         return output
     return output, Steps(**attention_steps, context_vec=context_vec, output=output)
@@ -137,7 +137,7 @@ def fused_causal_attention(
     x = jnp.asarray(x)  # arrays from any framework compute here
     attn_key, out_key = (None, None) if key is None else jax.random.split(key)
     qkv = params["Wqkv.weight"], params.get("Wqkv.bias")  # (3D, D), (3D,) or None
-    context_vec, attention_steps = attend_heads(
+    context_vec, attention_steps = unchecked_attend_heads(
         x,
         qkv,
         num_heads,
@@ -146,8 +146,8 @@ def fused_causal_attention(
         ComputePath(implementation, block_size, fused_qkv=_fused(implementation, x.shape[-2])),
         return_steps,
     )  # (B, T, D)
-    projected = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
-    output = apply_dropout(projected, out_drop, key=out_key, keep_mask=out_keep_mask)
+    projected = unchecked_linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
+    output = unchecked_dropout(projected, out_drop, key=out_key, keep_mask=out_keep_mask)
     if not return_steps:
         return output
     return output, Steps(**attention_steps, context_vec=context_vec, projected=projected, output=output)

@@ -7,14 +7,32 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
+from jax_attn.checks import check_jax_operands
 from numpy_attn.spec import QKV
-from numpy_attn.validation import check_parts
+from numpy_attn.validation import check_linear_shapes, check_parts
 
-__all__ = ["linear", "qkv_projections", "qkv_weights", "split_projection"]
+__all__ = [
+    "linear",
+    "qkv_projections",
+    "qkv_weights",
+    "split_projection",
+    "unchecked_linear",
+    "unchecked_split_projection",
+]
 
 
 def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
-    """``x @ weight.T + bias`` with ``weight`` in torch's ``(out_features, in_features)`` layout.
+    """``unchecked_linear`` of floating arrays of one dtype: x ``(..., D)``, weight
+    ``(out_features, D)`` (torch's layout), bias ``(out_features,)`` or None (TypeError or
+    ValueError otherwise; float64 needs 64-bit mode)."""
+    check_jax_operands(x=x, weight=weight, bias=bias)
+    check_linear_shapes(x, weight, bias)
+    return unchecked_linear(x, weight, bias)
+
+
+def unchecked_linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+    """``x @ weight.T + bias`` with ``weight`` in torch's ``(out_features, in_features)`` layout,
+    for arguments already checked (the layers').
 
     Written as one contraction rather than ``x @ weight.T``: XLA then runs the same dot kernel
     eagerly and under ``jax.jit`` (a separate transpose lets jit pick another one).
@@ -29,8 +47,8 @@ def qkv_projections(
     """``W_query(x), W_key(x), W_value(x)``: three matmuls as in the notes, or, ``fused``, one
     matmul with the three weights stacked (one pass over x, the fast paths' choice)."""
     if not fused:
-        return tuple(linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in QKV)
-    return split_projection(x, *qkv_weights(params))  # 3 x (..., E)
+        return tuple(unchecked_linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in QKV)
+    return unchecked_split_projection(x, *qkv_weights(params))  # 3 x (..., E)
 
 
 def qkv_weights(params: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array | None]:
@@ -45,6 +63,16 @@ def qkv_weights(params: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array |
 def split_projection(
     x: jax.Array, weight: jax.Array, bias: jax.Array | None = None, *, parts: int = 3, fused: bool = True
 ) -> tuple[jax.Array, ...]:
+    """``unchecked_split_projection`` (which checks that the weight's rows cut into ``parts``
+    equal parts) after ``linear``'s checks."""
+    check_jax_operands(x=x, weight=weight, bias=bias)
+    check_linear_shapes(x, weight, bias)
+    return unchecked_split_projection(x, weight, bias, parts=parts, fused=fused)
+
+
+def unchecked_split_projection(
+    x: jax.Array, weight: jax.Array, bias: jax.Array | None = None, *, parts: int = 3, fused: bool = True
+) -> tuple[jax.Array, ...]:
     """``linear(x, weight, bias)`` cut into ``parts`` equal slices of its output features (note
     003's ``Wqkv(x)`` then ``split``): one matmul and a split when ``fused``, else one matmul per
     slice of the weight (each output feature is the same dot product either way)."""
@@ -52,6 +80,6 @@ def split_projection(
     width = weight.shape[0] // parts  # E, the output features of one part
     cuts = [slice(i * width, (i + 1) * width) for i in range(parts)]
     if fused:
-        projected = linear(x, weight, bias)  # (..., parts * E)
+        projected = unchecked_linear(x, weight, bias)  # (..., parts * E)
         return tuple(projected[..., cut] for cut in cuts)  # parts x (..., E)
-    return tuple(linear(x, weight[cut], None if bias is None else bias[cut]) for cut in cuts)
+    return tuple(unchecked_linear(x, weight[cut], None if bias is None else bias[cut]) for cut in cuts)

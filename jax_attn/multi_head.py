@@ -7,10 +7,10 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from jax_attn.attend import attend_heads
+from jax_attn.attend import unchecked_attend_heads
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
-from jax_attn.linear import linear, qkv_weights
+from jax_attn.linear import qkv_weights, unchecked_linear
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.steps import Steps
@@ -46,7 +46,7 @@ def multi_head_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
-    context_vec, attention_steps = attend_heads(
+    context_vec, attention_steps = unchecked_attend_heads(
         x,
         qkv_weights(params),
         num_heads,
@@ -55,7 +55,7 @@ def multi_head_attention(
         ComputePath(implementation, block_size, fused_qkv=fuses_projections(implementation, x.shape[-2])),
         return_steps,
     )  # (B, T, E)
-    output = linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias"))
+    output = unchecked_linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias"))
     if not return_steps:
         return output
     return output, Steps(**attention_steps, context_vec=context_vec, output=output)

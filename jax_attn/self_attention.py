@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from jax_attn.attend import attend
+from jax_attn.attend import unchecked_attend
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
 from jax_attn.linear import qkv_projections
@@ -35,7 +35,7 @@ def self_attention_v1(
     queries = x @ params["W_query"]  # (T, E)
     keys = x @ params["W_key"]  # (T, E)
     values = x @ params["W_value"]  # (T, E)
-    context_vec, attention_steps = attend(
+    context_vec, attention_steps = unchecked_attend(
         queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
     )  # (T, E)
     if not return_steps:
@@ -65,7 +65,7 @@ def self_attention_v2(
     x = jnp.asarray(x)  # arrays from any framework compute here
     fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (T, E)
-    context_vec, attention_steps = attend(
+    context_vec, attention_steps = unchecked_attend(
         queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
     )  # (T, E)
     if not return_steps:

@@ -5,11 +5,22 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["softmax", "softmax_naive"]
+from jax_attn.checks import check_jax_operands
+
+__all__ = ["softmax", "softmax_naive", "unchecked_softmax"]
 
 
 def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
-    """Softmax along ``axis``, subtracting the maximum first so that ``exp`` cannot overflow.
+    """Softmax along ``axis`` of a floating array: ``unchecked_softmax`` after the building blocks'
+    input checks (TypeError for a non-array, another framework's tensor, a non-floating dtype,
+    float64 without 64-bit mode)."""
+    check_jax_operands(x=x)
+    return unchecked_softmax(x, axis)
+
+
+def unchecked_softmax(x: jax.Array, axis: int = -1) -> jax.Array:
+    """``softmax`` for arguments already checked (the layers'): along ``axis``, subtracting the
+    maximum first so that ``exp`` cannot overflow.
 
     float16 and bfloat16 are computed in float32 and cast back. A slice whose every entry is
     ``-inf`` (every key masked) gives zeros, not the NaN of ``torch.softmax``; NaN still

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from numpy_attn.dropout import dropout as apply_dropout
-from numpy_attn.softmax import softmax
+from numpy_attn.dropout import unchecked_dropout
+from numpy_attn.softmax import unchecked_softmax
 from numpy_attn.steps import Steps
+from numpy_attn.validation import (
+    NUMPY_FLOATS,
+    check_attention_shapes,
+    check_dropout,
+    check_mask_operands,
+    check_operands,
+    check_rng,
+)
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["scaled_dot_product_attention", "unchecked_scaled_dot_product_attention"]
 
 
 def scaled_dot_product_attention(
@@ -40,18 +48,46 @@ def scaled_dot_product_attention(
     attention dropout (its trace then has no ``attn_weights_dropped`` step); see ``dropout`` for
     ``rng`` and ``attn_keep_mask``. Steps: ``attn_scores``, ``masked_scores`` (only with a
     mask), ``attn_weights``, ``attn_weights_dropped`` (only with ``dropout``).
+
+    TypeError for a non-array (masks included), another framework's tensor, a non-floating
+    dtype or queries, keys and values of different dtypes; ValueError for shapes that do
+    not fit, ``dropout`` outside [0, 1); ``rng`` is checked with or without dropout.
     """
+    check_operands(NUMPY_FLOATS, queries=queries, keys=keys, values=values)
+    check_attention_shapes(queries, keys, values)
+    check_mask_operands(mask=mask, attn_keep_mask=attn_keep_mask)
+    check_rng(rng)
+    if dropout is not None:
+        check_dropout("dropout", dropout)
+    return unchecked_scaled_dot_product_attention(
+        queries, keys, values, mask, dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask,
+        return_steps=return_steps,
+    )  # fmt: skip
+
+
+def unchecked_scaled_dot_product_attention(
+    queries: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    dropout: float | None = None,
+    rng: np.random.Generator | None = None,
+    attn_keep_mask: np.ndarray | None = None,
+    return_steps: bool = False,
+) -> np.ndarray | tuple[np.ndarray, Steps]:
+    """``scaled_dot_product_attention`` for arguments already checked (the layers')."""
     dtype = queries.dtype
     compute = np.float32 if dtype.itemsize < 4 else dtype  # half precision: scores in float32
     queries_acc, keys_acc = queries.astype(compute, copy=False), keys.astype(compute, copy=False)
     attn_scores = queries_acc @ keys_acc.swapaxes(-1, -2)  # (..., T, S)
     masked_scores = attn_scores if mask is None else np.where(mask, -np.inf, attn_scores)
-    attn_weights = softmax(masked_scores / keys.shape[-1] ** 0.5, axis=-1)  # (..., T, S)
+    attn_weights = unchecked_softmax(masked_scores / keys.shape[-1] ** 0.5, axis=-1)  # (..., T, S)
     attn_weights = attn_weights.astype(dtype, copy=False)
     attn_weights_dropped = (
         attn_weights
         if dropout is None
-        else apply_dropout(attn_weights, dropout, rng=rng, keep_mask=attn_keep_mask)
+        else unchecked_dropout(attn_weights, dropout, rng=rng, keep_mask=attn_keep_mask)
     )
     context_vec = attn_weights_dropped @ values  # (..., T, Hv)
     if not return_steps:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from numpy_attn.attend import attend
+from numpy_attn.attend import unchecked_attend
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.linear import qkv_projections
@@ -57,7 +57,7 @@ def _causal_head(
     """``causal_attention`` on checked arguments (the wrapper checks all its heads at once)."""
     fused = fuses_projections(path.implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
-    context_vec, attention_steps = attend(
+    context_vec, attention_steps = unchecked_attend(
         queries, keys, values, Masking(causal=True), dropout, path, return_steps
     )  # (B, T, E)
     if not return_steps:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from numpy_attn.validation import check_dropout, check_keep_mask, check_rng
+from numpy_attn.validation import NUMPY_FLOATS, check_dropout, check_keep_mask, check_operands, check_rng
 
-__all__ = ["draw_keep_mask", "dropout"]
+__all__ = ["draw_keep_mask", "dropout", "unchecked_dropout"]
 
 
 def dropout(
@@ -16,7 +16,21 @@ def dropout(
     rng: np.random.Generator | None = None,
     keep_mask: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Zero entries of ``x`` with probability ``p`` and scale the rest by ``1 / (1 - p)``.
+    """``unchecked_dropout`` of a floating array ``x`` (TypeError for a non-array, another
+    framework's tensor, a non-floating dtype)."""
+    check_operands(NUMPY_FLOATS, x=x)
+    return unchecked_dropout(x, p, rng=rng, keep_mask=keep_mask)
+
+
+def unchecked_dropout(
+    x: np.ndarray,
+    p: float,
+    *,
+    rng: np.random.Generator | None = None,
+    keep_mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """Zero entries of ``x`` with probability ``p`` and scale the rest by ``1 / (1 - p)``; ``x``
+    is not checked (the layers have), ``p``, the randomness and ``keep_mask`` are.
 
     ``keep_mask`` (bool, ``x``'s shape, True = keep) fixes which entries survive, e.g. a mask
     taken from torch to reproduce a training-mode run; otherwise ``rng`` draws one. With neither,

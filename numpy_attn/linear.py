@@ -7,17 +7,34 @@ from collections.abc import Mapping
 import numpy as np
 
 from numpy_attn.spec import QKV
-from numpy_attn.validation import check_parts
+from numpy_attn.validation import NUMPY_FLOATS, check_linear_shapes, check_operands, check_parts
 
-__all__ = ["linear", "qkv_projections", "qkv_weights", "split_projection"]
+__all__ = [
+    "linear",
+    "qkv_projections",
+    "qkv_weights",
+    "split_projection",
+    "unchecked_linear",
+    "unchecked_split_projection",
+]
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """``x @ weight.T + bias`` with ``weight`` in torch's ``(out_features, in_features)`` layout."""
+    """``unchecked_linear`` of floating arrays of one dtype: x ``(..., D)``, weight
+    ``(out_features, D)`` (torch's layout), bias ``(out_features,)`` or None (TypeError or
+    ValueError otherwise)."""
+    check_operands(NUMPY_FLOATS, x=x, weight=weight, bias=bias)
+    check_linear_shapes(x, weight, bias)
+    return unchecked_linear(x, weight, bias)
+
+
+def unchecked_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """``x @ weight.T + bias`` with ``weight`` in torch's ``(out_features, in_features)`` layout,
+    for arguments already checked (the layers')."""
     out = x @ weight.T  # (..., out_features)
     if bias is None:
         return out
-    if np.result_type(out, bias) != out.dtype:  # a wider bias (a direct call): NumPy promotes
+    if np.result_type(out, bias) != out.dtype:  # a wider bias (an unchecked caller's): NumPy promotes
         return out + bias
     out += bias  # in place: no second (..., out_features) array
     return out
@@ -29,8 +46,8 @@ def qkv_projections(
     """``W_query(x), W_key(x), W_value(x)``: three matmuls as in the notes, or, ``fused``, one
     matmul with the three weights stacked (one pass over x, the fast paths' choice)."""
     if not fused:
-        return tuple(linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in QKV)
-    return split_projection(x, *qkv_weights(params))  # 3 x (..., E)
+        return tuple(unchecked_linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in QKV)
+    return unchecked_split_projection(x, *qkv_weights(params))  # 3 x (..., E)
 
 
 def qkv_weights(params: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -45,6 +62,16 @@ def qkv_weights(params: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarra
 def split_projection(
     x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, *, parts: int = 3, fused: bool = True
 ) -> tuple[np.ndarray, ...]:
+    """``unchecked_split_projection`` (which checks that the weight's rows cut into ``parts``
+    equal parts) after ``linear``'s checks."""
+    check_operands(NUMPY_FLOATS, x=x, weight=weight, bias=bias)
+    check_linear_shapes(x, weight, bias)
+    return unchecked_split_projection(x, weight, bias, parts=parts, fused=fused)
+
+
+def unchecked_split_projection(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, *, parts: int = 3, fused: bool = True
+) -> tuple[np.ndarray, ...]:
     """``linear(x, weight, bias)`` cut into ``parts`` equal slices of its output features (note
     003's ``Wqkv(x)`` then ``split``): one matmul and a split when ``fused``, else one matmul per
     slice of the weight (each output feature is the same dot product either way)."""
@@ -52,6 +79,6 @@ def split_projection(
     width = weight.shape[0] // parts  # E, the output features of one part
     cuts = [slice(i * width, (i + 1) * width) for i in range(parts)]
     if fused:
-        projected = linear(x, weight, bias)  # (..., parts * E)
+        projected = unchecked_linear(x, weight, bias)  # (..., parts * E)
         return tuple(projected[..., cut] for cut in cuts)  # parts x (..., E)
-    return tuple(linear(x, weight[cut], None if bias is None else bias[cut]) for cut in cuts)
+    return tuple(unchecked_linear(x, weight[cut], None if bias is None else bias[cut]) for cut in cuts)

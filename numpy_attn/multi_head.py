@@ -6,10 +6,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from numpy_attn.attend import attend_heads
+from numpy_attn.attend import unchecked_attend_heads
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
-from numpy_attn.linear import linear, qkv_weights
+from numpy_attn.linear import qkv_weights, unchecked_linear
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
@@ -43,7 +43,7 @@ def multi_head_attention(
         implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
-    context_vec, attention_steps = attend_heads(
+    context_vec, attention_steps = unchecked_attend_heads(
         x,
         qkv_weights(params),
         num_heads,
@@ -52,7 +52,7 @@ def multi_head_attention(
         ComputePath(implementation, block_size, fused_qkv=fuses_projections(implementation, x.shape[-2])),
         return_steps,
     )  # (B, T, E)
-    output = linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias"))
+    output = unchecked_linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias"))
     if not return_steps:
         return output
     return output, Steps(**attention_steps, context_vec=context_vec, output=output)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from numpy_attn.attend import attend
+from numpy_attn.attend import unchecked_attend
 from numpy_attn.attend_options import ComputePath
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.linear import qkv_projections
@@ -32,7 +32,7 @@ def self_attention_v1(
     queries = x @ params["W_query"]  # (T, E)
     keys = x @ params["W_key"]  # (T, E)
     values = x @ params["W_value"]  # (T, E)
-    context_vec, attention_steps = attend(
+    context_vec, attention_steps = unchecked_attend(
         queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
     )  # (T, E)
     if not return_steps:
@@ -61,7 +61,7 @@ def self_attention_v2(
     x = np.asarray(x)  # arrays from any framework compute here
     fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (T, E)
-    context_vec, attention_steps = attend(
+    context_vec, attention_steps = unchecked_attend(
         queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
     )  # (T, E)
     if not return_steps:

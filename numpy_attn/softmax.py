@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["softmax", "softmax_naive"]
+from numpy_attn.validation import NUMPY_FLOATS, check_operands
+
+__all__ = ["softmax", "softmax_naive", "unchecked_softmax"]
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Softmax along ``axis``, subtracting the maximum first so that ``exp`` cannot overflow.
+    """Softmax along ``axis`` of a floating array: ``unchecked_softmax`` after the building blocks'
+    input checks (TypeError for a non-array, another framework's tensor, a non-floating dtype)."""
+    check_operands(NUMPY_FLOATS, x=x)
+    return unchecked_softmax(x, axis)
+
+
+def unchecked_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``softmax`` for arguments already checked (the layers'): along ``axis``, subtracting the
+    maximum first so that ``exp`` cannot overflow.
 
     float16 and bfloat16 are computed in float32 and cast back. A slice whose every entry is
     ``-inf`` (every key masked) gives zeros, not the NaN of ``torch.softmax``; NaN still

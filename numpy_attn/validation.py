@@ -20,6 +20,8 @@ __all__ = [
     "JAX_FLOATS",
     "NUMPY_FLOATS",
     "check_array",
+    "check_attend_options",
+    "check_attention_shapes",
     "check_blockwise_args",
     "check_context",
     "check_context_length",
@@ -29,8 +31,12 @@ __all__ = [
     "check_floating",
     "check_input",
     "check_keep_mask",
+    "check_linear_shapes",
     "check_mapping",
+    "check_mask_operands",
+    "check_native_byte_order",
     "check_numpy_dtype",
+    "check_operands",
     "check_padding_mask",
     "check_params",
     "check_parts",
@@ -43,6 +49,10 @@ __all__ = [
 # bfloat16 matmul returns float32).
 NUMPY_FLOATS = ("float16", "float32", "float64")
 JAX_FLOATS = ("bfloat16", *NUMPY_FLOATS)
+# how every refusal of a non-floating dtype names the accepted ones: one text in both packages
+FLOATS_ACCEPTED = "float16, float32, float64; bfloat16 in jax_attn"
+# dtype -> name for NumPy's floats: ``dtype.name`` costs microseconds, a dict lookup a tenth
+_FLOAT_NAMES = {np.dtype(name): name for name in NUMPY_FLOATS}
 
 
 def check_blockwise_args(
@@ -89,6 +99,7 @@ def check_self_attention_args(
             f"got shape {check_array('bias', bias)}"
         )
     for name, value in (("weight", weight), ("bias", bias)):
+        check_native_byte_order(name, value)
         if value is not None and np.dtype(value.dtype) != np.dtype(x.dtype):
             raise TypeError(
                 f"{name} has dtype {np.dtype(value.dtype).name} but x has dtype {np.dtype(x.dtype).name}"
@@ -126,16 +137,107 @@ def check_numpy_dtype(name: str, value: Any) -> None:
         ) from None
 
 
+def check_native_byte_order(name: str, value: Any) -> None:
+    """TypeError for a big-endian NumPy array: its dtype would compare unequal to the machine's
+    own (``>f4`` is not ``float32``) and JAX cannot read it. Other arrays pass."""
+    if isinstance(value, np.ndarray) and value.dtype.byteorder == ">":
+        raise TypeError(
+            f"{name} has dtype {value.dtype.str}, big-endian; give it in the machine's byte order: "
+            f".astype(np.{value.dtype.name})"
+        )
+
+
 def check_floating(x: Any, floating: tuple[str, ...] = NUMPY_FLOATS, name: str = "x") -> tuple[int, ...]:
-    """Return ``x.shape``; TypeError unless ``x`` is an array with a dtype in ``floating``."""
+    """Return ``x.shape``; TypeError unless ``x`` is an array in the machine's byte order with a
+    dtype in ``floating``. The message names the dtypes both packages accept, whatever
+    ``floating`` is, so that its text is the same in numpy_attn and jax_attn."""
     shape = check_array(name, x)
     check_numpy_dtype(name, x)
-    if np.dtype(x.dtype).name not in floating:
+    check_native_byte_order(name, x)
+    dtype = np.dtype(x.dtype)
+    if (_FLOAT_NAMES.get(dtype) or dtype.name) not in floating:
         raise TypeError(
-            f"{name} must have a floating dtype ({', '.join(floating)}), "
+            f"{name} must have a floating dtype ({FLOATS_ACCEPTED}), "
             f"got {np.dtype(x.dtype).name} with shape {shape}"
         )
     return shape
+
+
+def check_operands(floating: tuple[str, ...], **arrays: Any) -> None:
+    """A building block's array arguments, by name (None: an optional one not given): each a
+    floating array NumPy can read in the machine's byte order (``check_floating``), all of the
+    first one's dtype: otherwise a TypeError naming the first that differs and the first
+    (``keys has dtype float16 but queries has dtype float32``), as the layers name a weight."""
+    first_name, first = next(iter(arrays.items()))
+    for name, value in arrays.items():
+        if value is None:
+            continue
+        check_floating(value, floating, name)
+        if np.dtype(value.dtype) != np.dtype(first.dtype):
+            raise TypeError(
+                f"{name} has dtype {np.dtype(value.dtype).name} but {first_name} has dtype "
+                f"{np.dtype(first.dtype).name}"
+            )
+
+
+def check_mask_operands(**masks: Any) -> None:
+    """TypeError unless each mask given (by name; None: not given) is an array NumPy can read (a
+    torch tensor is refused with how to convert it). Their shapes and dtypes are checked where
+    they are used."""
+    for name, mask in masks.items():
+        if mask is not None:
+            check_array(name, mask)
+            check_numpy_dtype(name, mask)
+
+
+def check_attend_options(masking: Any, dropout: Any) -> None:
+    """``attend``'s and ``attend_heads``' ``Masking`` and ``AttnDropout``: the masks given are
+    arrays NumPy can read (their shapes and dtypes are checked where they are used), the rate,
+    if any, is in [0, 1) (named ``dropout.rate``)."""
+    check_mask_operands(padding_mask=masking.padding_mask, attn_keep_mask=dropout.keep_mask)
+    if dropout.rate is not None:
+        check_dropout("dropout.rate", dropout.rate)
+
+
+def check_linear_shapes(x: Any, weight: Any, bias: Any) -> None:
+    """``linear``'s ``(..., D)`` input, ``(out_features, D)`` weight (torch's layout) and
+    ``(out_features,)`` bias or None: a ValueError naming the shapes otherwise (NumPy would
+    raise its own matmul error, JAX would broadcast a width of 1)."""
+    x_shape, weight_shape = tuple(x.shape), tuple(weight.shape)
+    if len(x_shape) < 1 or len(weight_shape) != 2 or weight_shape[1] != x_shape[-1]:
+        width = x_shape[-1] if x_shape else None
+        raise ValueError(
+            f"weight must have shape (out_features, in_features) with in_features={width} "
+            f"(x has shape {x_shape}), got shape {weight_shape}"
+        )
+    if bias is not None and tuple(bias.shape) != weight_shape[:1]:
+        raise ValueError(
+            f"bias must have shape ({weight_shape[0]},) for weight of shape {weight_shape}, "
+            f"got shape {tuple(bias.shape)}"
+        )
+
+
+def check_attention_shapes(queries: Any, keys: Any, values: Any) -> None:
+    """Queries ``(..., T, H)``, keys ``(..., S, H)`` and values ``(..., S, Hv)``: a ValueError
+    naming the shapes otherwise (JAX would broadcast a head size or a key count of 1)."""
+    q_shape, k_shape, v_shape = tuple(queries.shape), tuple(keys.shape), tuple(values.shape)
+    for name, shape, layout in (
+        ("queries", q_shape, "(..., T, H)"),
+        ("keys", k_shape, "(..., S, H)"),
+        ("values", v_shape, "(..., S, Hv)"),
+    ):
+        if len(shape) < 2:
+            raise ValueError(f"{name} must have shape {layout}, got shape {shape} (rank {len(shape)})")
+    if k_shape[-1] != q_shape[-1]:
+        raise ValueError(
+            f"keys must have shape (..., S, H) with H={q_shape[-1]} (queries have shape {q_shape}), "
+            f"got shape {k_shape}"
+        )
+    if v_shape[-2] != k_shape[-2]:
+        raise ValueError(
+            f"values must have shape (..., S, Hv) with S={k_shape[-2]} (keys have shape {k_shape}), "
+            f"got shape {v_shape}"
+        )
 
 
 def check_mapping(params: Any) -> None:
@@ -225,6 +327,7 @@ def check_dropout(name: str, p: Any) -> None:
 
 def _check_bool_mask(name: str, mask: Any, expected: tuple[int, ...], what: str) -> None:
     shape = check_array(name, mask)
+    check_numpy_dtype(name, mask)
     if np.dtype(mask.dtype) != np.bool_ or shape != expected:
         raise ValueError(
             f"{name} must be a bool array of shape {what} = {expected}, "
@@ -276,6 +379,7 @@ def check_params(
     if dtype is not None:
         for key in expected:
             check_numpy_dtype(f"params[{key!r}]", params[key])
+            check_native_byte_order(f"params[{key!r}]", params[key])
             got = np.dtype(params[key].dtype)
             if got != np.dtype(dtype):
                 raise TypeError(

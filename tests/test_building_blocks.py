@@ -85,14 +85,13 @@ def test_linear_uses_torch_layout():
     np.testing.assert_array_equal(numpy_attn.linear(x, weight, np.array([1.0, 1.0, 1.0])), [[2.0, 3.0, 4.0]])
 
 
-def test_linear_adds_the_bias_in_place_and_promotes_a_wider_bias():
+def test_linear_adds_the_bias_in_place_and_refuses_a_wider_bias():
     x, weight = np.ones((2, 3), np.float32), np.ones((4, 3), np.float32)
     out = numpy_attn.linear(x, weight, np.full(4, 0.5, np.float32))
     assert out.dtype == np.float32 and out.flags.owndata  # one (2, 4) array, no second for the sum
     np.testing.assert_array_equal(out, np.full((2, 4), 3.5, np.float32))
-    wide = numpy_attn.linear(x, weight, np.full(4, 0.1, np.float64))
-    assert wide.dtype == np.float64
-    np.testing.assert_array_equal(wide, np.full((2, 4), 3.0 + 0.1))
+    with pytest.raises(TypeError, match=r"^bias has dtype float64 but x has dtype float32$"):
+        numpy_attn.linear(x, weight, np.full(4, 0.1, np.float64))
 
 
 def test_split_projection_fused_or_not_gives_the_thirds_of_one_linear():

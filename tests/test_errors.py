@@ -151,14 +151,16 @@ BAD_INPUTS = [
         MHA,
         set_x(lambda x: x.astype(np.int64)),
         TypeError,
-        r"x must have a floating dtype .* got int64 with shape \(2, 6, 3\)",
+        r"^x must have a floating dtype \(float16, float32, float64; bfloat16 in jax_attn\), "
+        r"got int64 with shape \(2, 6, 3\)(\n|$)",
     ),
     BadInput(
         "complex_input",
         "SelfAttentionV2",
         set_x(lambda x: x.astype(np.complex128)),
         TypeError,
-        r"x must have a floating dtype .* got complex128 with shape \(6, 3\)",
+        r"^x must have a floating dtype \(float16, float32, float64; bfloat16 in jax_attn\), "
+        r"got complex128 with shape \(6, 3\)(\n|$)",
     ),
     BadInput(
         "input_not_an_array",

@@ -138,3 +138,40 @@ def test_split_projection_refuses_rows_that_do_not_cut_into_equal_parts(package)
     message = "weight of shape (10, 3) does not cut into parts=3 equal row blocks"
     with pytest.raises(ValueError, match=re.escape(message)):
         package.split_projection(x, weight)
+
+
+BLOCK_CHECKS = [
+    ("numpy_attn.attend", "check_operands"),
+    ("numpy_attn.attention", "check_operands"),
+    ("numpy_attn.dropout", "check_operands"),
+    ("numpy_attn.heads", "check_input"),
+    ("numpy_attn.linear", "check_operands"),
+    ("numpy_attn.softmax", "check_operands"),
+]
+
+
+@pytest.mark.parametrize(
+    "implementation, return_steps", [("reference", False), ("reference", True), ("blockwise", True)]
+)
+def test_the_layers_call_the_unchecked_building_blocks(monkeypatch, implementation, return_steps):
+    """check_layer has checked a layer's call: the building blocks' own checks (a few
+    microseconds each) must not run again inside it. (The blockwise path without steps is
+    blockwise.py's, which calls ``linear`` per head.)"""
+    import importlib
+
+    from parity_tests.cases import FUNCTION_NAMES, Case
+    from torch_ref import to_params
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a building block's check ran inside a layer")
+
+    cases = [Case(layer, d_in=4, d_out=4, num_heads=2, bias=True) for layer in FUNCTION_NAMES]
+    calls = [(case, to_params(case.build_torch()), case.make_input()) for case in cases]
+    for module, name in BLOCK_CHECKS:
+        monkeypatch.setattr(importlib.import_module(module), name, refuse)
+    with pytest.raises(AssertionError, match="inside a layer"):  # the patch is in place
+        numpy_attn.softmax(np.ones(2))
+    for case, params, x in calls:
+        kwargs = case.kwargs() | {"implementation": implementation}
+        output = getattr(numpy_attn, case.function_name)(params, x, **kwargs, return_steps=return_steps)
+        assert np.isfinite(output[0] if return_steps else output).all()

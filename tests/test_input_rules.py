@@ -5,6 +5,7 @@ of the wrong type, bad ``context_length``/``context_size``, and float16 scores b
 import functools
 import math
 import re
+import types
 
 import jax
 import jax.numpy as jnp
@@ -240,3 +241,287 @@ def test_float16_reference_and_blockwise_paths_give_one_answer(package):
         outputs["blockwise"].astype(np.float32),
         *tolerance_for("float16"),
     )
+
+
+# ------------------------------------------------------------------ the building blocks: one rule each
+
+PACKAGES = {"numpy": numpy_attn, "jax": jax_attn}
+BLOCKS = ["softmax", "scaled_dot_product_attention", "attend", "attend_heads", "linear",
+          "split_projection", "dropout", "split_heads", "merge_heads"]  # fmt: skip
+B, N, T, H, D = 2, 2, 3, 2, 3  # batch, heads, tokens, head size, input width; E = N * H = 4
+
+
+def block_arrays(block, dtype=np.float32):
+    """Valid array arguments of ``block``, by name (masks as given to it), drawn with one seed."""
+    rng = np.random.default_rng(7)
+
+    def draw(*shape):
+        return rng.standard_normal(shape).astype(dtype)
+
+    keep, padding = np.ones((B, N, T, T), bool), np.zeros((B, T), bool)
+    heads = {"queries": draw(B, N, T, H), "keys": draw(B, N, T, H), "values": draw(B, N, T, H)}
+    return {
+        "softmax": {"x": draw(B, T)},
+        "scaled_dot_product_attention": heads | {"mask": np.zeros((T, T), bool), "attn_keep_mask": keep},
+        "attend": heads | {"padding_mask": padding, "attn_keep_mask": keep},
+        "attend_heads": {
+            "x": draw(B, T, D),
+            "qkv[0]": draw(12, D),
+            "qkv[1]": draw(12),
+            "padding_mask": padding,
+            "attn_keep_mask": keep,
+        },
+        "linear": {"x": draw(B, T, D), "weight": draw(4, D), "bias": draw(4)},
+        "split_projection": {"x": draw(B, T, D), "weight": draw(12, D), "bias": draw(12)},
+        "dropout": {"x": draw(B, T), "keep_mask": np.ones((B, T), bool)},
+        "split_heads": {"x": draw(B, T, 4)},
+        "merge_heads": {"x": draw(B, N, T, H)},
+    }[block]
+
+
+def call_block(package, block, arrays, **kwargs):
+    """``block`` of ``package`` on the arrays of ``block_arrays`` (by name)."""
+    fn = getattr(package, block)
+    a = dict(arrays)
+    if block == "scaled_dot_product_attention":
+        return fn(a["queries"], a["keys"], a["values"], a["mask"], dropout=0.5,
+                  attn_keep_mask=a["attn_keep_mask"], **kwargs)  # fmt: skip
+    if block == "attend":
+        masking = numpy_attn.Masking(causal=True, padding_mask=a["padding_mask"])
+        dropout = numpy_attn.AttnDropout(0.5, None, a["attn_keep_mask"])
+        return fn(a["queries"], a["keys"], a["values"], masking, dropout)[0]
+    if block == "attend_heads":
+        masking = numpy_attn.Masking(causal=True, padding_mask=a["padding_mask"])
+        dropout = numpy_attn.AttnDropout(0.5, None, a["attn_keep_mask"])
+        return fn(a["x"], (a["qkv[0]"], a["qkv[1]"]), N, masking, dropout)[0]
+    if block == "dropout":
+        return fn(a["x"], 0.5, keep_mask=a["keep_mask"])
+    if block == "split_heads":
+        return fn(a["x"], N)
+    if block in ("linear", "split_projection"):
+        return fn(a["x"], a["weight"], a["bias"])
+    return fn(a["x"])  # softmax, merge_heads
+
+
+def output_of(value):
+    return value[0] if isinstance(value, tuple) else value
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_the_checked_building_blocks_give_one_answer_in_both_packages(block):
+    """The checks change no value: numpy_attn and jax_attn agree on the valid call."""
+    arrays = block_arrays(block)
+    expected = output_of(call_block(numpy_attn, block, arrays))
+    actual = output_of(call_block(jax_attn, block, arrays))
+    np.testing.assert_allclose(np.asarray(actual), expected, *tolerance_for("float32"))
+
+
+TORCH_MESSAGE = (
+    r" is a torch.Tensor with dtype torch.\w+, which NumPy cannot read: .*\.detach\(\)\.cpu\(\)\.numpy\(\)"
+)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize("block, name", [(block, name) for block in BLOCKS for name in block_arrays(block)])
+def test_a_torch_tensor_as_any_array_of_a_building_block_is_named(package, block, name):
+    arrays = block_arrays(block)
+    arrays[name] = torch.from_numpy(arrays[name])
+    with pytest.raises(TypeError, match=re.escape(name) + TORCH_MESSAGE):
+        call_block(PACKAGES[package], block, arrays)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+def test_a_list_given_to_a_building_block_is_a_type_error_naming_it(package):
+    with pytest.raises(TypeError, match=r"^x must be an array, got list(\n|$)"):
+        PACKAGES[package].softmax([1.0])
+    with pytest.raises(TypeError, match=r"^weight must be an array, got list(\n|$)"):
+        PACKAGES[package].linear(np.ones((2, 3), np.float32), [[1.0, 2.0, 3.0]])
+
+
+@pytest.mark.parametrize("path", ["numpy", "jax"])
+@pytest.mark.parametrize(
+    "layer, mask", [("MultiHeadAttention", "attn_keep_mask"), ("FusedCausalAttention", "attn_keep_mask"),
+                    ("FusedCausalAttention", "out_keep_mask"), ("FusedCausalAttention", "padding_mask")],
+)  # fmt: skip
+def test_a_torch_tensor_as_a_layer_mask_is_named(path, layer, mask):
+    case, params = case_and_params(layer)
+    x = case.make_input()
+    shape = {"attn_keep_mask": (2, 2, 6, 6), "out_keep_mask": x.shape, "padding_mask": (2, 6)}[mask]
+    tensor = torch.ones(shape, dtype=torch.bool)
+    fn = getattr(PACKAGES[path], case.function_name)
+    args = (tensor,) if mask == "padding_mask" else ()
+    kwargs = case.kwargs() | ({} if mask == "padding_mask" else {mask: tensor})
+    with pytest.raises(TypeError, match=mask + TORCH_MESSAGE):
+        fn(params, x, *args, **kwargs)
+
+
+@pytest.mark.parametrize("path", ["numpy", "jax", "jit"])
+@pytest.mark.parametrize(
+    "block, odd, message",
+    [
+        ("scaled_dot_product_attention", ("keys", "values"), "keys has dtype float16 but queries has dtype"),
+        ("scaled_dot_product_attention", ("values",), "values has dtype float64 but queries has dtype"),
+        ("attend", ("keys",), "keys has dtype float64 but queries has dtype"),
+        ("attend_heads", ("qkv[1]",), "qkv[1] has dtype float16 but x has dtype"),
+        ("linear", ("weight",), "weight has dtype float64 but x has dtype"),
+        ("linear", ("bias",), "bias has dtype float16 but x has dtype"),
+        ("split_projection", ("weight", "bias"), "weight has dtype float16 but x has dtype"),
+    ],
+)
+def test_mixed_dtypes_in_a_building_block_are_one_type_error(path, block, odd, message):
+    arrays = block_arrays(block)
+    dtype = message.split(" has dtype ")[1].split()[0]
+    message += " float32"  # the first array's
+    for name in odd:
+        arrays[name] = arrays[name].astype(dtype)
+    package = numpy_attn if path == "numpy" else jax_attn
+    with jax.enable_x64(True), pytest.raises(TypeError, match=f"^{re.escape(message)}(\n|$)"):
+        if path == "jit":  # checked while tracing: shapes and dtypes are known
+            jax.jit(lambda arrays: output_of(call_block(package, block, arrays)))(arrays)
+        else:
+            call_block(package, block, arrays)
+
+
+X64_MESSAGE = r"has dtype float64, which JAX computes in float32 unless 64-bit mode is on"
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_float64_without_x64_is_refused_by_the_jax_building_blocks(block):
+    arrays = block_arrays(block, np.float64)
+    first = next(iter(arrays))
+    with jax.enable_x64(False):
+        with pytest.raises(TypeError, match=f"^{re.escape(first)} {X64_MESSAGE}"):
+            call_block(jax_attn, block, arrays)
+        # JAX's rule under jit: float64 arguments arrive as float32, and so is the result
+        jitted = jax.jit(lambda arrays: output_of(call_block(jax_attn, block, arrays)))(arrays)
+        assert jitted.dtype == np.float32
+    with jax.enable_x64(True):  # with 64-bit mode float64 stays float64, as in numpy_attn
+        assert output_of(call_block(jax_attn, block, arrays)).dtype == np.float64
+    assert output_of(call_block(numpy_attn, block, arrays)).dtype == np.float64
+
+
+def big_endian_message(name):
+    return f"{name} has dtype >f4, big-endian; give it in the machine's byte order: .astype(np.float32)"
+
+
+@pytest.mark.parametrize("which", ["weights", "x", "both"])
+@pytest.mark.parametrize(
+    "path, mapping",
+    [("numpy", dict), ("numpy", types.MappingProxyType), ("jax", dict)],
+    ids=["numpy-dict", "numpy-mapping", "jax-dict"],
+)
+def test_big_endian_weights_or_input_are_refused_with_the_byte_order_named(path, mapping, which):
+    """A dict of NumPy arrays takes the remembered verdict (``_check_described``), another
+    mapping the uncached checks (jit takes no mappingproxy): both name the big-endian array."""
+    case, params = case_and_params("MultiHeadAttention")
+    x = case.make_input()
+    call(path, case, mapping(params), x)  # the native call passes (and is remembered)
+    if which != "x":
+        params = {k: v.astype(">f4") for k, v in params.items()}
+    if which != "weights":
+        x = x.astype(">f4")
+    name = "params['W_query.weight']" if which == "weights" else "x"
+    for _ in range(2):  # a second time: the remembered verdicts keep no failing call
+        with pytest.raises(TypeError, match=f"^{re.escape(big_endian_message(name))}(\n|$)"):
+            call(path, case, mapping(params), x)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize("block", BLOCKS)
+def test_big_endian_arrays_given_to_a_building_block_are_refused(package, block):
+    arrays = block_arrays(block)
+    name = list(arrays)[-1] if block in ("linear", "split_projection") else next(iter(arrays))
+    arrays[name] = arrays[name].astype(">f4")
+    with pytest.raises(TypeError, match=f"^{re.escape(big_endian_message(name))}(\n|$)"):
+        call_block(PACKAGES[package], block, arrays)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+def test_scaled_dot_product_attention_checks_rng_and_names_its_dropout(package):
+    queries = block_arrays("scaled_dot_product_attention")["queries"]
+    sdpa = PACKAGES[package].scaled_dot_product_attention
+    if package == "numpy":
+        message = r"^rng must be a numpy.random.Generator \(numpy.random.default_rng\(seed\)\) or None, "
+        with pytest.raises(TypeError, match=message + r"got 0 \(int\)$"):
+            sdpa(queries, queries, queries, rng=0)  # no dropout: still refused, as the layers do
+    else:
+        with pytest.raises(
+            TypeError, match=r"^key must be a jax.random key \(jax.random.key\(seed\)\) or None"
+        ):
+            sdpa(queries, queries, queries, key=0)
+    with pytest.raises(ValueError, match=r"^dropout must be in \[0, 1\), got 1.0(\n|$)"):
+        sdpa(queries, queries, queries, dropout=1.0)
+    with pytest.raises(TypeError, match=r"^dropout must be a float in \[0, 1\), got str(\n|$)"):
+        sdpa(queries, queries, queries, dropout="0.1")
+
+
+@pytest.mark.parametrize("path", ["numpy", "jax", "jit"])
+@pytest.mark.parametrize(
+    "block, change, message",
+    [
+        ("linear", lambda a: a.update(weight=a["weight"][:, :1], bias=None),
+         "weight must have shape (out_features, in_features) with in_features=3 (x has shape (2, 3, 3)), "
+         "got shape (4, 1)"),
+        ("linear", lambda a: a.update(bias=a["bias"][:1]),
+         "bias must have shape (4,) for weight of shape (4, 3), got shape (1,)"),
+        ("scaled_dot_product_attention", lambda a: a.update(keys=a["keys"][..., :1]),
+         "keys must have shape (..., S, H) with H=2 (queries have shape (2, 2, 3, 2)), "
+         "got shape (2, 2, 3, 1)"),
+        ("scaled_dot_product_attention", lambda a: a.update(values=a["values"][..., :1, :]),
+         "values must have shape (..., S, Hv) with S=3 (keys have shape (2, 2, 3, 2)), "
+         "got shape (2, 2, 1, 2)"),
+        ("split_heads", lambda a: None, "num_heads must be a positive integer, got 0"),
+        ("split_heads", lambda a: a.update(x=a["x"][..., :3]), "E=3 is not divisible by num_heads=2"),
+        ("merge_heads", lambda a: a.update(x=a["x"][0]),
+         "x must have shape (B, N, T, H), got shape (2, 3, 2) (rank 3)"),
+    ],
+)  # fmt: skip
+def test_shapes_that_do_not_fit_a_building_block_are_one_value_error(path, block, change, message):
+    arrays = block_arrays(block)
+    change(arrays)
+    package = numpy_attn if path == "numpy" else jax_attn
+
+    def run(arrays):
+        if message.startswith("num_heads"):
+            return package.split_heads(arrays["x"], 0)
+        return output_of(call_block(package, block, arrays))
+
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}(\n|$)"):
+        jax.jit(run)(arrays) if path == "jit" else run(arrays)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+def test_a_big_endian_weight_given_to_blockwise_self_attention_is_named(package):
+    x, weight = np.ones((1, 4, 3), np.float32), np.ones((12, 3), ">f4")
+    with pytest.raises(TypeError, match=f"^{re.escape(big_endian_message('weight'))}(\n|$)"):
+        PACKAGES[package].blockwise_self_attention(x, weight, None, num_heads=2)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+def test_attend_heads_names_an_input_of_another_rank(package):
+    arrays = block_arrays("attend_heads")
+    arrays["x"] = arrays["x"][0]
+    with pytest.raises(ValueError, match=r"^x must have shape \(B, T, D\), got shape \(3, 3\) \(rank 2\)$"):
+        call_block(PACKAGES[package], "attend_heads", arrays)
+
+
+@pytest.mark.parametrize("path", ["numpy", "jax"])
+def test_a_big_endian_mask_gets_the_mask_error_not_jaxs(path):
+    case, params = case_and_params("FusedCausalAttention")
+    padding_mask = np.zeros((2, 6), ">f4")  # a mask must be bool: refused as such in both packages
+    message = r"^padding_mask must be a bool array of shape \(B, S\) = \(2, 6\), got float32 array"
+    with pytest.raises(ValueError, match=message):
+        getattr(PACKAGES[path], case.function_name)(params, case.make_input(), padding_mask, **case.kwargs())
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize("block", ["attend", "attend_heads"])
+def test_attend_names_its_dropout_rate(package, block):
+    arrays = block_arrays(block)
+    fn = getattr(PACKAGES[package], block)
+    if block == "attend":
+        first = (arrays["queries"], arrays["keys"], arrays["values"])
+    else:
+        first = (arrays["x"], (arrays["qkv[0]"], arrays["qkv[1]"]), N)
+    with pytest.raises(ValueError, match=r"^dropout.rate must be in \[0, 1\), got 1.0(\n|$)"):
+        fn(*first, numpy_attn.Masking(), numpy_attn.AttnDropout(1.0))
