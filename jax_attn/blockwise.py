@@ -34,7 +34,7 @@ import jax.numpy as jnp
 
 from jax_attn.checks import check_key
 from jax_attn.dropout import draw_keep_mask
-from jax_attn.linear import linear
+from jax_attn.linear import unchecked_linear
 from numpy_attn.blockwise import check_attention_inputs, compute_dtype, fit_block_size, token_major
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.validation import JAX_FLOATS, check_blockwise_args, check_self_attention_args
@@ -147,7 +147,7 @@ def blockwise_self_attention(
 
     def head_inputs(b: jax.Array, n: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         head_bias = None if head_biases is None else head_biases[n].reshape(-1)  # (3H,)
-        projected = linear(x[b], head_weights[n], head_bias)  # (T, 3H)
+        projected = unchecked_linear(x[b], head_weights[n], head_bias)  # (T, 3H)
         return tuple(jnp.split(projected, 3, axis=-1))  # queries, keys, values: 3 x (T, H)
 
     context_vec = _heads_blockwise(

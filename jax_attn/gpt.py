@@ -25,8 +25,8 @@ from flax import nnx
 
 from jax_attn.checks import is_concrete
 from jax_attn.convert import flax_path, flax_value, torch_name, torch_value
-from jax_attn.dropout import dropout
-from jax_attn.linear import linear
+from jax_attn.dropout import unchecked_dropout
+from jax_attn.linear import unchecked_linear
 from jax_attn.module_base import build_to_load, check_loaded, check_rngs, fill, torch_linear, torch_normal
 from jax_attn.modules import MultiHeadAttention
 from jax_attn.multi_head import multi_head_attention
@@ -70,8 +70,8 @@ def gelu(x: jax.Array) -> jax.Array:
 
 def feed_forward(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
     """``FeedForward``: ``layers.0`` (D -> 4D), GELU, ``layers.2`` (4D -> D)."""
-    hidden = gelu(linear(x, params["layers.0.weight"], params["layers.0.bias"]))  # (B, T, 4D)
-    return linear(hidden, params["layers.2.weight"], params["layers.2.bias"])  # (B, T, D)
+    hidden = gelu(unchecked_linear(x, params["layers.0.weight"], params["layers.0.bias"]))  # (B, T, 4D)
+    return unchecked_linear(hidden, params["layers.2.weight"], params["layers.2.bias"])  # (B, T, D)
 
 
 def block_parts(params: Mapping[str, jax.Array]) -> dict[str, Callable[[jax.Array], jax.Array]]:
@@ -87,7 +87,7 @@ def head_parts(params: Mapping[str, jax.Array]) -> dict[str, Callable[[jax.Array
     """``apply_model``'s ``final_norm`` and ``out_head`` on the model's weights."""
     return {
         "final_norm": lambda x: layer_norm(sub_params(params, "final_norm."), x),
-        "out_head": lambda x: linear(x, params["out_head.weight"]),
+        "out_head": lambda x: unchecked_linear(x, params["out_head.weight"]),
     }
 
 
@@ -95,7 +95,7 @@ def _dropout_stream(rate: float, key: jax.Array | None, count: int) -> Callable[
     """Dropout drawing a new mask on each of ``count`` calls (identity without a key): the
     block's two residual branches."""
     keys = iter(jax.random.split(key, count)) if key is not None else None
-    return lambda x: x if keys is None else dropout(x, rate, key=next(keys))
+    return lambda x: x if keys is None else unchecked_dropout(x, rate, key=next(keys))
 
 
 def transformer_block(
@@ -161,7 +161,7 @@ def _gpt_model(
     )
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, T, D)
     pos_embeds = params["pos_emb.weight"][:num_tokens]  # (T, D)
-    x = dropout(tok_embeds + pos_embeds, rate, key=keys[0])  # (B, T, D)
+    x = unchecked_dropout(tok_embeds + pos_embeds, rate, key=keys[0])  # (B, T, D)
     blocks = [
         functools.partial(
             transformer_block,

@@ -16,10 +16,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jax_attn.attention import scaled_dot_product_attention
+from jax_attn.attention import unchecked_scaled_dot_product_attention
 from jax_attn.checks import check_layer
-from jax_attn.heads import merge_heads, split_heads
-from jax_attn.linear import linear, qkv_projections
+from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
+from jax_attn.linear import qkv_projections, unchecked_linear
 from jax_attn.masks import causal_mask
 from numpy_attn.validation import check_cache_dtype, check_kv_cache_sizes, check_padding_mask
 
@@ -72,8 +72,10 @@ def _decode(
     )
     max_length = cache.keys.shape[-2]
     mask = causal_mask(num_tokens, max_length, offset=start) | cache.padding[:, None, None, :]  # (B, 1, t, L)
-    context_vec = scaled_dot_product_attention(queries, cache.keys, cache.values, mask)  # (B, N, t, H)
-    return merge_heads(context_vec), cache
+    context_vec = unchecked_scaled_dot_product_attention(
+        queries, cache.keys, cache.values, mask
+    )  # (B, N, t, H)
+    return unchecked_merge_heads(context_vec), cache
 
 
 def multi_head_attention_decode(
@@ -91,10 +93,12 @@ def multi_head_attention_decode(
     x = jnp.asarray(x)  # arrays from any framework compute here
     queries, keys, values = qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
     context_vec, cache = _decode(
-        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads),
+        unchecked_split_heads(queries, num_heads),
+        unchecked_split_heads(keys, num_heads),
+        unchecked_split_heads(values, num_heads),
         cache, None,
     )  # fmt: skip  # (B, t, E)
-    return linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias")), cache
+    return unchecked_linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias")), cache
 
 
 def fused_causal_attention_decode(
@@ -117,10 +121,12 @@ def fused_causal_attention_decode(
     check_cache_dtype(cache, x)
     _check_room(cache, x.shape[1])
     x = jnp.asarray(x)  # arrays from any framework compute here
-    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3 * D)
+    qkv = unchecked_linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3 * D)
     queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, t, D)
     context_vec, cache = _decode(
-        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads),
+        unchecked_split_heads(queries, num_heads),
+        unchecked_split_heads(keys, num_heads),
+        unchecked_split_heads(values, num_heads),
         cache, padding_mask,
     )  # fmt: skip  # (B, t, D)
-    return linear(context_vec, params["Wo.weight"], params.get("Wo.bias")), cache
+    return unchecked_linear(context_vec, params["Wo.weight"], params.get("Wo.bias")), cache

@@ -44,7 +44,7 @@ import numpy as np
 
 from numpy_attn.dropout import draw_keep_mask
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
-from numpy_attn.linear import linear
+from numpy_attn.linear import unchecked_linear
 from numpy_attn.masks import causal_mask
 from numpy_attn.threads import head_threads
 from numpy_attn.validation import (
@@ -209,7 +209,7 @@ def blockwise_self_attention(
 
     def head_inputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         head_bias = None if head_biases is None else head_biases[n].reshape(-1)  # (3H,)
-        projected = linear(x, head_weights[n], head_bias)  # (B, T, 3H)
+        projected = unchecked_linear(x, head_weights[n], head_bias)  # (B, T, 3H)
         return tuple(np.split(projected, 3, axis=-1))  # queries, keys, values: 3 x (B, T, H)
 
     context_vec = _heads_blockwise(

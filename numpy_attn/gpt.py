@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.dropout import dropout
+from numpy_attn.dropout import unchecked_dropout
 from numpy_attn.gpt_spec import check_config, check_gpt_params, check_token_ids, sub_params
-from numpy_attn.linear import linear
+from numpy_attn.linear import unchecked_linear
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.steps import Steps
 
@@ -62,8 +62,8 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 def feed_forward(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     """``FeedForward``: ``layers.0`` (D -> 4D), GELU, ``layers.2`` (4D -> D)."""
-    hidden = gelu(linear(x, params["layers.0.weight"], params["layers.0.bias"]))  # (B, T, 4D)
-    return linear(hidden, params["layers.2.weight"], params["layers.2.bias"])  # (B, T, D)
+    hidden = gelu(unchecked_linear(x, params["layers.0.weight"], params["layers.0.bias"]))  # (B, T, 4D)
+    return unchecked_linear(hidden, params["layers.2.weight"], params["layers.2.bias"])  # (B, T, D)
 
 
 def apply_block(
@@ -106,7 +106,7 @@ def head_parts(params: Mapping[str, np.ndarray]) -> dict[str, Callable[[np.ndarr
     """``apply_model``'s ``final_norm`` and ``out_head`` on the model's weights."""
     return {
         "final_norm": lambda x: layer_norm(sub_params(params, "final_norm."), x),
-        "out_head": lambda x: linear(x, params["out_head.weight"]),
+        "out_head": lambda x: unchecked_linear(x, params["out_head.weight"]),
     }
 
 
@@ -149,7 +149,7 @@ def transformer_block(
             sub_params(params, "att."), h, num_heads=num_heads, context_length=context_length,
             dropout=dropout_rate, rng=rng,
         ),
-        drop_shortcut=lambda h: dropout(h, dropout_rate, rng=rng),
+        drop_shortcut=lambda h: unchecked_dropout(h, dropout_rate, rng=rng),
     )  # fmt: skip
     return (x, steps) if return_steps else x
 
@@ -173,7 +173,7 @@ def gpt_model(
     rate = config["drop_rate"]
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, T, D)
     pos_embeds = params["pos_emb.weight"][:num_tokens]  # (T, D)
-    x = dropout(tok_embeds + pos_embeds, rate, rng=rng)  # (B, T, D)
+    x = unchecked_dropout(tok_embeds + pos_embeds, rate, rng=rng)  # (B, T, D)
     blocks = [
         functools.partial(
             transformer_block,

@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from numpy_attn.attention import scaled_dot_product_attention
-from numpy_attn.heads import merge_heads, split_heads
-from numpy_attn.linear import linear, qkv_projections
+from numpy_attn.attention import unchecked_scaled_dot_product_attention
+from numpy_attn.heads import unchecked_merge_heads, unchecked_split_heads
+from numpy_attn.linear import qkv_projections, unchecked_linear
 from numpy_attn.masks import causal_mask
 from numpy_attn.spec import check_layer
 from numpy_attn.validation import check_cache_dtype, check_kv_cache_sizes, check_padding_mask
@@ -60,10 +60,10 @@ def _decode(
     cache.values[:, :, start:end] = values
     cache.padding[:, start:end] = False if padding_mask is None else padding_mask
     mask = causal_mask(num_tokens, end, offset=start) | cache.padding[:, None, None, :end]  # (B, 1, t, S)
-    context_vec = scaled_dot_product_attention(
+    context_vec = unchecked_scaled_dot_product_attention(
         queries, cache.keys[:, :, :end], cache.values[:, :, :end], mask
     )  # (B, N, t, H)
-    return merge_heads(context_vec), cache
+    return unchecked_merge_heads(context_vec), cache
 
 
 def multi_head_attention_decode(
@@ -81,10 +81,12 @@ def multi_head_attention_decode(
     x = np.asarray(x)  # arrays from any framework compute here
     queries, keys, values = qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
     context_vec, cache = _decode(
-        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads),
+        unchecked_split_heads(queries, num_heads),
+        unchecked_split_heads(keys, num_heads),
+        unchecked_split_heads(values, num_heads),
         cache, None,
     )  # fmt: skip  # (B, t, E)
-    return linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias")), cache
+    return unchecked_linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias")), cache
 
 
 def fused_causal_attention_decode(
@@ -107,10 +109,12 @@ def fused_causal_attention_decode(
     check_cache_dtype(cache, x)
     _check_room(cache, x.shape[1])
     x = np.asarray(x)  # arrays from any framework compute here
-    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3 * D)
+    qkv = unchecked_linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3 * D)
     queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, t, D)
     context_vec, cache = _decode(
-        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads),
+        unchecked_split_heads(queries, num_heads),
+        unchecked_split_heads(keys, num_heads),
+        unchecked_split_heads(values, num_heads),
         cache, padding_mask,
     )  # fmt: skip  # (B, t, D)
-    return linear(context_vec, params["Wo.weight"], params.get("Wo.bias")), cache
+    return unchecked_linear(context_vec, params["Wo.weight"], params.get("Wo.bias")), cache

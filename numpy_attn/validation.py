@@ -23,6 +23,7 @@ __all__ = [
     "check_attend_options",
     "check_attention_shapes",
     "check_blockwise_args",
+    "check_cache_dtype",
     "check_context",
     "check_context_length",
     "check_divisible",
@@ -31,6 +32,7 @@ __all__ = [
     "check_floating",
     "check_input",
     "check_keep_mask",
+    "check_kv_cache_sizes",
     "check_linear_shapes",
     "check_mapping",
     "check_mask_operands",
@@ -398,22 +400,6 @@ def check_finite(params: Mapping[str, Any]) -> None:
     for key, value in params.items():
         if not np.isfinite(np.asarray(value)).all():
             raise ValueError(f"params[{key!r}] has non-finite values (NaN or inf)")
-
-
-# ------------------------------------------------------------------ weights in modules, KV caches
-
-__all__ += ["check_cache_dtype", "check_kv_cache_sizes", "check_native_byte_order"]
-
-
-def check_native_byte_order(name: str, value: Any) -> None:
-    """TypeError for an array stored in the other byte order (``v.astype('>f4')`` on a
-    little-endian machine): JAX cannot take it, and NumPy computes with it slowly."""
-    dtype = np.dtype(value.dtype)
-    if dtype.byteorder == ">":  # big-endian and not the machine's (its own order reads "=")
-        raise TypeError(
-            f"{name} has dtype {dtype.str}, big-endian; give it in the machine's byte order: "
-            f".astype(np.{dtype.name})"
-        )
 
 
 def check_kv_cache_sizes(batch: Any, num_heads: Any, max_length: Any, head_dim: Any) -> None:

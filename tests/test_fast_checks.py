@@ -150,28 +150,69 @@ BLOCK_CHECKS = [
 ]
 
 
-@pytest.mark.parametrize(
-    "implementation, return_steps", [("reference", False), ("reference", True), ("blockwise", True)]
-)
-def test_the_layers_call_the_unchecked_building_blocks(monkeypatch, implementation, return_steps):
-    """check_layer has checked a layer's call: the building blocks' own checks (a few
-    microseconds each) must not run again inside it. (The blockwise path without steps is
-    blockwise.py's, which calls ``linear`` per head.)"""
+@pytest.fixture
+def refuse_block_checks(monkeypatch):
+    """The building blocks' own checks replaced by one that raises, for the calls that must not
+    run them (their caller has checked its input already)."""
     import importlib
-
-    from parity_tests.cases import FUNCTION_NAMES, Case
-    from torch_ref import to_params
 
     def refuse(*args, **kwargs):
         raise AssertionError("a building block's check ran inside a layer")
 
-    cases = [Case(layer, d_in=4, d_out=4, num_heads=2, bias=True) for layer in FUNCTION_NAMES]
-    calls = [(case, to_params(case.build_torch()), case.make_input()) for case in cases]
     for module, name in BLOCK_CHECKS:
         monkeypatch.setattr(importlib.import_module(module), name, refuse)
     with pytest.raises(AssertionError, match="inside a layer"):  # the patch is in place
         numpy_attn.softmax(np.ones(2))
-    for case, params, x in calls:
+
+
+@pytest.mark.parametrize(
+    "implementation, return_steps", [("reference", False), ("reference", True), ("blockwise", True)]
+)
+def test_the_layers_call_the_unchecked_building_blocks(refuse_block_checks, implementation, return_steps):
+    """check_layer has checked a layer's call: the building blocks' own checks (a few
+    microseconds each) must not run again inside it. (The blockwise path without steps is
+    blockwise.py's: the next test.)"""
+    from parity_tests.cases import FUNCTION_NAMES, Case
+    from torch_ref import to_params
+
+    cases = [Case(layer, d_in=4, d_out=4, num_heads=2, bias=True) for layer in FUNCTION_NAMES]
+    for case in cases:
+        params, x = to_params(case.build_torch()), case.make_input()
         kwargs = case.kwargs() | {"implementation": implementation}
         output = getattr(numpy_attn, case.function_name)(params, x, **kwargs, return_steps=return_steps)
         assert np.isfinite(output[0] if return_steps else output).all()
+
+
+def test_decoding_the_gpt_and_the_blockwise_loop_call_the_unchecked_building_blocks(refuse_block_checks):
+    """The KV-cache decoders, the GPT and the blockwise loop (a projection per head) check their
+    input once, up front, like the layers."""
+    rng = np.random.default_rng(0)
+    params = {
+        **{
+            f"{n}.weight": rng.standard_normal((4, 4)).astype(np.float32)
+            for n in ("W_query", "W_key", "W_value")
+        },
+        "out_proj.weight": rng.standard_normal((4, 4)).astype(np.float32),
+        "out_proj.bias": rng.standard_normal(4).astype(np.float32),
+    }
+    x = rng.standard_normal((2, 6, 4)).astype(np.float32)
+    expected = numpy_attn.multi_head_attention(params, x, num_heads=2, context_length=8)
+    cache = numpy_attn.init_kv_cache(2, 2, 8, 2)
+    decoded, cache = numpy_attn.multi_head_attention_decode(
+        params, x[:, :5], cache, num_heads=2, context_length=8
+    )
+    last, _ = numpy_attn.multi_head_attention_decode(params, x[:, 5:], cache, num_heads=2, context_length=8)
+    np.testing.assert_allclose(np.concatenate([decoded, last], axis=1), expected, rtol=1e-5, atol=1e-6)
+    blockwise = numpy_attn.multi_head_attention(
+        params, x, num_heads=2, context_length=8, implementation="blockwise", block_size=2
+    )
+    np.testing.assert_allclose(blockwise, expected, rtol=1e-5, atol=1e-6)
+    config = {"vocab_size": 16, "context_length": 8, "emb_dim": 4, "n_heads": 2, "n_layers": 1,
+              "drop_rate": 0.1, "qkv_bias": False}  # fmt: skip
+    gpt_params = {
+        name: rng.standard_normal(shape).astype(np.float32) * 0.1
+        for name, shape in numpy_attn.gpt_param_shapes(config).items()
+    }
+    ids = rng.integers(0, 16, (2, 6))
+    logits = numpy_attn.gpt_model(gpt_params, ids, config, rng=np.random.default_rng(1))
+    assert logits.shape == (2, 6, 16) and np.isfinite(logits).all()
