@@ -23,17 +23,33 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_attn.checks import is_concrete
+from jax_attn.checks import check_x64, is_concrete
 from jax_attn.convert import flax_path, flax_value, torch_name, torch_value
 from jax_attn.dropout import unchecked_dropout
 from jax_attn.linear import unchecked_linear
-from jax_attn.module_base import build_to_load, check_loaded, check_rngs, fill, torch_linear, torch_normal
+from jax_attn.module_base import (
+    build_to_load,
+    check_loaded,
+    check_rngs,
+    fill,
+    readable_weights,
+    torch_linear,
+    torch_normal,
+)
 from jax_attn.modules import MultiHeadAttention
 from jax_attn.multi_head import multi_head_attention
 from numpy_attn.gpt import BLOCK_STEPS, LAYER_NORM_EPS, apply_block, apply_model
-from numpy_attn.gpt_spec import check_config, check_gpt_params, check_token_ids, gpt_param_shapes, sub_params
+from numpy_attn.gpt_spec import (
+    FIRST_WEIGHT,
+    check_config,
+    check_gpt_params,
+    check_token_ids,
+    gpt_param_shapes,
+    sub_params,
+)
 from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.steps import Steps
+from numpy_attn.validation import JAX_FLOATS
 
 __all__ = [
     "BLOCK_STEPS",
@@ -138,11 +154,20 @@ def gpt_model(
     """
     check_config(config)
     concrete = is_concrete(params) and not any(isinstance(a, jax.core.Tracer) for a in (token_ids, key))
-    check_gpt_params(params, config, check_values=concrete)
+    check_jax_gpt_params(params, config, check_values=concrete)
     check_token_ids(token_ids, config, check_values=concrete)
     if concrete:
         return _compiled_gpt_model(params, token_ids, tuple(config.items()), key, return_steps)
     return _gpt_model(params, token_ids, config, key, return_steps)
+
+
+def check_jax_gpt_params(
+    params: Mapping[str, Any], config: Mapping[str, Any], *, check_values: bool = True
+) -> None:
+    """``check_gpt_params`` with JAX's floats (bfloat16 too); float64 weights only in JAX's 64-bit
+    mode (``check_x64``), as the layers' inputs."""
+    check_gpt_params(params, config, check_values=check_values, floating=JAX_FLOATS)
+    check_x64(f"params[{FIRST_WEIGHT!r}]", params[FIRST_WEIGHT])
 
 
 def _gpt_model(
@@ -285,10 +310,11 @@ class GPTModel(nnx.Module):
         missing, unexpected and mis-shaped key at once, then finiteness); the dtype is the
         weights'. Without ``rngs`` it is built as shapes (no weight is drawn to be thrown away),
         starts in eval mode and has no dropout stream."""
-        check_gpt_params(params, config)
-        dtype = next(iter(params.values())).dtype
+        weights = readable_weights(params)
+        check_jax_gpt_params(weights, config)
+        dtype = weights[FIRST_WEIGHT].dtype
         model = build_to_load(lambda rngs: cls(config, dtype=dtype, rngs=rngs), rngs)
-        model.load_params(params)
+        model.load_params(weights)
         check_loaded(model)
         return model
 
@@ -317,9 +343,10 @@ class GPTModel(nnx.Module):
     def load_params(self, params: Mapping[str, Any]) -> Self:
         """Copy weights-format ``params`` in, in place, after checking all of them; values are
         cast to the model's dtype. Nothing is written unless every key, shape and value fits."""
-        check_gpt_params(params, self.config)
+        weights = readable_weights(params)
+        check_jax_gpt_params(weights, self.config)
         for name, variable in self._param_variables().items():
-            fill(variable, jnp.asarray(_flax_layout(name, params[name])))
+            fill(variable, jnp.asarray(_flax_layout(name, weights[name])))
         return self
 
 

@@ -107,13 +107,12 @@ def check_rngs(rngs: Any) -> None:
         )
 
 
-def readable_weights(layer: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` without ``layer``'s buffers, each weight with the dtype it was given, for the
-    checks: NumPy arrays as they are (in the machine's byte order, ``check_native_byte_order``),
-    other arrays (JAX, torch) as JAX arrays converted in 64-bit mode, where ``as_jax`` keeps a
-    float64 or int64 dtype that it narrows without x64; anything else as it is, for the checks
-    to name."""
-    weights = without_buffers(layer, params)
+def readable_weights(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Each weight of ``params`` with the dtype it was given, for the checks: NumPy arrays as
+    they are (in the machine's byte order, ``check_native_byte_order``), other arrays (JAX,
+    torch) as JAX arrays converted in 64-bit mode, where ``as_jax`` keeps a float64 or int64
+    dtype that it narrows without x64; anything else as it is, for the checks to name."""
+    weights = dict(params)
     for name, value in weights.items():
         if isinstance(value, np.ndarray):
             check_native_byte_order(f"params[{name!r}]", value)
@@ -215,7 +214,7 @@ class AttentionModule(nnx.Module):
         weight is drawn to be overwritten.
         """
         options = {name: arguments.pop(name) for name in MODULE_OPTIONS if name in arguments}
-        weights = readable_weights(cls.layer, params)
+        weights = readable_weights(without_buffers(cls.layer, params))
         arguments = constructor_arguments(cls.layer, weights, **arguments)  # the torch class's
         rngs = options.pop("rngs", None)
         shapes = parameter_shapes(cls.layer, **arguments)
@@ -376,7 +375,7 @@ class AttentionModule(nnx.Module):
         ``load_state_dict`` does). With ``to_params``, the only place where torch's
         layout becomes Flax's.
         """
-        weights = readable_weights(self.layer, params)
+        weights = readable_weights(without_buffers(self.layer, params))
         variables = self._param_variables()
         expected = {
             name: jax.eval_shape(functools.partial(torch_value, path), var.get_value()).shape

@@ -13,7 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.validation import check_divisible, check_dropout, check_finite, check_mapping, check_params
+from numpy_attn.validation import (
+    NUMPY_FLOATS,
+    check_divisible,
+    check_dropout,
+    check_finite,
+    check_floating,
+    check_mapping,
+    check_params,
+)
 
 __all__ = [
     "CONFIG_KEYS",
@@ -25,6 +33,7 @@ __all__ = [
     "sub_params",
 ]
 
+FIRST_WEIGHT = "tok_emb.weight"  # the weight whose dtype the others must have
 CONFIG_KEYS = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers", "drop_rate", "qkv_bias")
 
 
@@ -72,12 +81,23 @@ def gpt_param_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 
 
 def check_gpt_params(
-    params: Mapping[str, Any], config: Mapping[str, Any], *, check_values: bool = True
+    params: Mapping[str, Any],
+    config: Mapping[str, Any],
+    *,
+    check_values: bool = True,
+    floating: tuple[str, ...] = NUMPY_FLOATS,
 ) -> None:
     """One ValueError naming every missing, unexpected and mis-shaped weight (a config that
-    contradicts the weights shows up here), then, where values are concrete, non-finite ones."""
+    contradicts the weights shows up here); then one floating dtype (one of ``floating``, in the
+    machine's byte order) for every weight, that of the first (``tok_emb.weight``), TypeError
+    otherwise, as the layers' weights must have x's; then, where values are concrete, non-finite
+    ones."""
     check_mapping(params)
-    check_params(params, gpt_param_shapes(config), layer="GPTModel")
+    shapes = gpt_param_shapes(config)
+    check_params(params, shapes, layer="GPTModel")
+    first = f"params[{FIRST_WEIGHT!r}]"
+    check_floating(params[FIRST_WEIGHT], floating, first)
+    check_params(params, shapes, layer="GPTModel", dtype=params[FIRST_WEIGHT].dtype, dtype_of=first)
     if check_values:
         check_finite(params)
 

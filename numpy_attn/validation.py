@@ -353,12 +353,14 @@ def check_params(
     *,
     layer: str,
     dtype: Any | None = None,
+    dtype_of: str = "x",
 ) -> None:
     """Check that ``params`` holds exactly the ``expected`` keys with the expected shapes.
 
     One ValueError names every missing, unexpected and mis-shaped key at once. With ``dtype``,
-    every weight must have that dtype (TypeError otherwise), so that the input and the weights
-    never silently promote to another precision.
+    every weight must have that dtype, that of ``dtype_of`` (the input, or the model's first
+    weight), TypeError otherwise: so that the input and the weights never silently promote to
+    another precision.
     """
     check_mapping(params)
     missing = [k for k in expected if k not in params]
@@ -385,7 +387,7 @@ def check_params(
             got = np.dtype(params[key].dtype)
             if got != np.dtype(dtype):
                 raise TypeError(
-                    f"params[{key!r}] has dtype {got.name} but x has dtype {np.dtype(dtype).name}"
+                    f"params[{key!r}] has dtype {got.name} but {dtype_of} has dtype {np.dtype(dtype).name}"
                 )
 
 

@@ -115,3 +115,51 @@ def test_rngs_that_are_not_an_nnx_rngs_are_named(params, rngs):
         jax_attn.GPTModel(TINY, rngs=rngs)
     with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
         jax_attn.GPTModel.from_params(params, TINY, rngs=rngs)
+
+
+def load_call(params, ids, config):
+    model = jax_attn.GPTModel.from_params(torch_ref.to_params(torch_model()), config)
+    return model.load_params(params)(jnp.asarray(ids))
+
+
+def one_changed(params, name, dtype):
+    return {**params, name: params[name].astype(dtype)}
+
+
+@pytest.mark.parametrize(
+    "call", [numpy_call, jax_call, module_call, load_call], ids=["numpy", "jax", "nnx", "load"]
+)
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda p: one_changed(p, "out_head.weight", np.float64),
+         "params['out_head.weight'] has dtype float64 but params['tok_emb.weight'] has dtype float32"),
+        (lambda p: one_changed(p, "final_norm.shift", np.int64),
+         "params['final_norm.shift'] has dtype int64 but params['tok_emb.weight'] has dtype float32"),
+        (lambda p: {k: v.astype(">f4") for k, v in p.items()},
+         "params['tok_emb.weight'] has dtype >f4, big-endian; give it in the machine's byte order: "
+         ".astype(np.float32)"),
+    ],
+    ids=["float64_among_float32", "int64_among_float32", "big_endian"],
+)  # fmt: skip
+def test_the_weights_share_one_floating_dtype_the_first_weights(params, call, change, message):
+    """As a layer's weights must have x's dtype, the GPT's must have its first weight's: numpy
+    promoted the logits to float64 (or took integer weights), JAX and the module cast silently."""
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        call(change(params), token_ids(2, 5), TINY)
+
+
+@pytest.mark.parametrize("call", [jax_call, module_call], ids=["jax", "nnx"])
+def test_float64_weights_without_x64_are_refused_by_the_jax_gpt(params, call):
+    """Without JAX's 64-bit mode a float64 model computed in float32, without a word."""
+    weights = {k: v.astype(np.float64) for k, v in params.items()}
+    with pytest.raises(
+        TypeError, match=r"^params\['tok_emb.weight'\] has dtype float64, which JAX computes in float32"
+    ):
+        call(weights, token_ids(2, 5), TINY)
+
+
+def test_a_float64_kv_cache_without_x64_is_refused():
+    """jax_attn.init_kv_cache(dtype=float64) made float32 arrays without x64."""
+    with pytest.raises(TypeError, match=r"^dtype has dtype float64, which JAX computes in float32"):
+        jax_attn.init_kv_cache(2, 2, 8, 2, dtype=np.float64)
