@@ -28,9 +28,9 @@ def check_layer(layer: str, params: Mapping[str, Any], x: Any, **kwargs: Any) ->
     return _check_layer(layer, params, x, check_values=is_concrete(params), floating=JAX_FLOATS, **kwargs)
 
 
-def check_key(key: Any) -> None:
-    """``key`` is None (no random dropout) or a ``jax.random`` key: a typed key
-    (``jax.random.key(seed)``) or a raw ``uint32`` one (``jax.random.PRNGKey(seed)``)."""
+def check_key(key: Any, name: str = "key") -> None:
+    """``key`` (the argument ``name``) is None (no randomness) or a ``jax.random`` key: a typed
+    key (``jax.random.key(seed)``) or a raw ``uint32`` one (``jax.random.PRNGKey(seed)``)."""
     if key is None:
         return
     dtype = getattr(key, "dtype", None)
@@ -40,7 +40,7 @@ def check_key(key: Any) -> None:
         got = f"{key!r} ({type(key).__name__})"
         if dtype is not None:  # under jit an int arrives as an int32 array
             got = f"an array of dtype {dtype}, shape {key.shape}"
-        raise TypeError(f"key must be a jax.random key (jax.random.key(seed)) or None, got {got}")
+        raise TypeError(f"{name} must be a jax.random key (jax.random.key(seed)) or None, got {got}")
 
 
 def check_x64(name: str, value: Any) -> None:

@@ -112,7 +112,7 @@ def generate(
     params = model.torch_params()  # the weights format, converted once per call
     check_gpt_params(params, config)
     check_token_ids(token_ids, config)
-    check_key(rng)
+    check_key(rng, "rng")  # a jax.random key, under numpy_attn's argument name
     check_generate_args(token_ids.shape, max_new_tokens, config, temperature, top_k, rng is not None)
     token_ids = jnp.asarray(token_ids)
     caches = init_gpt_cache(config, token_ids.shape[0], params["tok_emb.weight"].dtype)

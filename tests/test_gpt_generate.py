@@ -134,9 +134,10 @@ def test_numpy_generate_refuses_an_rng_that_is_not_a_generator(params, rng):
     "rng", [0, np.random.default_rng(0), np.zeros(2, np.int32)], ids=["int", "Generator", "ints"]
 )
 def test_jax_generate_refuses_an_rng_that_is_not_a_key(model, rng):
-    """The layers' key TypeError, word for word, instead of JAX's own error."""
-    message = the_layers_error(jax_attn.dropout, key=rng)
-    assert message.startswith("key must be a jax.random key")
+    """The layers' key TypeError, word for word but for the argument's name, instead of JAX's own
+    error."""
+    message = the_layers_error(jax_attn.dropout, key=rng).replace("key must be", "rng must be", 1)
+    assert message.startswith("rng must be a jax.random key")
     for temperature in (0.0, 1.0):
         with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
             jax_attn.generate(model, jnp.asarray(token_ids(1, 3)), 2, temperature=temperature, rng=rng)
