@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jax_attn.checks import check_jax_operands, check_key
 from jax_attn.dropout import unchecked_dropout
 from jax_attn.softmax import unchecked_softmax
+from numpy_attn.softmax import compute_dtype
 from numpy_attn.steps import Steps
 from numpy_attn.validation import check_attention_shapes, check_dropout, check_mask_operands
 
@@ -74,7 +75,7 @@ def unchecked_scaled_dot_product_attention(
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``scaled_dot_product_attention`` for arguments already checked (the layers')."""
     dtype = queries.dtype
-    compute = jnp.float32 if dtype.itemsize < 4 else dtype  # half precision: scores in float32
+    compute = compute_dtype(dtype)  # half precision: scores in float32
     queries_acc, keys_acc = queries.astype(compute, copy=False), keys.astype(compute, copy=False)
     # one contraction, no transposed keys: XLA would fold a transpose into the keys' projection,
     # a dot contracting the weight's first axis, which XLA:CPU runs with its slow generic kernel

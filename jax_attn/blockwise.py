@@ -35,8 +35,9 @@ import jax.numpy as jnp
 from jax_attn.checks import check_key
 from jax_attn.dropout import draw_keep_mask
 from jax_attn.linear import unchecked_linear
-from numpy_attn.blockwise import check_attention_inputs, compute_dtype, fit_block_size, token_major
+from numpy_attn.blockwise import check_attention_inputs, fit_block_size, token_major
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
+from numpy_attn.softmax import compute_dtype
 from numpy_attn.validation import JAX_FLOATS, check_blockwise_args, check_self_attention_args
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention", "blockwise_self_attention"]

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.checks import check_jax_operands
+from numpy_attn.softmax import compute_dtype
 
 __all__ = ["softmax", "softmax_naive", "unchecked_softmax"]
 
@@ -27,7 +28,7 @@ def unchecked_softmax(x: jax.Array, axis: int = -1) -> jax.Array:
     propagates to its own slice. The maximum is a constant for differentiation, as in
     ``jax.nn.softmax``, so fully masked slices have zero (not NaN) gradients.
     """
-    x_acc = x.astype(jnp.float32) if x.dtype.itemsize < 4 else x
+    x_acc = x.astype(compute_dtype(x.dtype))
     x_max = jnp.max(x_acc, axis=axis, keepdims=True)
     x_max = jax.lax.stop_gradient(jnp.where(x_max == -jnp.inf, 0, x_max))  # fully masked: 0
     unnormalized = jnp.exp(x_acc - x_max)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from numpy_attn.dropout import unchecked_dropout
-from numpy_attn.softmax import unchecked_softmax
+from numpy_attn.softmax import compute_dtype, unchecked_softmax
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     NUMPY_FLOATS,
@@ -78,7 +78,7 @@ def unchecked_scaled_dot_product_attention(
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``scaled_dot_product_attention`` for arguments already checked (the layers')."""
     dtype = queries.dtype
-    compute = np.float32 if dtype.itemsize < 4 else dtype  # half precision: scores in float32
+    compute = compute_dtype(dtype)  # half precision: scores in float32
     queries_acc, keys_acc = queries.astype(compute, copy=False), keys.astype(compute, copy=False)
     attn_scores = queries_acc @ keys_acc.swapaxes(-1, -2)  # (..., T, S)
     masked_scores = attn_scores if mask is None else np.where(mask, -np.inf, attn_scores)

@@ -46,6 +46,7 @@ from numpy_attn.dropout import draw_keep_mask
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.linear import unchecked_linear
 from numpy_attn.masks import causal_mask
+from numpy_attn.softmax import compute_dtype
 from numpy_attn.threads import head_threads
 from numpy_attn.validation import (
     NUMPY_FLOATS,
@@ -61,7 +62,6 @@ __all__ = [
     "blockwise_attention",
     "blockwise_self_attention",
     "check_attention_inputs",
-    "compute_dtype",
     "fit_block_size",
     "token_major",
 ]
@@ -84,15 +84,6 @@ def block_sides(block_size: int, batch: int, num_queries: int, num_keys: int) ->
     (B = 8, T = 1024: sides of 256 instead of 512 took 0.89-0.91 of the time)."""
     side = max(1, block_size // math.isqrt(batch))
     return fit_block_size(side, num_queries), fit_block_size(side, num_keys)
-
-
-def compute_dtype(dtype: Any) -> np.dtype:
-    """The dtype the blockwise cores compute scores, sums and the context in: float32 for
-    half-precision inputs (float16, bfloat16), whose scores can exceed float16's range and whose
-    running sums grow with the sequence (as the reference path computes its softmax in float32);
-    the input dtype otherwise. NumPy or JAX dtypes."""
-    dtype = np.dtype(dtype)
-    return np.dtype(np.float32) if dtype.itemsize < 4 else dtype
 
 
 def check_attention_inputs(queries: Any, keys: Any, values: Any) -> None:

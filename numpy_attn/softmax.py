@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from numpy_attn.validation import NUMPY_FLOATS, check_operands
 
-__all__ = ["softmax", "softmax_naive", "unchecked_softmax"]
+__all__ = ["compute_dtype", "softmax", "softmax_naive", "unchecked_softmax"]
+
+
+def compute_dtype(dtype: Any) -> np.dtype:
+    """The dtype scores, softmax and the blockwise path's sums and context are computed in:
+    float32 for half-precision inputs (float16, bfloat16), whose scores can exceed float16's
+    range and whose running sums grow with the sequence; the input dtype otherwise. NumPy or JAX
+    dtypes: the one rule of both packages' softmax, reference path and blockwise path."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.itemsize < 4 else dtype
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -24,7 +35,7 @@ def unchecked_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     ``-inf`` (every key masked) gives zeros, not the NaN of ``torch.softmax``; NaN still
     propagates to its own slice.
     """
-    x_acc = x.astype(np.float32) if x.dtype.itemsize < 4 else x
+    x_acc = x.astype(compute_dtype(x.dtype), copy=False)
     # at least the lowest finite value: a fully masked slice's exp(-inf - lowest) = 0
     x_max = x_acc.max(axis=axis, keepdims=True, initial=np.finfo(x_acc.dtype).min)
     unnormalized = np.exp(x_acc - x_max)
