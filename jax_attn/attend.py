@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 
 from jax_attn.attention import unchecked_scaled_dot_product_attention
-from jax_attn.blockwise import blockwise_attention, blockwise_self_attention
+from jax_attn.blockwise import unchecked_blockwise_attention, unchecked_blockwise_self_attention
 from jax_attn.checks import check_jax_operands, check_key
 from jax_attn.dropout import draw_keep_mask
 from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
@@ -85,7 +85,7 @@ def unchecked_attend(
         context_vec, steps = attention if return_steps else (attention, steps)
         if not blockwise:
             return context_vec, steps
-    context_vec = blockwise_attention(
+    context_vec = unchecked_blockwise_attention(
         queries, keys, values, causal=masking.causal, padding_mask=masking.padding_mask,
         dropout=dropout.rate, key=key, attn_keep_mask=attn_keep_mask, block_size=path.block_size,
     )  # fmt: skip
@@ -136,7 +136,7 @@ def unchecked_attend_heads(
     """
     check_key(dropout.rng)
     if uses_blockwise(path.implementation, x.shape[-2]) and not return_steps:
-        context_vec = blockwise_self_attention(
+        context_vec = unchecked_blockwise_self_attention(
             x, *qkv, num_heads=num_heads, causal=masking.causal, padding_mask=masking.padding_mask,
             dropout=dropout.rate, key=dropout.rng, attn_keep_mask=dropout.keep_mask,
             block_size=path.block_size,

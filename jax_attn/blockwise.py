@@ -32,15 +32,26 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jax_attn.checks import check_key
+from jax_attn.checks import check_jax_operands, check_key
 from jax_attn.dropout import draw_keep_mask
 from jax_attn.linear import unchecked_linear
-from numpy_attn.blockwise import check_attention_inputs, fit_block_size, token_major
+from numpy_attn.blockwise import check_core_args, fit_block_size, token_major
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.softmax import compute_dtype
-from numpy_attn.validation import JAX_FLOATS, check_blockwise_args, check_self_attention_args
+from numpy_attn.validation import (
+    JAX_FLOATS,
+    check_attention_shapes,
+    check_mask_operands,
+    check_self_attention_args,
+)
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "blockwise_attention", "blockwise_self_attention"]
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "blockwise_attention",
+    "blockwise_self_attention",
+    "unchecked_blockwise_attention",
+    "unchecked_blockwise_self_attention",
+]
 
 
 def _pad_to_blocks(x: jax.Array, block_size: int, axis: int) -> jax.Array:
@@ -76,13 +87,43 @@ def blockwise_attention(
     (``fold_in(fold_in(key, head), block pair)``: other draws than the reference path's).
     Half-precision inputs are computed in float32 and the context cast back to their dtype
     (``compute_dtype``).
+
+    TypeError for a non-array (masks included), another framework's tensor, a non-floating
+    dtype, float64 without 64-bit mode or queries, keys and values of different dtypes;
+    ValueError for shapes that do not fit (``scaled_dot_product_attention``'s checks), a
+    padding mask other than bool ``(B, S)``, ``causal`` with T != S, a bad ``block_size``,
+    ``dropout`` or ``attn_keep_mask``.
     """
-    check_attention_inputs(queries, keys, values)
+    check_jax_operands(queries=queries, keys=keys, values=values)
+    check_attention_shapes(queries, keys, values)
+    check_mask_operands(padding_mask=padding_mask, attn_keep_mask=attn_keep_mask)
     check_key(key)
+    return unchecked_blockwise_attention(
+        queries, keys, values, causal=causal, padding_mask=padding_mask, dropout=dropout, key=key,
+        attn_keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip
+
+
+def unchecked_blockwise_attention(
+    queries: jax.Array,
+    keys: jax.Array,
+    values: jax.Array,
+    *,
+    causal: bool = False,
+    padding_mask: jax.Array | None = None,
+    dropout: float | None = None,
+    key: jax.Array | None = None,
+    attn_keep_mask: jax.Array | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> jax.Array:
+    """``blockwise_attention`` for queries, keys and values already checked (the layers', ``attend``'s;
+    ``key`` too); the blockwise arguments are checked here (``check_core_args``)."""
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-    check_blockwise_args(
-        num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
-        dropout=dropout, attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
+    check_core_args(
+        batch=queries.shape[0] if queries.ndim > 2 else 1, num_queries=num_queries,
+        num_keys=num_keys, causal=causal, padding_mask=padding_mask, dropout=dropout,
+        attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
+        block_size=block_size,
     )  # fmt: skip
     major_queries = token_major(queries)  # (B, T, N, H)
     major_keys = token_major(keys)  # (B, S, N, H)
@@ -130,16 +171,40 @@ def blockwise_self_attention(
     inside the loop over heads, ``(T, 3H)`` at a time: no ``(B, T, 3E)`` projection is ever
     stored (at B=1, T=16384, d=768, 12 heads: 24 MiB of XLA temporaries instead of 162 MiB).
     """
+    check_jax_operands(x=x, weight=weight, bias=bias)
     check_self_attention_args(
         x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=JAX_FLOATS
     )
+    check_mask_operands(attn_keep_mask=attn_keep_mask)
     check_key(key)
+    return unchecked_blockwise_self_attention(
+        x, weight, bias, num_heads=num_heads, causal=causal, padding_mask=padding_mask,
+        dropout=dropout, key=key, attn_keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip
+
+
+def unchecked_blockwise_self_attention(
+    x: jax.Array,
+    weight: jax.Array,
+    bias: jax.Array | None = None,
+    *,
+    num_heads: int,
+    causal: bool = False,
+    padding_mask: jax.Array | None = None,
+    dropout: float | None = None,
+    key: jax.Array | None = None,
+    attn_keep_mask: jax.Array | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> jax.Array:
+    """``blockwise_self_attention`` for x, weight, bias and ``num_heads`` already checked (the
+    layers', ``attend_heads``'; ``key`` too); the blockwise arguments are checked here
+    (``check_core_args``)."""
     batch, num_tokens, d_in = x.shape
     head_dim = weight.shape[0] // (3 * num_heads)
-    check_blockwise_args(
-        num_queries=num_tokens, num_keys=num_tokens, causal=causal, block_size=block_size,
-        dropout=dropout, attn_keep_mask=attn_keep_mask,
-        keep_shape=(batch, num_heads, num_tokens, num_tokens),
+    check_core_args(
+        batch=batch, num_queries=num_tokens, num_keys=num_tokens, causal=causal,
+        padding_mask=padding_mask, dropout=dropout, attn_keep_mask=attn_keep_mask,
+        keep_shape=(batch, num_heads, num_tokens, num_tokens), block_size=block_size,
     )  # fmt: skip
     # (3E, D) -> (N, 3H, D): head n's query, key and value rows, next to each other
     head_weights = jnp.swapaxes(weight.reshape(3, num_heads, head_dim, d_in), 0, 1)
@@ -148,7 +213,9 @@ def blockwise_self_attention(
 
     def head_inputs(b: jax.Array, n: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         head_bias = None if head_biases is None else head_biases[n].reshape(-1)  # (3H,)
-        projected = unchecked_linear(x[b], head_weights[n], head_bias)  # (T, 3H)
+        # dynamic_index_in_dim, not x[b]: a NumPy x cannot be indexed by the loop's traced b
+        head_x = jax.lax.dynamic_index_in_dim(x, b, keepdims=False)  # (T, D)
+        projected = unchecked_linear(head_x, head_weights[n], head_bias)  # (T, 3H)
         return tuple(jnp.split(projected, 3, axis=-1))  # queries, keys, values: 3 x (T, H)
 
     context_vec = _heads_blockwise(
@@ -193,7 +260,8 @@ def _heads_blockwise(
     mask_every_block = padding_mask is not None or (not causal and num_keys % key_block_size != 0)
     keep_mask = None
     if attn_keep_mask is not None:
-        keep_mask = attn_keep_mask.reshape(batch, num_heads, num_queries, num_keys)
+        # a JAX array (a NumPy mask cannot be indexed by the loop's traced b and n)
+        keep_mask = jnp.asarray(attn_keep_mask).reshape(batch, num_heads, num_queries, num_keys)
         keep_mask = _pad_to_blocks(_pad_to_blocks(keep_mask, key_block_size, -1), query_block_size, -2)
     query_slice = functools.partial(jax.lax.dynamic_slice_in_dim, slice_size=query_block_size)
     key_slice = functools.partial(jax.lax.dynamic_slice_in_dim, slice_size=key_block_size)

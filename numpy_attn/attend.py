@@ -7,7 +7,7 @@ import numpy as np
 
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.attention import unchecked_scaled_dot_product_attention
-from numpy_attn.blockwise import blockwise_attention, blockwise_self_attention
+from numpy_attn.blockwise import unchecked_blockwise_attention, unchecked_blockwise_self_attention
 from numpy_attn.dropout import draw_keep_mask
 from numpy_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from numpy_attn.implementation import uses_blockwise
@@ -85,7 +85,7 @@ def unchecked_attend(
         context_vec, steps = attention if return_steps else (attention, steps)
         if not blockwise:
             return context_vec, steps
-    context_vec = blockwise_attention(
+    context_vec = unchecked_blockwise_attention(
         queries, keys, values, causal=masking.causal, padding_mask=masking.padding_mask,
         dropout=dropout.rate, rng=rng, attn_keep_mask=attn_keep_mask, block_size=path.block_size,
     )  # fmt: skip
@@ -136,7 +136,7 @@ def unchecked_attend_heads(
     """
     check_rng(dropout.rng)
     if uses_blockwise(path.implementation, x.shape[-2]) and not return_steps:
-        context_vec = blockwise_self_attention(
+        context_vec = unchecked_blockwise_self_attention(
             x, *qkv, num_heads=num_heads, causal=masking.causal, padding_mask=masking.padding_mask,
             dropout=dropout.rate, rng=dropout.rng, attn_keep_mask=dropout.keep_mask,
             block_size=path.block_size,

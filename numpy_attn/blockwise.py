@@ -50,8 +50,11 @@ from numpy_attn.softmax import compute_dtype
 from numpy_attn.threads import head_threads
 from numpy_attn.validation import (
     NUMPY_FLOATS,
-    check_array,
+    check_attention_shapes,
     check_blockwise_args,
+    check_mask_operands,
+    check_operands,
+    check_padding_mask,
     check_rng,
     check_self_attention_args,
 )
@@ -61,9 +64,11 @@ __all__ = [
     "block_sides",
     "blockwise_attention",
     "blockwise_self_attention",
-    "check_attention_inputs",
+    "check_core_args",
     "fit_block_size",
     "token_major",
+    "unchecked_blockwise_attention",
+    "unchecked_blockwise_self_attention",
 ]
 
 
@@ -86,17 +91,27 @@ def block_sides(block_size: int, batch: int, num_queries: int, num_keys: int) ->
     return fit_block_size(side, num_queries), fit_block_size(side, num_keys)
 
 
-def check_attention_inputs(queries: Any, keys: Any, values: Any) -> None:
-    """``blockwise_attention``'s queries ``(..., T, H)``, keys and values ``(..., S, H)``: arrays of
-    at least two axes (the wording of ``validation.check_input``)."""
-    for name, value, layout in (
-        ("queries", queries, "(..., T, H)"),
-        ("keys", keys, "(..., S, H)"),
-        ("values", values, "(..., S, H)"),
-    ):
-        shape = check_array(name, value)
-        if len(shape) < 2:
-            raise ValueError(f"{name} must have shape {layout}, got shape {shape} (rank {len(shape)})")
+def check_core_args(
+    *,
+    batch: int,
+    num_queries: int,
+    num_keys: int,
+    causal: bool,
+    padding_mask: Any,
+    dropout: Any,
+    attn_keep_mask: Any,
+    keep_shape: tuple[int, ...],
+    block_size: Any,
+) -> None:
+    """What the blockwise loops need of the arguments besides the arrays: ``check_blockwise_args``
+    and the padding mask ``(B, S)`` (``check_padding_mask``). Scalars and two shapes: the one check
+    the unchecked cores keep, for ``attend``/``attend_heads``, whose own checks do not cover them."""
+    check_blockwise_args(
+        num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
+        dropout=dropout, attn_keep_mask=attn_keep_mask, keep_shape=keep_shape,
+    )  # fmt: skip
+    if padding_mask is not None:
+        check_padding_mask(padding_mask, batch, num_keys)
 
 
 def token_major(x: Any) -> Any:
@@ -130,13 +145,42 @@ def blockwise_attention(
     weights: ``attn_keep_mask`` (bool ``(..., T, S)``, True = keep) is sliced per block; ``rng``
     draws a mask per block (other draws than the reference path's). Half-precision inputs are
     computed in float32 and the context cast back to their dtype (``compute_dtype``).
+
+    TypeError for a non-array (masks included), another framework's tensor, a non-floating
+    dtype or queries, keys and values of different dtypes; ValueError for shapes that do not
+    fit (``scaled_dot_product_attention``'s checks), a padding mask other than bool ``(B, S)``,
+    ``causal`` with T != S, a bad ``block_size``, ``dropout`` or ``attn_keep_mask``.
     """
-    check_attention_inputs(queries, keys, values)
+    check_operands(NUMPY_FLOATS, queries=queries, keys=keys, values=values)
+    check_attention_shapes(queries, keys, values)
+    check_mask_operands(padding_mask=padding_mask, attn_keep_mask=attn_keep_mask)
     check_rng(rng)
+    return unchecked_blockwise_attention(
+        queries, keys, values, causal=causal, padding_mask=padding_mask, dropout=dropout, rng=rng,
+        attn_keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip
+
+
+def unchecked_blockwise_attention(
+    queries: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    *,
+    causal: bool = False,
+    padding_mask: np.ndarray | None = None,
+    dropout: float | None = None,
+    rng: np.random.Generator | None = None,
+    attn_keep_mask: np.ndarray | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> np.ndarray:
+    """``blockwise_attention`` for queries, keys and values already checked (the layers', ``attend``'s;
+    ``rng`` too); the blockwise arguments are checked here (``check_core_args``)."""
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-    check_blockwise_args(
-        num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
-        dropout=dropout, attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
+    check_core_args(
+        batch=queries.shape[0] if queries.ndim > 2 else 1, num_queries=num_queries,
+        num_keys=num_keys, causal=causal, padding_mask=padding_mask, dropout=dropout,
+        attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
+        block_size=block_size,
     )  # fmt: skip
     major_queries = token_major(queries)  # (B, T, N, H)
     major_keys = token_major(keys)  # (B, S, N, H)
@@ -182,16 +226,40 @@ def blockwise_self_attention(
     inside the loop over heads, ``(B, T, 3H)`` at a time: no ``(B, T, 3E)`` projection is ever
     stored.
     """
+    check_operands(NUMPY_FLOATS, x=x, weight=weight, bias=bias)
     check_self_attention_args(
         x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=NUMPY_FLOATS
     )
+    check_mask_operands(attn_keep_mask=attn_keep_mask)
     check_rng(rng)
+    return unchecked_blockwise_self_attention(
+        x, weight, bias, num_heads=num_heads, causal=causal, padding_mask=padding_mask,
+        dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip
+
+
+def unchecked_blockwise_self_attention(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    num_heads: int,
+    causal: bool = False,
+    padding_mask: np.ndarray | None = None,
+    dropout: float | None = None,
+    rng: np.random.Generator | None = None,
+    attn_keep_mask: np.ndarray | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> np.ndarray:
+    """``blockwise_self_attention`` for x, weight, bias and ``num_heads`` already checked (the
+    layers', ``attend_heads``'; ``rng`` too); the blockwise arguments are checked here
+    (``check_core_args``)."""
     batch, num_tokens, d_in = x.shape
     head_dim = weight.shape[0] // (3 * num_heads)
-    check_blockwise_args(
-        num_queries=num_tokens, num_keys=num_tokens, causal=causal, block_size=block_size,
-        dropout=dropout, attn_keep_mask=attn_keep_mask,
-        keep_shape=(batch, num_heads, num_tokens, num_tokens),
+    check_core_args(
+        batch=batch, num_queries=num_tokens, num_keys=num_tokens, causal=causal,
+        padding_mask=padding_mask, dropout=dropout, attn_keep_mask=attn_keep_mask,
+        keep_shape=(batch, num_heads, num_tokens, num_tokens), block_size=block_size,
     )  # fmt: skip
     # (3E, D) -> (N, 3H, D): head n's query, key and value rows, next to each other
     head_weights = np.swapaxes(weight.reshape(3, num_heads, head_dim, d_in), 0, 1)

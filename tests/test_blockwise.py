@@ -420,7 +420,7 @@ def test_blockwise_random_sources_are_checked_as_the_layers_check_them():
     [
         (((4,), (6, 4), (6, 4)), "queries must have shape (..., T, H), got shape (4,) (rank 1)"),
         (((5, 4), (4,), (6, 4)), "keys must have shape (..., S, H), got shape (4,) (rank 1)"),
-        (((5, 4), (6, 4), ()), "values must have shape (..., S, H), got shape () (rank 0)"),
+        (((5, 4), (6, 4), ()), "values must have shape (..., S, Hv), got shape () (rank 0)"),
     ],
 )
 def test_blockwise_attention_rejects_inputs_of_fewer_than_two_axes_alike(shapes, message):
