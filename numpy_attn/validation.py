@@ -24,6 +24,7 @@ __all__ = [
     "check_attention_shapes",
     "check_blockwise_args",
     "check_cache_dtype",
+    "check_causal_mask_args",
     "check_context",
     "check_context_length",
     "check_divisible",
@@ -456,3 +457,19 @@ def check_kv_cache(
             f"{tuple(cache.values.shape)}, but cache.keys {tuple(cache.keys.shape)} needs "
             f"{expected} and {tuple(cache.keys.shape)}"
         )
+
+
+def check_causal_mask_args(
+    num_queries: Any, num_keys: Any, offset: Any, array_offsets: type | tuple[type, ...] = ()
+) -> None:
+    """``causal_mask``'s arguments: the sizes positive ints (NumPy ints too, bools refused;
+    ``num_keys`` may be None), with ``check_context``'s errors; ``offset`` an int of either sign
+    (a negative one puts the queries before the first key, as a blockwise tile does), or a 0-d
+    integer array of ``array_offsets`` (jax_attn: a KV cache's length, traced under jit)."""
+    check_context("num_queries", num_queries)
+    if num_keys is not None:
+        check_context("num_keys", num_keys)
+    if isinstance(offset, array_offsets) and offset.shape == () and np.issubdtype(offset.dtype, np.integer):
+        return
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+        raise TypeError(f"offset must be an int, got {offset!r} ({type(offset).__name__})")
