@@ -22,6 +22,7 @@ __all__ = [
     "check_array",
     "check_attend_options",
     "check_attention_shapes",
+    "check_axis",
     "check_blockwise_args",
     "check_cache_dtype",
     "check_causal_mask_args",
@@ -473,3 +474,13 @@ def check_causal_mask_args(
         return
     if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
         raise TypeError(f"offset must be an int, got {offset!r} ({type(offset).__name__})")
+
+
+def check_axis(shape: tuple[int, ...], axis: Any, name: str = "x") -> None:
+    """``axis`` of the array ``name`` of ``shape``: an int (NumPy ints too, bools refused:
+    TypeError) within ``-ndim <= axis < ndim`` (ValueError naming the shape and the axis; a 0-d
+    array has no axis)."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an int, got {axis!r} ({type(axis).__name__})")
+    if not -len(shape) <= axis < len(shape):
+        raise ValueError(f"axis {axis} is out of bounds for {name} of shape {tuple(shape)}")

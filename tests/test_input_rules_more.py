@@ -53,3 +53,60 @@ def test_jax_causal_mask_takes_a_traced_or_array_offset():
     np.testing.assert_array_equal(traced, expected)
     with pytest.raises(TypeError, match=r"^offset must be an int, got "):
         jax_attn.causal_mask(2, 4, offset=jnp.float32(1))
+
+
+# ------------------------------------------------------------------ softmax
+
+SOFTMAXES = ["softmax", "softmax_naive"]
+
+
+@pytest.mark.parametrize("fn", SOFTMAXES)
+@pytest.mark.parametrize("package", ["numpy", "jax"])
+def test_softmax_refuses_a_0d_input_or_an_axis_out_of_range_alike(package, fn):
+    softmax = getattr(PACKAGES[package], fn)
+    with pytest.raises(ValueError, match=r"^axis -1 is out of bounds for x of shape \(\)$"):
+        softmax(np.float32(1))
+    with pytest.raises(ValueError, match=r"^axis 2 is out of bounds for x of shape \(2, 3\)$"):
+        softmax(np.zeros((2, 3), np.float32), axis=2)
+    with pytest.raises(ValueError, match=r"^axis -3 is out of bounds for x of shape \(2, 3\)$"):
+        softmax(np.zeros((2, 3), np.float32), axis=-3)
+    with pytest.raises(TypeError, match=r"^axis must be an int, got 1.0 \(float\)$"):
+        softmax(np.zeros((2, 3), np.float32), axis=1.0)
+
+
+@pytest.mark.parametrize("fn", SOFTMAXES)
+@pytest.mark.parametrize("package", ["numpy", "jax"])
+def test_softmax_of_an_empty_axis_is_empty(package, fn):
+    softmax = getattr(PACKAGES[package], fn)
+    for shape, axis in (((2, 0), -1), ((0, 3), 0), ((0, 3), 1)):
+        weights = np.asarray(softmax(np.zeros(shape, np.float32), axis=axis))
+        assert weights.shape == shape and weights.dtype == np.float32
+    weights = jax.jit(jax_attn.softmax)(jnp.zeros((2, 0), jnp.float32))
+    assert weights.shape == (2, 0)
+
+
+@pytest.mark.parametrize("package", ["numpy", "jax"])
+def test_softmax_naive_has_softmaxs_input_checks(package):
+    """Not NumPy's or JAX's raw (and differing) errors for a torch tensor or an int array."""
+    torch = pytest.importorskip("torch")
+    softmax_naive = PACKAGES[package].softmax_naive
+    with pytest.raises(TypeError) as checked:
+        PACKAGES[package].softmax(torch.zeros(2, 3))
+    assert str(checked.value).startswith("x ")
+    with pytest.raises(TypeError, match=f"^{re.escape(str(checked.value))}$"):
+        softmax_naive(torch.zeros(2, 3))
+    message = "x must have a floating dtype"
+    with pytest.raises(TypeError, match=f"^{message}"):
+        softmax_naive(np.zeros((2, 3), np.int64))
+    np.testing.assert_allclose(
+        np.asarray(softmax_naive(np.array([0.0, np.log(3.0)], np.float32))), [0.25, 0.75], rtol=1e-6
+    )
+
+
+def test_jax_simplified_self_attention_refuses_float64_without_x64():
+    """It computed float64 in float32 without a word; the layers' check_x64 error now."""
+    x = np.ones((3, 2), np.float64)
+    with pytest.raises(TypeError, match=r"^x has dtype float64, which JAX computes in float32"):
+        jax_attn.simplified_self_attention(x)
+    with jax.enable_x64(True):
+        assert jax_attn.simplified_self_attention(x).dtype == np.float64
