@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.attend import unchecked_attend
-from jax_attn.checks import check_layer
+from jax_attn.checks import check_key, check_layer
 from jax_attn.compiled import compiled
 from jax_attn.linear import qkv_projections
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
@@ -102,6 +102,7 @@ def multi_head_attention_wrapper(
         attn_keep_mask=attn_keep_mask, implementation=implementation, block_size=block_size,
     )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
+    check_key(key)  # before jax.random.fold_in reads it
     head_outputs, steps, path = [], Steps(), ComputePath(implementation, block_size)
     for i in range(num_heads):
         prefix = f"heads.{i}."

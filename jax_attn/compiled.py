@@ -11,7 +11,9 @@ otherwise: JAX would compute it in float32 without a word) and that every weight
 A call that jit would cast before its checks see it (an input of another dtype than the
 weights, float64 to float32 and int64 to int32 without 64-bit mode; a 64-bit mask) runs op by
 op instead, so that the layer's ``check_layer`` raises numpy_attn's error, naming the same
-weight and the dtypes the caller passed.
+weight and the dtypes the caller passed; so does a call whose ``key`` is no ``jax.random`` key
+(``key=0``: the error says "got 0 (int)", as the building blocks' and numpy_attn's do; under the
+caller's own ``jax.jit`` the int is an int32 array already and the error names its dtype and shape).
 
 Like any ``jax.jit`` function, an eager call compiles once per distinct input shape and keeps
 the program; a process that sees thousands of shapes can free them with ``jax.clear_caches()``
@@ -27,7 +29,7 @@ from typing import Any, TypeVar
 import jax
 import numpy as np
 
-from jax_attn.checks import check_x64, is_concrete
+from jax_attn.checks import check_key, check_x64, is_concrete
 from numpy_attn.validation import (
     JAX_FLOATS,
     check_array,
@@ -74,6 +76,19 @@ def _jit_would_cast(values: tuple[Any, ...]) -> bool:
     return any(str(getattr(value, "dtype", "")) in _CAST_BY_JIT for value in values)
 
 
+def _is_bad_key(key: Any) -> bool:
+    """True for a ``key`` that ``check_key`` refuses: jit would turn a Python int into an int32
+    array before the layer's check sees it ("got an array of dtype int32, shape ()"), so such
+    calls run op by op, where the error names what the caller passed ("got 0 (int)"), as
+    numpy_attn and the building blocks do. Under the caller's own ``jax.jit`` the key is an
+    array already: there the error names its dtype and shape."""
+    try:
+        check_key(key)
+    except TypeError:
+        return True
+    return False
+
+
 def compiled(fn: F) -> F:
     static = [name for name in STATIC_ARGNAMES if name in fn.__code__.co_varnames]
     jitted = jax.jit(fn, static_argnames=static)
@@ -88,9 +103,10 @@ def compiled(fn: F) -> F:
             check_array(f"params[{name!r}]", value)
             check_numpy_dtype(f"params[{name!r}]", value)
         mismatched = any(np.dtype(value.dtype) != np.dtype(x.dtype) for value in params.values())
-        if mismatched or _jit_would_cast((*args, *kwargs.values())):
-            # jit would cast what the checks must see: op by op, the layer's own check_layer
-            # raises numpy_attn's error (for a dtype mismatch, naming the same weight)
+        if mismatched or _jit_would_cast((*args, *kwargs.values())) or _is_bad_key(kwargs.get("key")):
+            # jit would cast what the checks must see: op by op, the layer's own checks raise
+            # numpy_attn's error (for a dtype mismatch, naming the same weight; for a bad key,
+            # the value given), in the layer's order
             return fn(params, x, *args, **kwargs)
         check_x64("x", x)  # x and the weights share its dtype
         check_finite(params)

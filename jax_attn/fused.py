@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.attend import unchecked_attend, unchecked_attend_heads
-from jax_attn.checks import check_layer
+from jax_attn.checks import check_key, check_layer
 from jax_attn.compiled import compiled
 from jax_attn.dropout import unchecked_dropout
 from jax_attn.linear import unchecked_linear, unchecked_split_projection
@@ -135,6 +135,7 @@ def fused_causal_attention(
         block_size=block_size,
     )
     x = jnp.asarray(x)  # arrays from any framework compute here
+    check_key(key)  # before jax.random.split reads it
     attn_key, out_key = (None, None) if key is None else jax.random.split(key)
     qkv = params["Wqkv.weight"], params.get("Wqkv.bias")  # (3D, D), (3D,) or None
     context_vec, attention_steps = unchecked_attend_heads(

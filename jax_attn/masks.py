@@ -5,6 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from numpy_attn.validation import check_causal_mask_args
+
 __all__ = ["causal_mask"]
 
 
@@ -17,7 +19,12 @@ def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) 
     a KV cache's new queries sit at ``offset`` = the number of tokens already cached (which may
     be a traced value under ``jax.jit``).
     ``jax.nn.dot_product_attention`` and Flax take the opposite meaning (True = may attend).
+
+    The sizes are positive ints (NumPy ints too; a float, a bool or another type is a
+    TypeError, a size below 1 a ValueError, ``check_context``'s wording), ``offset`` an int of
+    either sign or a 0-d integer JAX array (``check_causal_mask_args``), as in numpy_attn.
     """
+    check_causal_mask_args(num_queries, num_keys, offset, jax.Array)
     num_keys = num_queries if num_keys is None else num_keys
     query_positions = offset + jnp.arange(num_queries)[:, None]  # (T, 1)
     return jnp.arange(num_keys)[None, :] > query_positions  # (T, S)

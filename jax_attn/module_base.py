@@ -99,11 +99,16 @@ def fill(variable: nnx.Variable, value: jax.Array) -> None:
         variable[...] = value
 
 
-def check_rngs(rngs: Any) -> None:
-    """A constructor's ``rngs``: an ``nnx.Rngs`` (its streams draw the weights and dropout)."""
+def check_rngs(rngs: Any, *, call: bool = False) -> None:
+    """A constructor's ``rngs``: an ``nnx.Rngs`` (its streams draw the weights and dropout).
+    With ``call``, a call's ``rngs``: None (the module's own stream), an ``nnx.Rngs`` or one of
+    its streams (``nnx.RngStream``, as ``nnx.Dropout`` takes)."""
+    if call and (rngs is None or isinstance(rngs, nnx.RngStream)):
+        return
     if not isinstance(rngs, nnx.Rngs):
         raise TypeError(
-            f"rngs must be a flax.nnx.Rngs (nnx.Rngs(seed)), got {rngs!r} ({type(rngs).__name__})"
+            f"rngs must be a flax.nnx.Rngs (nnx.Rngs(seed)){' or None' if call else ''}, "
+            f"got {rngs!r} ({type(rngs).__name__})"
         )
 
 
@@ -265,7 +270,9 @@ class AttentionModule(nnx.Module):
         self, deterministic: bool | None, rngs: nnx.Rngs | nnx.RngStream | None
     ) -> nnx.Rngs | nnx.RngStream | None:
         """Where this call's dropout masks come from: None in eval mode. ``deterministic`` and
-        ``rngs`` given to the call override the module's, as in ``nnx.Dropout``."""
+        ``rngs`` given to the call override the module's, as in ``nnx.Dropout``; a call's
+        ``rngs`` of another type is refused in either mode (``check_rngs``)."""
+        check_rngs(rngs, call=True)
         if self.deterministic if deterministic is None else deterministic:
             return None
         stream = self.rngs if rngs is None else rngs

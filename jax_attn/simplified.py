@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jax_attn.checks import check_x64
 from jax_attn.softmax import softmax
 from numpy_attn.steps import Steps
 from numpy_attn.validation import JAX_FLOATS, check_input
@@ -18,8 +19,10 @@ def simplified_self_attention(
     """Every token attends to every token with ``softmax(x @ x^T) @ x``; x is ``(T, D)``.
 
     Steps: ``attn_scores`` (T, T), ``attn_weights`` (T, T), ``context_vec`` (T, D), ``output``.
+    float64 only in 64-bit mode (``check_x64``), as the layers.
     """
     check_input(x, layout="(T, D)", floating=JAX_FLOATS)
+    check_x64("x", x)
     x = jnp.asarray(x)  # arrays from any framework compute here
     attn_scores = x @ x.T  # (T, T)
     attn_weights = softmax(attn_scores, axis=-1)  # (T, T)

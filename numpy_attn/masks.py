@@ -6,10 +6,11 @@ import functools
 
 import numpy as np
 
+from numpy_attn.validation import check_causal_mask_args
+
 __all__ = ["causal_mask"]
 
 
-@functools.lru_cache(maxsize=32)
 def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) -> np.ndarray:
     """``(T, S)`` bool mask, True = hidden: query t, at position ``offset + t``, may not see key s
     when s > offset + t.
@@ -23,11 +24,21 @@ def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) 
     read-only (a layer call would otherwise rebuild it every time); the last 32 are kept, T x S
     bytes each, where the reference math that uses one holds 4 x B x N times that in its scores.
 
+    The sizes are positive ints (NumPy ints too; a float, a bool or another type is a
+    TypeError, a size below 1 a ValueError, ``check_context``'s wording), ``offset`` an int of
+    either sign (``check_causal_mask_args``), checked before the cache is looked up.
+
     >>> causal_mask(3).astype(int)
     array([[0, 1, 1],
            [0, 0, 1],
            [0, 0, 0]])
     """
+    check_causal_mask_args(num_queries, num_keys, offset)
+    return _causal_mask(num_queries, num_keys, offset)
+
+
+@functools.lru_cache(maxsize=32)
+def _causal_mask(num_queries: int, num_keys: int | None, offset: int) -> np.ndarray:
     num_keys = num_queries if num_keys is None else num_keys
     query_positions = offset + np.arange(num_queries)[:, None]  # (T, 1)
     mask = np.arange(num_keys)[None, :] > query_positions  # (T, S)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.validation import NUMPY_FLOATS, check_operands
+from numpy_attn.validation import NUMPY_FLOATS, check_axis, check_operands
 
 __all__ = ["compute_dtype", "softmax", "softmax_naive", "unchecked_softmax"]
 
@@ -22,8 +22,11 @@ def compute_dtype(dtype: Any) -> np.dtype:
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Softmax along ``axis`` of a floating array: ``unchecked_softmax`` after the building blocks'
-    input checks (TypeError for a non-array, another framework's tensor, a non-floating dtype)."""
+    input checks (TypeError for a non-array, another framework's tensor, a non-floating dtype)
+    and ``check_axis``'s (a 0-d x, or an axis out of range, is a ValueError naming x's shape and
+    the axis). An empty axis gives an empty array, as in jax_attn."""
     check_operands(NUMPY_FLOATS, x=x)
+    check_axis(x.shape, axis)
     return unchecked_softmax(x, axis)
 
 
@@ -48,5 +51,8 @@ def unchecked_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def softmax_naive(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The notes' ``exp(x) / exp(x).sum()``: overflows to NaN for large inputs (kept to show it)."""
+    """The notes' ``exp(x) / exp(x).sum()``: overflows to NaN for large inputs (kept to show it).
+    ``softmax``'s input checks, with its errors."""
+    check_operands(NUMPY_FLOATS, x=x)
+    check_axis(x.shape, axis)
     return np.exp(x) / np.sum(np.exp(x), axis=axis, keepdims=True)

@@ -22,8 +22,10 @@ __all__ = [
     "check_array",
     "check_attend_options",
     "check_attention_shapes",
+    "check_axis",
     "check_blockwise_args",
     "check_cache_dtype",
+    "check_causal_mask_args",
     "check_context",
     "check_context_length",
     "check_divisible",
@@ -32,6 +34,7 @@ __all__ = [
     "check_floating",
     "check_input",
     "check_keep_mask",
+    "check_kv_cache",
     "check_kv_cache_sizes",
     "check_linear_shapes",
     "check_mapping",
@@ -421,3 +424,63 @@ def check_cache_dtype(cache: Any, x: Any) -> None:
             raise TypeError(
                 f"cache has dtype {np.dtype(stored.dtype).name} but x has dtype {np.dtype(x.dtype).name}"
             )
+
+
+def check_kv_cache(
+    cache: Any, cache_type: type, array_type: type | tuple[type, ...], x: Any, num_heads: int, head_dim: int
+) -> None:
+    """A decode function's ``cache``: the ``KVCache`` of its own package's ``init_kv_cache(...)``
+    (``cache_type``, whose arrays are ``array_type``; another package's cache is refused with a
+    TypeError naming both), with keys and values ``(B, N, L, H)`` and padding ``(B, L)`` matching
+    x's batch ``B``, ``num_heads`` ``N`` and the layer's ``head_dim`` ``H`` (ValueError naming
+    the shapes otherwise)."""
+    package = cache_type.__module__.split(".")[0]
+    if type(cache) is not cache_type or not all(
+        isinstance(field, array_type) for field in (cache.keys, cache.values, cache.padding)
+    ):
+        given = type(cache)
+        raise TypeError(
+            f"cache must be the KVCache of {package}.init_kv_cache(...), "
+            f"got {given.__module__}.{given.__qualname__}"
+        )
+    batch = x.shape[0]
+    for name in ("keys", "values"):
+        shape = tuple(getattr(cache, name).shape)
+        if len(shape) != 4 or shape[:2] != (batch, num_heads) or shape[3] != head_dim:
+            raise ValueError(
+                f"cache.{name} has shape {shape}, but x of shape {tuple(x.shape)} with "
+                f"num_heads={num_heads} needs (B, N, L, H) = ({batch}, {num_heads}, L, {head_dim})"
+            )
+    expected = (batch, cache.keys.shape[2])
+    if tuple(cache.padding.shape) != expected or tuple(cache.values.shape) != tuple(cache.keys.shape):
+        raise ValueError(
+            f"cache.padding has shape {tuple(cache.padding.shape)} and cache.values "
+            f"{tuple(cache.values.shape)}, but cache.keys {tuple(cache.keys.shape)} needs "
+            f"{expected} and {tuple(cache.keys.shape)}"
+        )
+
+
+def check_causal_mask_args(
+    num_queries: Any, num_keys: Any, offset: Any, array_offsets: type | tuple[type, ...] = ()
+) -> None:
+    """``causal_mask``'s arguments: the sizes positive ints (NumPy ints too, bools refused;
+    ``num_keys`` may be None), with ``check_context``'s errors; ``offset`` an int of either sign
+    (a negative one puts the queries before the first key, as a blockwise tile does), or a 0-d
+    integer array of ``array_offsets`` (jax_attn: a KV cache's length, traced under jit)."""
+    check_context("num_queries", num_queries)
+    if num_keys is not None:
+        check_context("num_keys", num_keys)
+    if isinstance(offset, array_offsets) and offset.shape == () and np.issubdtype(offset.dtype, np.integer):
+        return
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+        raise TypeError(f"offset must be an int, got {offset!r} ({type(offset).__name__})")
+
+
+def check_axis(shape: tuple[int, ...], axis: Any, name: str = "x") -> None:
+    """``axis`` of the array ``name`` of ``shape``: an int (NumPy ints too, bools refused:
+    TypeError) within ``-ndim <= axis < ndim`` (ValueError naming the shape and the axis; a 0-d
+    array has no axis)."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an int, got {axis!r} ({type(axis).__name__})")
+    if not -len(shape) <= axis < len(shape):
+        raise ValueError(f"axis {axis} is out of bounds for {name} of shape {tuple(shape)}")

@@ -154,17 +154,31 @@ def test_rng_that_is_not_a_generator_is_a_type_error(dropout):
         numpy_attn.dropout(x, 0.5, rng=0)
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.5])
-def test_key_that_is_not_a_jax_random_key_is_a_type_error(dropout):
-    case, params = case_and_params("MultiHeadAttention")
+KEY_LAYERS = ["CausalAttention", "MultiHeadAttentionWrapper", "MultiHeadAttention", "FusedCausalAttention"]
+
+
+@pytest.mark.parametrize("layer", KEY_LAYERS)
+def test_key_that_is_not_a_jax_random_key_is_a_type_error(layer):
+    """Eagerly the layers name the value given, as the building blocks and numpy_attn's rng do
+    ("got 0 (int)", not the int32 array jit would make of it); under the caller's jax.jit the
+    key is an array already, and named as one."""
+    case, params = case_and_params(layer)
     x = case.make_input()
-    message = r"key must be a jax.random key \(jax.random.key\(seed\)\) or None, got "
-    with pytest.raises(TypeError, match=message + r"an array of dtype int32, shape \(\)"):
-        call("jax", case, params, x, dropout=dropout, key=0)
-    with pytest.raises(TypeError, match=message + r"0 \(int\)"):
+    message = "key must be a jax.random key (jax.random.key(seed)) or None, got "
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}0 \\(int\\)$"):
+        call("jax", case, params, x, key=0)
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}0 \\(int\\)$"):
         jax_attn.dropout(jnp.ones(3), 0.5, key=0)
+    with pytest.raises(TypeError, match=r"got 0 \(int\)$"):
+        call("numpy", case, params, x, rng=0)
+    jitted = jax.jit(lambda key: getattr(jax_attn, case.function_name)(params, x, **case.kwargs(), key=key))
+    with pytest.raises(
+        TypeError, match=f"^{re.escape(message)}an array of dtype int32, shape \\(\\)"
+    ):  # JAX adds a note
+        jitted(0)
     for key in (jax.random.key(0), jax.random.PRNGKey(0)):  # typed and raw keys are accepted
         assert jax_attn.dropout(jnp.ones(3), 0.5, key=key).shape == (3,)
+        assert np.isfinite(call("jax", case, params, x, key=key)).all()
 
 
 # ------------------------------------------------------------------ context_length / context_size

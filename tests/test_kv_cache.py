@@ -128,3 +128,51 @@ def test_a_cache_of_another_dtype_than_x_is_refused(framework, layer, cache_dtyp
         message = f"cache has dtype {cache_dtype} but x has dtype float32"
         with pytest.raises(TypeError, match=f"^{message}$"):
             getattr(package, LAYERS[layer])(params, x, cache, num_heads=2, **{name: 12})
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+@pytest.mark.parametrize("framework, other", [("numpy", "jax"), ("jax", "numpy")])
+def test_a_cache_of_the_other_package_is_refused(framework, other, layer):
+    """Not 'int' object has no attribute 'dtype' (jax) or JAX's "arrays are immutable" (numpy)."""
+    case = decode_case(layer, "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    name = "context_length" if layer == "MultiHeadAttention" else "context_size"
+    cache = PACKAGES[other].init_kv_cache(2, 2, 12, 4)
+    message = (
+        f"cache must be the KVCache of {PACKAGES[framework].__name__}.init_kv_cache(...), "
+        f"got {PACKAGES[other].__name__}.kv_cache.KVCache"
+    )
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        getattr(PACKAGES[framework], LAYERS[layer])(params, x, cache, num_heads=2, **{name: 12})
+    message = message.replace(f"{PACKAGES[other].__name__}.kv_cache.KVCache", "builtins.tuple")
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):  # a plain tuple neither
+        getattr(PACKAGES[framework], LAYERS[layer])(params, x, (1, 2, 3, 4), num_heads=2, **{name: 12})
+
+
+BAD_CACHES = [
+    ((3, 2, 12, 4), "cache.keys has shape (3, 2, 12, 4), but x of shape (2, 12, 6) with num_heads=2 "
+     "needs (B, N, L, H) = (2, 2, L, 4)"),
+    ((2, 1, 12, 4), "cache.keys has shape (2, 1, 12, 4), but x of shape (2, 12, 6) with num_heads=2 "
+     "needs (B, N, L, H) = (2, 2, L, 4)"),
+    ((2, 2, 12, 2), "cache.keys has shape (2, 2, 12, 2), but x of shape (2, 12, 6) with num_heads=2 "
+     "needs (B, N, L, H) = (2, 2, L, 4)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("sizes, message", BAD_CACHES, ids=[repr(s) for s, _ in BAD_CACHES])
+@pytest.mark.parametrize("framework", ["numpy", "jax"])
+def test_a_cache_of_other_sizes_than_x_is_refused(framework, sizes, message):
+    """The same ValueError in both packages, naming the shapes (not a broadcast error)."""
+    case = decode_case("MultiHeadAttention", "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    package = PACKAGES[framework]
+    cache = package.init_kv_cache(*sizes)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        package.multi_head_attention_decode(params, x, cache, num_heads=2, context_length=12)
+    cache = package.init_kv_cache(2, 2, 12, 4)._replace(padding=cache.padding[:1])
+    message = (
+        "cache.padding has shape (1, 12) and cache.values (2, 2, 12, 4), "
+        "but cache.keys (2, 2, 12, 4) needs (2, 12) and (2, 2, 12, 4)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        package.multi_head_attention_decode(params, x, cache, num_heads=2, context_length=12)

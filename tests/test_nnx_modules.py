@@ -409,6 +409,28 @@ def test_rngs_that_are_not_an_nnx_rngs_are_named(rngs):
             jax_attn.CausalAttention.from_params(to_params(case.build_torch()), **case.kwargs(), rngs=rngs)
 
 
+CALL_RNGS_LAYERS = [
+    layer for layer in LAYERS if "rngs" in inspect.signature(getattr(jax_attn, layer).__call__).parameters
+]
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["train", "eval"])
+@pytest.mark.parametrize("rngs", [0, "seed", jax.random.key(0)], ids=["int", "str", "key"])
+@pytest.mark.parametrize("layer", CALL_RNGS_LAYERS)
+def test_a_calls_rngs_that_is_not_an_nnx_rngs_is_named(layer, rngs, deterministic):
+    """Not 'int' object is not callable: the constructor's check, None allowed, in either mode."""
+    assert len(CALL_RNGS_LAYERS) == 4  # the four layers with dropout
+    case = module_case(layer)
+    module = getattr(jax_attn, layer).from_params(to_params(case.build_torch()), **case.kwargs(0.5))
+    x = case.make_input()
+    message = f"rngs must be a flax.nnx.Rngs (nnx.Rngs(seed)) or None, got {rngs!r} ({type(rngs).__name__})"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        module(x, deterministic=deterministic, rngs=rngs)
+    stream = nnx.Rngs(dropout=3)  # an nnx.Rngs or one of its streams is taken
+    assert np.isfinite(np.asarray(module(x, deterministic=deterministic, rngs=stream.dropout))).all()
+    assert np.isfinite(np.asarray(module(x, deterministic=deterministic, rngs=stream))).all()
+
+
 @pytest.mark.parametrize("layer", LAYERS)
 def test_signatures_are_the_torch_constructors_plus_flax_keywords(layer):
     expected = [*inspect.signature(getattr(torch_ref, layer)).parameters, "dtype", "implementation"]
