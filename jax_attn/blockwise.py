@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from jax_attn.checks import check_jax_operands, check_key
 from jax_attn.dropout import draw_keep_mask
 from jax_attn.linear import unchecked_linear
-from numpy_attn.blockwise import check_core_args, fit_block_size, token_major
+from numpy_attn.blockwise import check_core_args, check_leading_axes, fit_block_size, token_major
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.softmax import compute_dtype
 from numpy_attn.validation import (
@@ -96,6 +96,7 @@ def blockwise_attention(
     """
     check_jax_operands(queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
+    check_leading_axes(queries, keys, values)
     check_mask_operands(padding_mask=padding_mask, attn_keep_mask=attn_keep_mask)
     check_key(key)
     return unchecked_blockwise_attention(

@@ -65,6 +65,7 @@ __all__ = [
     "blockwise_attention",
     "blockwise_self_attention",
     "check_core_args",
+    "check_leading_axes",
     "fit_block_size",
     "token_major",
     "unchecked_blockwise_attention",
@@ -124,6 +125,20 @@ def token_major(x: Any) -> Any:
     return x.reshape(x.shape[0], -1, *x.shape[-2:]).swapaxes(1, 2)
 
 
+def check_leading_axes(queries: Any, keys: Any, values: Any) -> None:
+    """Keys and values with the queries' leading axes (the ``...`` of ``(..., T, H)``): the blocks
+    are cut per batch and head, where ``scaled_dot_product_attention`` broadcasts an axis of 1. A
+    ValueError naming the shapes otherwise, not an error from inside the loop (numpy_attn) or a
+    broadcast result (jax_attn)."""
+    leading = tuple(queries.shape[:-2])
+    for name, value in (("keys", keys), ("values", values)):
+        if tuple(value.shape[:-2]) != leading:
+            raise ValueError(
+                f"{name} must have the leading axes {leading} of queries on the blockwise path, "
+                f"got shape {tuple(value.shape)}"
+            )
+
+
 def blockwise_attention(
     queries: np.ndarray,
     keys: np.ndarray,
@@ -153,6 +168,7 @@ def blockwise_attention(
     """
     check_operands(NUMPY_FLOATS, queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
+    check_leading_axes(queries, keys, values)
     check_mask_operands(padding_mask=padding_mask, attn_keep_mask=attn_keep_mask)
     check_rng(rng)
     return unchecked_blockwise_attention(

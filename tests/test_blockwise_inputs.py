@@ -115,6 +115,23 @@ def test_blockwise_attention_refuses_bad_operands_as_scaled_dot_product_attentio
     assert raised(lambda: numpy_attn.scaled_dot_product_attention(**arguments)) == (error, message)
 
 
+@pytest.mark.parametrize(
+    "changed, shape",
+    [("keys", (1, 2, 6, 4)), ("values", (2, 1, 6, 4)), ("keys", (2, 6, 4))],
+    ids=["keys_of_one_batch", "values_of_one_head", "keys_without_the_head_axis"],
+)
+def test_blockwise_attention_refuses_keys_or_values_of_other_leading_axes_alike(changed, shape):
+    """scaled_dot_product_attention broadcasts a leading axis of 1; the blocks, cut per batch and
+    head, do not: numpy_attn raised an error from inside its loop (a concatenation or an index),
+    jax_attn returned the broadcast result."""
+    arguments = {"queries": QUERIES, "keys": QUERIES, "values": QUERIES}
+    arguments[changed] = np.broadcast_to(QUERIES[:1, :1], shape).copy() if len(shape) == 4 else QUERIES[0]
+    message = (
+        f"{changed} must have the leading axes (2, 2) of queries on the blockwise path, got shape {shape}"
+    )
+    assert errors_alike("blockwise_attention", arguments) == [(ValueError, message)] * 3
+
+
 @pytest.mark.parametrize("name", list(PADDING_ERRORS))
 def test_blockwise_attention_refuses_a_bad_padding_mask_alike(name):
     """Before: a raw broadcast error or a result in numpy_attn, a result that took key 6 for
