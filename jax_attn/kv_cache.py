@@ -22,7 +22,7 @@ from jax_attn.checks import check_layer, check_x64
 from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from jax_attn.linear import qkv_projections, unchecked_linear
 from jax_attn.masks import causal_mask
-from numpy_attn.validation import check_cache_dtype, check_kv_cache, check_kv_cache_sizes, check_padding_mask
+from numpy_attn.validation import check_kv_cache, check_kv_cache_sizes, check_padding_mask
 
 __all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
 
@@ -91,7 +91,6 @@ def multi_head_attention_decode(
     """
     check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
     check_kv_cache(cache, KVCache, jax.Array, x, num_heads, params["out_proj.weight"].shape[1] // num_heads)
-    check_cache_dtype(cache, x)
     _check_room(cache, x.shape[1])
     x = jnp.asarray(x)  # arrays from any framework compute here
     queries, keys, values = qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
@@ -122,7 +121,6 @@ def fused_causal_attention_decode(
     if padding_mask is not None:
         check_padding_mask(padding_mask, x.shape[0], x.shape[1])
     check_kv_cache(cache, KVCache, jax.Array, x, num_heads, params["Wo.weight"].shape[1] // num_heads)
-    check_cache_dtype(cache, x)
     _check_room(cache, x.shape[1])
     x = jnp.asarray(x)  # arrays from any framework compute here
     qkv = unchecked_linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3 * D)

@@ -24,7 +24,6 @@ __all__ = [
     "check_attention_shapes",
     "check_axis",
     "check_blockwise_args",
-    "check_cache_dtype",
     "check_causal_mask_args",
     "check_context",
     "check_context_length",
@@ -84,8 +83,9 @@ def check_blockwise_args(
 def check_self_attention_args(
     x: Any, weight: Any, bias: Any, *, num_heads: Any, padding_mask: Any, floating: tuple[str, ...]
 ) -> None:
-    """``blockwise_self_attention``'s input ``(B, T, D)``, stacked ``(3E, D)`` QKV weight in
-    x's dtype, ``(3E,)`` bias or None, ``num_heads`` dividing E and ``(B, T)`` padding mask."""
+    """``blockwise_self_attention``'s input ``(B, T, D)``, stacked ``(3E, D)`` QKV weight,
+    ``(3E,)`` bias or None, ``num_heads`` dividing E and ``(B, T)`` padding mask: the shapes. The
+    arrays' dtypes (one floating dtype, the machine's byte order) are ``check_operands``'."""
     shape = check_input(x, layout="(B, T, D)", floating=floating)
     weight_shape = check_array("weight", weight)
     if len(weight_shape) != 2 or weight_shape[1] != shape[-1]:
@@ -103,12 +103,6 @@ def check_self_attention_args(
             f"bias must have shape ({weight_shape[0]},) for weight of shape {weight_shape}, "
             f"got shape {check_array('bias', bias)}"
         )
-    for name, value in (("weight", weight), ("bias", bias)):
-        check_native_byte_order(name, value)
-        if value is not None and np.dtype(value.dtype) != np.dtype(x.dtype):
-            raise TypeError(
-                f"{name} has dtype {np.dtype(value.dtype).name} but x has dtype {np.dtype(x.dtype).name}"
-            )
     if padding_mask is not None:
         check_padding_mask(padding_mask, shape[0], shape[1])
 
@@ -416,16 +410,6 @@ def check_kv_cache_sizes(batch: Any, num_heads: Any, max_length: Any, head_dim: 
     check_size("head_dim", head_dim)
 
 
-def check_cache_dtype(cache: Any, x: Any) -> None:
-    """A KV cache stores keys and values in x's dtype (that of the weights too, once
-    ``check_params`` has run): another one would round them silently."""
-    for stored in (cache.keys, cache.values):
-        if np.dtype(stored.dtype) != np.dtype(x.dtype):
-            raise TypeError(
-                f"cache has dtype {np.dtype(stored.dtype).name} but x has dtype {np.dtype(x.dtype).name}"
-            )
-
-
 def check_kv_cache(
     cache: Any, cache_type: type, array_type: type | tuple[type, ...], x: Any, num_heads: int, head_dim: int
 ) -> None:
@@ -433,7 +417,8 @@ def check_kv_cache(
     (``cache_type``, whose arrays are ``array_type``; another package's cache is refused with a
     TypeError naming both), with keys and values ``(B, N, L, H)`` and padding ``(B, L)`` matching
     x's batch ``B``, ``num_heads`` ``N`` and the layer's ``head_dim`` ``H`` (ValueError naming
-    the shapes otherwise)."""
+    the shapes otherwise), and keys and values in x's dtype (that of the weights too, once
+    ``check_params`` has run: another one would round them silently; TypeError)."""
     package = cache_type.__module__.split(".")[0]
     if type(cache) is not cache_type or not all(
         isinstance(field, array_type) for field in (cache.keys, cache.values, cache.padding)
@@ -458,6 +443,11 @@ def check_kv_cache(
             f"{tuple(cache.values.shape)}, but cache.keys {tuple(cache.keys.shape)} needs "
             f"{expected} and {tuple(cache.keys.shape)}"
         )
+    for stored in (cache.keys, cache.values):
+        if np.dtype(stored.dtype) != np.dtype(x.dtype):
+            raise TypeError(
+                f"cache has dtype {np.dtype(stored.dtype).name} but x has dtype {np.dtype(x.dtype).name}"
+            )
 
 
 def check_causal_mask_args(
