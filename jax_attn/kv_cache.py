@@ -21,7 +21,7 @@ from jax_attn.attention import unchecked_scaled_dot_product_attention
 from jax_attn.checks import check_layer, check_x64
 from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from jax_attn.linear import qkv_projections, unchecked_linear
-from jax_attn.masks import causal_mask
+from jax_attn.masks import unchecked_causal_mask
 from numpy_attn.validation import check_kv_cache, check_kv_cache_sizes, check_padding_mask
 
 __all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
@@ -73,7 +73,9 @@ def _decode(
         start + num_tokens,
     )
     max_length = cache.keys.shape[-2]
-    mask = causal_mask(num_tokens, max_length, offset=start) | cache.padding[:, None, None, :]  # (B, 1, t, L)
+    mask = (
+        unchecked_causal_mask(num_tokens, max_length, offset=start) | cache.padding[:, None, None, :]
+    )  # (B, 1, t, L)
     context_vec = unchecked_scaled_dot_product_attention(
         queries, cache.keys, cache.values, mask
     )  # (B, N, t, H)

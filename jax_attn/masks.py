@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from numpy_attn.validation import check_causal_mask_args
 
-__all__ = ["causal_mask"]
+__all__ = ["causal_mask", "unchecked_causal_mask"]
 
 
 def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) -> jax.Array:
@@ -25,6 +25,11 @@ def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) 
     either sign or a 0-d integer JAX array (``check_causal_mask_args``), as in numpy_attn.
     """
     check_causal_mask_args(num_queries, num_keys, offset, jax.Array)
+    return unchecked_causal_mask(num_queries, num_keys, offset)
+
+
+def unchecked_causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) -> jax.Array:
+    """``causal_mask`` for sizes and an offset already checked (the layers' and the KV cache's)."""
     num_keys = num_queries if num_keys is None else num_keys
     query_positions = offset + jnp.arange(num_queries)[:, None]  # (T, 1)
     return jnp.arange(num_keys)[None, :] > query_positions  # (T, S)

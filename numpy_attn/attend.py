@@ -12,7 +12,7 @@ from numpy_attn.dropout import draw_keep_mask
 from numpy_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from numpy_attn.implementation import uses_blockwise
 from numpy_attn.linear import unchecked_split_projection
-from numpy_attn.masks import causal_mask
+from numpy_attn.masks import unchecked_causal_mask
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     NUMPY_FLOATS,
@@ -74,7 +74,7 @@ def unchecked_attend(
         rng = None
     steps = Steps()
     if not blockwise or return_steps:
-        mask = causal_mask(queries.shape[-2], keys.shape[-2]) if masking.causal else None  # (T, S)
+        mask = unchecked_causal_mask(queries.shape[-2], keys.shape[-2]) if masking.causal else None  # (T, S)
         if masking.padding_mask is not None:
             hidden_keys = masking.padding_mask[:, None, None, :]  # (B, 1, 1, S)
             mask = hidden_keys if mask is None else mask | hidden_keys  # (B, 1, T, S)

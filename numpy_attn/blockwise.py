@@ -45,7 +45,7 @@ import numpy as np
 from numpy_attn.dropout import draw_keep_mask
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.linear import unchecked_linear
-from numpy_attn.masks import causal_mask
+from numpy_attn.masks import unchecked_causal_mask
 from numpy_attn.softmax import compute_dtype
 from numpy_attn.threads import head_threads
 from numpy_attn.validation import (
@@ -350,7 +350,7 @@ def _heads_blockwise(
                 k1 = min(k0 + key_block_size, num_keys)
                 block_hidden = None
                 if causal and k1 - 1 > q0:  # a block on the diagonal
-                    block_hidden = causal_mask(q1 - q0, k1 - k0, q0 - k0)  # (bq, bk)
+                    block_hidden = unchecked_causal_mask(q1 - q0, k1 - k0, q0 - k0)  # (bq, bk)
                 if hidden is not None:
                     block_padding = hidden[..., k0:k1]  # (B, 1, bk)
                     block_hidden = block_padding if block_hidden is None else block_hidden | block_padding

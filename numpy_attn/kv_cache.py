@@ -18,7 +18,7 @@ import numpy as np
 from numpy_attn.attention import unchecked_scaled_dot_product_attention
 from numpy_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from numpy_attn.linear import qkv_projections, unchecked_linear
-from numpy_attn.masks import causal_mask
+from numpy_attn.masks import unchecked_causal_mask
 from numpy_attn.spec import check_layer
 from numpy_attn.validation import check_kv_cache, check_kv_cache_sizes, check_padding_mask
 
@@ -59,7 +59,9 @@ def _decode(
     cache.keys[:, :, start:end] = keys
     cache.values[:, :, start:end] = values
     cache.padding[:, start:end] = False if padding_mask is None else padding_mask
-    mask = causal_mask(num_tokens, end, offset=start) | cache.padding[:, None, None, :end]  # (B, 1, t, S)
+    mask = (
+        unchecked_causal_mask(num_tokens, end, offset=start) | cache.padding[:, None, None, :end]
+    )  # (B, 1, t, S)
     context_vec = unchecked_scaled_dot_product_attention(
         queries, cache.keys[:, :, :end], cache.values[:, :, :end], mask
     )  # (B, N, t, H)

@@ -8,7 +8,7 @@ import numpy as np
 
 from numpy_attn.validation import check_causal_mask_args
 
-__all__ = ["causal_mask"]
+__all__ = ["causal_mask", "unchecked_causal_mask"]
 
 
 def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) -> np.ndarray:
@@ -34,11 +34,13 @@ def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) 
            [0, 0, 0]])
     """
     check_causal_mask_args(num_queries, num_keys, offset)
-    return _causal_mask(num_queries, num_keys, offset)
+    return unchecked_causal_mask(num_queries, num_keys, offset)
 
 
 @functools.lru_cache(maxsize=32)
-def _causal_mask(num_queries: int, num_keys: int | None, offset: int) -> np.ndarray:
+def unchecked_causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) -> np.ndarray:
+    """``causal_mask`` for sizes and an offset already checked (the layers', the KV cache's and
+    the blockwise tiles'): the cached mask, read-only."""
     num_keys = num_queries if num_keys is None else num_keys
     query_positions = offset + np.arange(num_queries)[:, None]  # (T, 1)
     mask = np.arange(num_keys)[None, :] > query_positions  # (T, S)

@@ -146,6 +146,7 @@ BLOCK_CHECKS = [
     ("numpy_attn.dropout", "check_operands"),
     ("numpy_attn.heads", "check_input"),
     ("numpy_attn.linear", "check_operands"),
+    ("numpy_attn.masks", "check_causal_mask_args"),
     ("numpy_attn.softmax", "check_operands"),
 ]
 
