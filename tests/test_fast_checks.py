@@ -2,6 +2,7 @@
 same values, inputs left untouched."""
 
 import re
+import tracemalloc
 
 import jax.numpy as jnp
 import numpy as np
@@ -217,3 +218,21 @@ def test_decoding_the_gpt_and_the_blockwise_loop_call_the_unchecked_building_blo
     ids = rng.integers(0, 16, (2, 6))
     logits = numpy_attn.gpt_model(gpt_params, ids, config, rng=np.random.default_rng(1))
     assert logits.shape == (2, 6, 16) and np.isfinite(logits).all()
+
+
+def test_check_finite_tests_large_weights_without_copying_them():
+    """Above ``_JOINED_ELEMENTS`` values the weights are tested key by key in chunks: the check's
+    temporaries stay one chunk's bools (1 MiB), whatever the weights' size (64 MiB here)."""
+    from numpy_attn import validation
+
+    params = {f"w{i}": np.ones(1 << 22, np.float32) for i in range(4)}
+    tracemalloc.start()
+    try:
+        check_finite(params)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * validation._FINITE_CHUNK
+    params["w2"][-1] = np.inf  # the last entry of the last chunk
+    with pytest.raises(ValueError, match=re.escape("params['w2'] has non-finite values (NaN or inf)")):
+        check_finite(params)
