@@ -99,12 +99,14 @@ def save_weights(path: str | os.PathLike, params: Mapping[str, Any]) -> None:
     """
     suffix = _suffix(path)
     arrays = _checked_arrays(params, suffix)
-    blob = _npz_bytes(arrays) if suffix == ".npz" else _safetensors_bytes(arrays)
+    # the file's bytes, in pieces (safetensors: the header, then the arrays' own memory)
+    pieces = _npz_pieces(arrays) if suffix == ".npz" else _safetensors_pieces(arrays)
     _check_regular_file(path, missing_ok=True)  # a FIFO would block the open until a reader came
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0)
     with os.fdopen(os.open(path, flags, 0o666), "wb") as file:
         _check_still_regular(file, path)
-        file.write(blob)
+        for piece in pieces:
+            file.write(piece)
 
 
 def load_weights(
@@ -204,7 +206,8 @@ def _digest(entries: list[list[Any]], chunks: list[bytes | np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-def _safetensors_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+def _safetensors_pieces(arrays: dict[str, np.ndarray]) -> list[bytes | np.ndarray]:
+    """The safetensors file of ``arrays``: its length-prefixed header, then each array's bytes."""
     header: dict[str, Any] = {}
     offset = 0
     for name, array in arrays.items():
@@ -214,23 +217,25 @@ def _safetensors_bytes(arrays: dict[str, np.ndarray]) -> bytes:
             "data_offsets": [offset, offset + array.nbytes],
         }
         offset += array.nbytes
-    data = b"".join(array.tobytes() for array in arrays.values())
+    data = [_raw_bytes(array) for array in arrays.values()]  # views of the contiguous arrays
     header["__metadata__"] = {
         **_FORMAT,
         _RECORD_KEYS: json.dumps(list(arrays)),
-        _RECORD_DIGEST: _digest(_safetensors_entries(header), [data]),
+        _RECORD_DIGEST: _digest(_safetensors_entries(header), data),
     }
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the format pads the header to 8 bytes
     _check_header_size(len(encoded), "params", "header")
-    return struct.pack("<Q", len(encoded)) + encoded + data
+    return [struct.pack("<Q", len(encoded)) + encoded, *data]
 
 
 def _npz_entries(arrays: dict[str, np.ndarray]) -> list[list[Any]]:
     return [[name, array.dtype.name, list(array.shape)] for name, array in arrays.items()]
 
 
-def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+def _npz_pieces(arrays: dict[str, np.ndarray]) -> list[bytes | memoryview]:
+    """The ``.npz`` file of ``arrays``, its digest last: the zip is assembled in memory (one copy of
+    the weights), so that its directory is checked before the file is opened."""
     record = {
         "keys": list(arrays),
         "sha256": _digest(_npz_entries(arrays), [_raw_bytes(array) for array in arrays.values()]),
@@ -239,13 +244,17 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
         for name, array in members.items():
-            member = io.BytesIO()
-            np.lib.format.write_array(member, array, allow_pickle=False)
-            archive.writestr(zipfile.ZipInfo(name + ".npy", date_time=_ZIP_DATE), member.getvalue())
+            npy_header = io.BytesIO()  # what np.lib.format.write_array writes before the data
+            np.lib.format.write_array_header_1_0(npy_header, np.lib.format.header_data_from_array_1_0(array))
+            info = zipfile.ZipInfo(name + ".npy", date_time=_ZIP_DATE)
+            info.file_size = npy_header.tell() + array.nbytes  # as writestr sets it (zip64 or not)
+            with archive.open(info, "w") as member:
+                member.write(npy_header.getvalue())
+                member.write(_raw_bytes(array))  # the array's memory, not a copy
         archive.comment = b"0" * _DIGEST_LENGTH  # replaced by the digest of everything before it
-    blob = buffer.getvalue()[:-_DIGEST_LENGTH]
-    _check_zip_directory(io.BytesIO(blob), "params")  # what loading allows: names of bounded length
-    return blob + hashlib.sha256(blob).hexdigest().encode()
+    _check_zip_directory(buffer, "params")  # what loading allows: names of bounded length
+    head = buffer.getbuffer()[:-_DIGEST_LENGTH]
+    return [head, hashlib.sha256(head).hexdigest().encode()]
 
 
 # ---------------------------------------------------------------- loading

@@ -207,3 +207,17 @@ def test_the_small_jax_call_can_run_on_the_calling_thread():
     )
     assert "| jax layer (auto, jitted) |" in out.stdout
     assert "jax_cpu_enable_async_dispatch: False" in out.stdout.splitlines()
+
+
+def test_weights_io_saves_and_loads_each_format_in_fresh_processes(tmp_path):
+    from parity_tests.bench.weights_io import markdown_weights_io, measure_weights_io
+
+    rows = measure_weights_io(1 / 64, (".safetensors", ".npz"), str(tmp_path))  # 16 MiB of weights
+    assert [(row.suffix, row.operation) for row in rows] == [
+        (".safetensors", "save"), (".safetensors", "load"), (".npz", "save"), (".npz", "load")
+    ]  # fmt: skip
+    assert all(row.seconds > 0 and row.weights_bytes == 2**24 for row in rows)
+    loads = [row for row in rows if row.operation == "load"]
+    assert all(row.extra_bytes >= row.weights_bytes for row in loads)  # the weights it returns
+    assert list(tmp_path.iterdir()) == []  # the files are removed
+    assert markdown_weights_io(rows).count("\n") == len(rows) + 1

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from parity_tests.bench.implementations import SHAPES, make_call, make_inputs
 
-__all__ = ["extra_memory"]
+__all__ = ["extra_memory", "peak_extra_bytes"]
 
 
 def _status(field: str) -> int:
@@ -25,15 +27,20 @@ def _status(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def extra_memory(name: str, shape_name: str) -> int:
-    shape = SHAPES[shape_name]
-    params, x = make_inputs(shape)
-    call = make_call(name, shape, params, x)
+def peak_extra_bytes(call: Callable[[], Any]) -> tuple[Any, int]:
+    """``call()``'s result and the process's peak resident memory during it minus its resident
+    memory just before it (Linux: the peak is reset first through ``/proc/self/clear_refs``)."""
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # reset the peak resident set size (VmHWM) to the current one
     before = _status("VmRSS")
-    call()
-    return _status("VmHWM") - before
+    result = call()
+    return result, _status("VmHWM") - before
+
+
+def extra_memory(name: str, shape_name: str) -> int:
+    shape = SHAPES[shape_name]
+    params, x = make_inputs(shape)
+    return peak_extra_bytes(make_call(name, shape, params, x))[1]
 
 
 if __name__ == "__main__":
