@@ -21,7 +21,7 @@ def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) 
     ``jax.nn.dot_product_attention`` and Flax take the opposite meaning (True = may attend).
 
     The sizes are positive ints (NumPy ints too; a float, a bool or another type is a
-    TypeError, a size below 1 a ValueError, ``check_context``'s wording), ``offset`` an int of
+    TypeError, a size below 1 a ValueError, ``check_size``'s wording), ``offset`` an int of
     either sign or a 0-d integer JAX array (``check_causal_mask_args``), as in numpy_attn.
     """
     check_causal_mask_args(num_queries, num_keys, offset, jax.Array)

@@ -34,7 +34,6 @@ from numpy_attn.spec import (
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     JAX_FLOATS,
-    check_context,
     check_context_length,
     check_dropout,
     check_finite,
@@ -238,18 +237,16 @@ class AttentionModule(nnx.Module):
     ) -> None:
         """Check the torch constructor's ``arguments`` as the torch class and the layer function
         do (sizes, heads, dropout rates, read from the spec; the context length with the
-        function's ``check_context``), ``rngs``, ``dtype`` (float64 only with JAX's 64-bit mode,
+        function's ``check_size``), ``rngs``, ``dtype`` (float64 only with JAX's 64-bit mode,
         the functions' error) and the compute path; keep what a call
         reads: the arguments the layer function takes (``context_length``, ``num_heads``, the
         dropout rates...), the torch name of the input weight and, with dropout, the train/eval
         state and a fork of the ``dropout`` stream of ``rngs``."""
         check_rngs(rngs)
         spec = layer_spec(self.layer)
-        for name in SIZES:
+        for name in (*SIZES, spec.context):
             if name in arguments:
                 check_size(name, arguments[name])
-        if spec.context is not None:
-            check_context(spec.context, arguments[spec.context])
         check_x64("dtype", np.empty(0, dtype))
         check_sizes(self.layer, arguments)
         for name in spec.dropouts:

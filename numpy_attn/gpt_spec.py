@@ -21,6 +21,7 @@ from numpy_attn.validation import (
     check_floating,
     check_mapping,
     check_params,
+    check_size,
 )
 
 __all__ = [
@@ -38,7 +39,8 @@ CONFIG_KEYS = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers",
 
 
 def check_config(config: Any) -> None:
-    """ValueError naming missing keys or values that cannot build a GPT."""
+    """ValueError naming missing keys or values that cannot build a GPT (TypeError for a size that
+    is not an int, as ``check_size``)."""
     if not isinstance(config, Mapping):
         raise TypeError(
             f"config must be a mapping with keys {list(CONFIG_KEYS)}, got {type(config).__name__}"
@@ -47,9 +49,7 @@ def check_config(config: Any) -> None:
     if missing:
         raise ValueError(f"config is missing keys {missing}; a GPT config has {list(CONFIG_KEYS)}")
     for key in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"config[{key!r}] must be a positive integer, got {value!r}")
+        check_size(f"config[{key!r}]", config[key])
     check_divisible("emb_dim", config["emb_dim"], config["n_heads"])
     check_dropout("config['drop_rate']", config["drop_rate"])
 

@@ -10,13 +10,12 @@ rules; benchmarks/README.md holds the measurements behind the thresholds.
 
 from __future__ import annotations
 
-from typing import Any
+from numpy_attn.validation import check_size
 
 __all__ = [
     "AUTO_BLOCKWISE_TOKENS",
     "DEFAULT_BLOCK_SIZE",
     "IMPLEMENTATIONS",
-    "check_block_size",
     "check_implementation",
     "fuses_projections",
     "uses_blockwise",
@@ -27,15 +26,10 @@ AUTO_BLOCKWISE_TOKENS = 512
 DEFAULT_BLOCK_SIZE = 512  # keys per block of one sequence (numpy_attn: of the batch, / isqrt(B)), everywhere
 
 
-def check_block_size(block_size: Any) -> None:
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
-
-
 def check_implementation(implementation: str, block_size: int) -> None:
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-    check_block_size(block_size)
+    check_size("block_size", block_size)
 
 
 def uses_blockwise(implementation: str, num_queries: int) -> bool:

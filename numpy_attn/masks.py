@@ -25,7 +25,7 @@ def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) 
     bytes each, where the reference math that uses one holds 4 x B x N times that in its scores.
 
     The sizes are positive ints (NumPy ints too; a float, a bool or another type is a
-    TypeError, a size below 1 a ValueError, ``check_context``'s wording), ``offset`` an int of
+    TypeError, a size below 1 a ValueError, ``check_size``'s wording), ``offset`` an int of
     either sign (``check_causal_mask_args``), checked before the cache is looked up.
 
     >>> causal_mask(3).astype(int)

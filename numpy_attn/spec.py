@@ -27,7 +27,6 @@ from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, check_implementation
 from numpy_attn.validation import (
     NUMPY_FLOATS,
     check_array,
-    check_context,
     check_context_length,
     check_divisible,
     check_dropout,
@@ -37,6 +36,7 @@ from numpy_attn.validation import (
     check_mapping,
     check_padding_mask,
     check_params,
+    check_size,
 )
 
 __all__ = [
@@ -330,13 +330,13 @@ def constructor_arguments(layer: str, params: Mapping[str, Any], **given: Any) -
     contradicts the weights: W_query.weight has shape (4, 3), so d_in=3"), naming the required
     arguments the weights cannot tell (``context_length``) when they are missing, and naming every
     missing, unexpected and mis-shaped weight; TypeError for an argument the class does not take.
-    A context length given is checked as the layer function checks it (``check_context``).
+    A context length given is checked as the layer function checks it (``check_size``).
     """
     spec = layer_spec(layer)
     weights = without_buffers(layer, params)
     arguments = _read(spec, weights, given)
     if spec.context in arguments:  # the layer function's check: a positive int
-        check_context(spec.context, arguments[spec.context])
+        check_size(spec.context, arguments[spec.context])
     missing = [name for name in spec.constructor if name not in arguments]
     if missing:
         raise ValueError(f"{layer} needs {', '.join(missing)}: the weights do not tell them")
@@ -474,7 +474,7 @@ def _check_structure(
     """Every check of ``check_layer`` but the finite weights, in its order."""
     spec = layer_spec(layer)
     if spec.context is not None:  # the classes whose mask buffer bounds T
-        check_context(context_name, context_length)
+        check_size(context_name, context_length)
     check_implementation(implementation, block_size)
     arguments = _read(spec, params, {"num_heads": num_heads} if "num_heads" in spec.constructor else {})
     for name, p in dropouts.items():

@@ -14,8 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.implementation import check_block_size
-
 __all__ = [
     "JAX_FLOATS",
     "NUMPY_FLOATS",
@@ -25,7 +23,6 @@ __all__ = [
     "check_axis",
     "check_blockwise_args",
     "check_causal_mask_args",
-    "check_context",
     "check_context_length",
     "check_divisible",
     "check_dropout",
@@ -73,7 +70,7 @@ def check_blockwise_args(
     blocks are skipped by their index, which needs as many queries as keys."""
     if causal and num_queries != num_keys:
         raise ValueError(f"causal blockwise attention needs T = S, got T={num_queries}, S={num_keys}")
-    check_block_size(block_size)
+    check_size("block_size", block_size)
     if dropout is not None:
         check_dropout("dropout", dropout)
     if attn_keep_mask is not None:
@@ -278,15 +275,6 @@ def check_context_length(shape: Sequence[int], context_length: int, name: str = 
         raise ValueError(f"x has {num_tokens} tokens (shape {tuple(shape)}) but {name} is {context_length}")
 
 
-def check_context(name: str, value: Any) -> None:
-    """A layer's ``context_length``/``context_size``: a positive int (not a bool, a float, NaN,
-    inf or None), TypeError or ValueError naming ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
 def check_rng(rng: Any) -> None:
     """``rng`` is None (no random dropout) or a ``numpy.random.Generator``."""
     if rng is not None and not isinstance(rng, np.random.Generator):
@@ -297,8 +285,7 @@ def check_rng(rng: Any) -> None:
 
 
 def check_divisible(width_name: str, width: int, num_heads: int) -> None:
-    if not isinstance(num_heads, (int, np.integer)) or isinstance(num_heads, bool) or num_heads < 1:
-        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+    check_size("num_heads", num_heads)
     if width % num_heads != 0:
         raise ValueError(f"{width_name}={width} is not divisible by num_heads={num_heads}")
 
@@ -311,9 +298,13 @@ def check_parts(weight_shape: tuple[int, ...], parts: Any) -> None:
 
 
 def check_size(name: str, value: Any) -> None:
-    """A layer size (``d_in``, ``hidden_size``, ``context_length``...) is a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    """A size (``d_in``, ``num_heads``, ``context_length``, ``block_size``...): a positive int, a
+    NumPy int too; TypeError naming ``name`` for another type (a bool, a float, NaN, inf, None),
+    ValueError for an int below 1. The one rule of every size in both packages."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def check_dropout(name: str, p: Any) -> None:
@@ -418,10 +409,10 @@ def _all_finite(value: np.ndarray) -> bool:
 
 def check_kv_cache_sizes(batch: Any, num_heads: Any, max_length: Any, head_dim: Any) -> None:
     """``init_kv_cache``'s sizes: positive ints (NumPy ints too, bools refused); ``max_length``,
-    the layer's context length, with ``check_context``'s errors, the others with ``check_size``'s."""
+    each with ``check_size``'s errors."""
     check_size("batch", batch)
     check_size("num_heads", num_heads)
-    check_context("max_length", max_length)
+    check_size("max_length", max_length)
     check_size("head_dim", head_dim)
 
 
@@ -469,12 +460,12 @@ def check_causal_mask_args(
     num_queries: Any, num_keys: Any, offset: Any, array_offsets: type | tuple[type, ...] = ()
 ) -> None:
     """``causal_mask``'s arguments: the sizes positive ints (NumPy ints too, bools refused;
-    ``num_keys`` may be None), with ``check_context``'s errors; ``offset`` an int of either sign
+    ``num_keys`` may be None), with ``check_size``'s errors; ``offset`` an int of either sign
     (a negative one puts the queries before the first key, as a blockwise tile does), or a 0-d
     integer array of ``array_offsets`` (jax_attn: a KV cache's length, traced under jit)."""
-    check_context("num_queries", num_queries)
+    check_size("num_queries", num_queries)
     if num_keys is not None:
-        check_context("num_keys", num_keys)
+        check_size("num_keys", num_keys)
     if isinstance(offset, array_offsets) and offset.shape == () and np.issubdtype(offset.dtype, np.integer):
         return
     if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):

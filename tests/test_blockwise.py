@@ -231,7 +231,7 @@ def test_bad_implementation_and_block_size_are_rejected():
         ValueError, match=r"implementation must be one of \('reference', 'blockwise', 'auto'\), got 'fast'"
     ):
         run_case("numpy", case, params, x, implementation="fast")
-    with pytest.raises(ValueError, match="block_size must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="block_size must be a positive int, got 0"):
         run_jax(case, params, x, implementation="blockwise", block_size=0)
 
 
@@ -308,7 +308,7 @@ SELF_ATTENTION_ERRORS = [
         ValueError,
         "weight must stack 3 projections of num_heads=2",
     ),
-    ("num_heads", lambda a: a.update(num_heads=0), ValueError, "num_heads must be a positive integer, got 0"),
+    ("num_heads", lambda a: a.update(num_heads=0), ValueError, "num_heads must be a positive int, got 0"),
     ("bias_shape", lambda a: a.update(bias=a["bias"][:-1]), ValueError, r"bias must have shape \(18,\)"),
     (
         "weight_dtype",
@@ -332,7 +332,7 @@ SELF_ATTENTION_ERRORS = [
         "block_size",
         lambda a: a.update(block_size=0),
         ValueError,
-        "block_size must be a positive integer, got 0",
+        "block_size must be a positive int, got 0",
     ),
     ("dropout", lambda a: a.update(dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
 ]

@@ -82,7 +82,7 @@ def test_a_repeated_call_reuses_the_verdict_and_gives_the_same_output():
     [
         ("nan_weight", ValueError, r"params\['W_key.weight'\] has non-finite values \(NaN or inf\)"),
         ("float64_bias", TypeError, r"params\['out_proj.bias'\] has dtype float64 but x has dtype float32"),
-        ("num_heads_true", ValueError, r"num_heads must be a positive integer, got True"),
+        ("num_heads_true", TypeError, r"num_heads must be a positive int, got True \(bool\)"),
         ("dropout_false", TypeError, r"dropout must be a float in \[0, 1\), got bool"),
         ("list_weight", TypeError, r"params\['W_query.weight'\] must be an array, got list"),
         ("keep_mask_int", ValueError, r"attn_keep_mask must be a bool array of shape .* got int64 array"),
@@ -113,7 +113,7 @@ def test_a_bad_call_after_a_good_one_of_the_same_shapes_still_raises(change, err
 
 def test_an_unhashable_argument_gets_its_own_error():
     params, x = small_layer_call()
-    with pytest.raises(ValueError, match=re.escape("num_heads must be a positive integer, got [2]")):
+    with pytest.raises(TypeError, match=re.escape("num_heads must be a positive int, got [2] (list)")):
         numpy_attn.multi_head_attention(params, x, num_heads=[2], context_length=6)
 
 

@@ -163,3 +163,18 @@ def test_a_float64_kv_cache_without_x64_is_refused():
     """jax_attn.init_kv_cache(dtype=float64) made float32 arrays without x64."""
     with pytest.raises(TypeError, match=r"^dtype has dtype float64, which JAX computes in float32"):
         jax_attn.init_kv_cache(2, 2, 8, 2, dtype=np.float64)
+
+
+@CALLS
+@pytest.mark.parametrize(
+    "key, value, error, message",
+    [
+        ("n_layers", 2.0, TypeError, "config['n_layers'] must be a positive int, got 2.0 (float)"),
+        ("emb_dim", True, TypeError, "config['emb_dim'] must be a positive int, got True (bool)"),
+        ("vocab_size", 0, ValueError, "config['vocab_size'] must be a positive int, got 0"),
+    ],
+)
+def test_config_sizes_follow_the_one_size_rule(params, call, key, value, error, message):
+    """TypeError for a size that is not an int, ValueError below 1: ``check_size``, as every size."""
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        call(params, token_ids(1, 4), TINY | {key: value})

@@ -484,7 +484,7 @@ def test_scaled_dot_product_attention_checks_rng_and_names_its_dropout(package):
         ("scaled_dot_product_attention", lambda a: a.update(values=a["values"][..., :1, :]),
          "values must have shape (..., S, Hv) with S=3 (keys have shape (2, 2, 3, 2)), "
          "got shape (2, 2, 1, 2)"),
-        ("split_heads", lambda a: None, "num_heads must be a positive integer, got 0"),
+        ("split_heads", lambda a: None, "num_heads must be a positive int, got 0"),
         ("split_heads", lambda a: a.update(x=a["x"][..., :3]), "E=3 is not divisible by num_heads=2"),
         ("merge_heads", lambda a: a.update(x=a["x"][0]),
          "x must have shape (B, N, T, H), got shape (2, 3, 2) (rank 3)"),

@@ -51,7 +51,7 @@ def test_from_params_passes_every_argument_on(layer):
     assert (module.implementation, module.block_size) == ("blockwise", 3)
     for name, value in case.kwargs(0.25).items():
         assert getattr(module, name) == value
-    with pytest.raises(ValueError, match="block_size must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="block_size must be a positive int, got 0"):
         build(params, **case.kwargs(), implementation="blockwise", block_size=0)(x)
     with pytest.raises(ValueError, match=r"implementation must be one of .*, got 'fast'"):
         build(params, **case.kwargs(), implementation="fast")(x)

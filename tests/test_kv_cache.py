@@ -95,9 +95,10 @@ BAD_SIZES = [
     ((2, 2, 0, 2), ValueError, "max_length must be a positive int, got 0"),
     ((2, 2, True, 2), TypeError, "max_length must be a positive int, got True (bool)"),
     ((2, 2, None, 2), TypeError, "max_length must be a positive int, got None (NoneType)"),
-    ((0, 2, 6, 2), ValueError, "batch must be a positive integer, got 0"),
-    ((2, 2.0, 6, 2), ValueError, "num_heads must be a positive integer, got 2.0"),
-    ((2, 2, 6, True), ValueError, "head_dim must be a positive integer, got True"),
+    ((0, 2, 6, 2), ValueError, "batch must be a positive int, got 0"),
+    ((2, 2.0, 6, 2), TypeError, "num_heads must be a positive int, got 2.0 (float)"),
+    ((2, 2, 6, True), TypeError, "head_dim must be a positive int, got True (bool)"),
+    ((2, 2, 6, 2.0), TypeError, "head_dim must be a positive int, got 2.0 (float)"),
 ]
 
 

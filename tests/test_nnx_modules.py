@@ -268,15 +268,15 @@ def test_the_wrapper_heads_draw_different_masks_from_its_stream():
 @pytest.mark.parametrize(
     "layer, args, kwargs, message",
     [
-        ("SelfAttentionV2", (0, 4), {}, "d_in must be a positive integer, got 0"),
+        ("SelfAttentionV2", (0, 4), {}, "d_in must be a positive int, got 0"),
         ("CausalAttention", (3, 4, -1, 0.0), {}, "context_length must be a positive int, got -1"),
         ("CausalAttention", (3, 4, 6, 1.0), {}, r"dropout must be in \[0, 1\), got 1.0"),
         ("MultiHeadAttention", (3, 4, 6, 0.0, 3), {}, "d_out=4 is not divisible by num_heads=3"),
-        ("MultiHeadAttentionWrapper", (3, 4, 6, 0.0, 0), {}, "num_heads must be a positive integer, got 0"),
+        ("MultiHeadAttentionWrapper", (3, 4, 6, 0.0, 0), {}, "num_heads must be a positive int, got 0"),
         ("FusedSingleHeadAttention", (3,), {}, r"hidden_size=3 must be at least 4 .*hidden_size // 4"),
         ("FusedCausalAttention", (8, 2, 6, 0.1, -0.5), {}, r"out_drop must be in \[0, 1\), got -0.5"),
         ("FusedMultiHeadAttention", (8, 2), {"implementation": "fast"}, "implementation must be one of"),
-        ("SelfAttentionV1", (3, 4), {"block_size": 0}, "block_size must be a positive integer, got 0"),
+        ("SelfAttentionV1", (3, 4), {"block_size": 0}, "block_size must be a positive int, got 0"),
     ],
 )
 def test_bad_constructor_arguments_raise_value_errors_naming_them(layer, args, kwargs, message):

@@ -130,9 +130,9 @@ def test_the_setting_is_scoped_and_nests():
 @pytest.mark.parametrize(
     "arguments, error, match",
     [
-        ((0, contextlib.nullcontext), ValueError, "workers must be a positive integer, got 0"),
-        ((True, contextlib.nullcontext), ValueError, "workers must be a positive integer, got True"),
-        ((2.0, contextlib.nullcontext), ValueError, "workers must be a positive integer, got 2.0"),
+        ((0, contextlib.nullcontext), ValueError, "workers must be a positive int, got 0"),
+        ((True, contextlib.nullcontext), TypeError, r"workers must be a positive int, got True \(bool\)"),
+        ((2.0, contextlib.nullcontext), TypeError, r"workers must be a positive int, got 2.0 \(float\)"),
         ((2, None), TypeError, "one_thread_blas must be callable, got NoneType"),
         ((2, contextlib.nullcontext, -1), ValueError, "min_scores must be a non-negative integer, got -1"),
         (
