@@ -108,9 +108,7 @@ BAD_INPUTS = [
         ValueError,
         r"hidden_size=8 is not divisible by num_heads=3",
     ),
-    BadInput(
-        "num_heads_zero", MHA, put(num_heads=0), ValueError, r"num_heads must be a positive int, got 0"
-    ),
+    BadInput("num_heads_zero", MHA, put(num_heads=0), ValueError, r"num_heads must be a positive int, got 0"),
     BadInput(
         "num_heads_disagrees_with_weights",
         "MultiHeadAttentionWrapper",
