@@ -22,7 +22,7 @@ from jax_attn.checks import check_layer, check_x64
 from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from jax_attn.linear import qkv_projections, unchecked_linear
 from jax_attn.masks import unchecked_causal_mask
-from numpy_attn.validation import check_kv_cache, check_kv_cache_sizes, check_padding_mask
+from numpy_attn.validation import check_cache_room, check_kv_cache, check_kv_cache_sizes, check_padding_mask
 
 __all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
 
@@ -48,20 +48,15 @@ def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dt
 
 def _check_room(cache: KVCache, num_tokens: int) -> None:
     """Checked where the length is concrete; under jax.jit the caller keeps within the cache."""
-    if isinstance(cache.length, jax.core.Tracer):
-        return
-    max_length = cache.keys.shape[-2]
-    if int(cache.length) + num_tokens > max_length:
-        raise ValueError(
-            f"the cache holds {int(cache.length)} of {max_length} tokens; {num_tokens} more do not fit"
-        )
+    length = None if isinstance(cache.length, jax.core.Tracer) else int(cache.length)
+    check_cache_room(length, cache.keys.shape[-2], num_tokens)
 
 
 def _decode(
     queries: jax.Array, keys: jax.Array, values: jax.Array, cache: KVCache, padding_mask: jax.Array | None
 ) -> tuple[jax.Array, KVCache]:
     """Append the new keys/values (B, N, t, H) and attend the new queries to the whole cache."""
-    start, num_tokens = cache.length, queries.shape[-2]
+    start, num_tokens = jnp.asarray(cache.length), queries.shape[-2]  # a hand-built cache's int too
     zero = jnp.zeros((), start.dtype)  # update indices share one integer type
     new_padding = jnp.zeros((*queries.shape[:1], num_tokens), bool) if padding_mask is None else padding_mask
     cache = KVCache(

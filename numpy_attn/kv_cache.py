@@ -20,7 +20,7 @@ from numpy_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from numpy_attn.linear import qkv_projections, unchecked_linear
 from numpy_attn.masks import unchecked_causal_mask
 from numpy_attn.spec import check_layer
-from numpy_attn.validation import check_kv_cache, check_kv_cache_sizes, check_padding_mask
+from numpy_attn.validation import check_cache_room, check_kv_cache, check_kv_cache_sizes, check_padding_mask
 
 __all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
 
@@ -41,11 +41,7 @@ def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dt
 
 
 def _check_room(cache: KVCache, num_tokens: int) -> None:
-    max_length = cache.keys.shape[-2]
-    if cache.length + num_tokens > max_length:
-        raise ValueError(
-            f"the cache holds {cache.length} of {max_length} tokens; {num_tokens} more do not fit"
-        )
+    check_cache_room(int(cache.length), cache.keys.shape[-2], num_tokens)
 
 
 def _decode(

@@ -22,6 +22,7 @@ __all__ = [
     "check_attention_shapes",
     "check_axis",
     "check_blockwise_args",
+    "check_cache_room",
     "check_causal_mask_args",
     "check_context_length",
     "check_divisible",
@@ -423,8 +424,10 @@ def check_kv_cache(
     (``cache_type``, whose arrays are ``array_type``; another package's cache is refused with a
     TypeError naming both), with keys and values ``(B, N, L, H)`` and padding ``(B, L)`` matching
     x's batch ``B``, ``num_heads`` ``N`` and the layer's ``head_dim`` ``H`` (ValueError naming
-    the shapes otherwise), and keys and values in x's dtype (that of the weights too, once
-    ``check_params`` has run: another one would round them silently; TypeError)."""
+    the shapes otherwise), keys and values in x's dtype (that of the weights too, once
+    ``check_params`` has run: another one would round them silently; TypeError), a bool
+    padding and a ``length`` that is an int or a 0-d integer array (TypeError; its value is
+    ``check_cache_room``'s)."""
     package = cache_type.__module__.split(".")[0]
     if type(cache) is not cache_type or not all(
         isinstance(field, array_type) for field in (cache.keys, cache.values, cache.padding)
@@ -454,6 +457,28 @@ def check_kv_cache(
             raise TypeError(
                 f"cache has dtype {np.dtype(stored.dtype).name} but x has dtype {np.dtype(x.dtype).name}"
             )
+    padding = np.dtype(cache.padding.dtype)
+    if padding != np.bool_:
+        raise TypeError(f"cache.padding must be bool (True = padding), got {padding.name}")
+    length = cache.length
+    integer_array = isinstance(length, array_type) and length.ndim == 0 and length.dtype.kind in "iu"
+    if isinstance(length, bool) or not (isinstance(length, (int, np.integer)) or integer_array):
+        raise TypeError(
+            "cache.length must be an int or a 0-d integer array (the tokens cached so far), "
+            f"got {length!r} ({type(length).__name__})"
+        )
+
+
+def check_cache_room(length: int | None, max_length: int, num_tokens: int) -> None:
+    """A cache of ``max_length`` tokens holding ``length`` (None where it is not concrete: under
+    jax.jit the caller keeps within the cache) has room for ``num_tokens`` more: ValueError
+    naming the numbers otherwise, or for a length outside [0, max_length]."""
+    if length is None:
+        return
+    if not 0 <= length <= max_length:
+        raise ValueError(f"cache.length is {length}, outside [0, {max_length}]: not a cache's length")
+    if length + num_tokens > max_length:
+        raise ValueError(f"the cache holds {length} of {max_length} tokens; {num_tokens} more do not fit")
 
 
 def check_causal_mask_args(

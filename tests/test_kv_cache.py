@@ -177,3 +177,55 @@ def test_a_cache_of_other_sizes_than_x_is_refused(framework, sizes, message):
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         package.multi_head_attention_decode(params, x, cache, num_heads=2, context_length=12)
+
+
+BAD_LENGTHS = [
+    (2.0, TypeError, "cache.length must be an int or a 0-d integer array (the tokens "
+     "cached so far), got 2.0 (float)"),
+    (True, TypeError, "cache.length must be an int or a 0-d integer array (the tokens "
+     "cached so far), got True (bool)"),
+    (-1, ValueError, "cache.length is -1, outside [0, 12]: not a cache's length"),
+    (13, ValueError, "cache.length is 13, outside [0, 12]: not a cache's length"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "length, error, message", BAD_LENGTHS, ids=["float", "bool", "negative", "past_the_end"]
+)
+@pytest.mark.parametrize("framework", ["numpy", "jax"])
+def test_a_hand_built_cache_length_is_checked(framework, length, error, message):
+    """Not jax's "'int' object has no attribute 'dtype'", nor numpy writing before the cache's
+    start (a negative length) in silence: one error in both packages."""
+    case = decode_case("MultiHeadAttention", "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    package = PACKAGES[framework]
+    cache = package.init_kv_cache(2, 2, 12, 4)._replace(length=length)
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        package.multi_head_attention_decode(params, x[:, :1], cache, num_heads=2, context_length=12)
+
+
+@pytest.mark.parametrize("framework", ["numpy", "jax"])
+def test_a_hand_built_cache_with_a_python_int_length_decodes_like_init_kv_cache(framework):
+    case = decode_case("MultiHeadAttention", "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    package = PACKAGES[framework]
+    cache = package.init_kv_cache(2, 2, 12, 4)
+    expected, expected_cache = package.multi_head_attention_decode(
+        params, x[:, :3], cache, num_heads=2, context_length=12
+    )
+    output, new_cache = package.multi_head_attention_decode(
+        params, x[:, :3], cache._replace(length=0), num_heads=2, context_length=12
+    )
+    np.testing.assert_array_equal(np.asarray(output), np.asarray(expected))
+    assert int(new_cache.length) == int(expected_cache.length) == 3
+
+
+@pytest.mark.parametrize("framework", ["numpy", "jax"])
+def test_a_cache_whose_padding_is_not_bool_is_refused(framework):
+    case = decode_case("MultiHeadAttention", "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    package = PACKAGES[framework]
+    cache = package.init_kv_cache(2, 2, 12, 4)
+    cache = cache._replace(padding=cache.padding.astype(np.float32))
+    with pytest.raises(TypeError, match=r"^cache.padding must be bool \(True = padding\), got float32$"):
+        package.multi_head_attention_decode(params, x[:, :1], cache, num_heads=2, context_length=12)
