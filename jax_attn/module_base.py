@@ -38,7 +38,7 @@ from numpy_attn.validation import (
     check_dropout,
     check_finite,
     check_input,
-    check_native_byte_order,
+    check_mapping,
     check_params,
     check_size,
 )
@@ -113,16 +113,13 @@ def check_rngs(rngs: Any, *, call: bool = False) -> None:
 
 def readable_weights(params: Mapping[str, Any]) -> dict[str, Any]:
     """Each weight of ``params`` with the dtype it was given, for the checks: NumPy arrays as
-    they are (in the machine's byte order, ``check_native_byte_order``), other arrays (JAX,
+    they are (their byte order checked with their dtype, by ``check_params``), other arrays (JAX,
     torch) as JAX arrays converted in 64-bit mode, where ``as_jax`` keeps a float64 or int64
     dtype that it narrows without x64; anything else as it is, for the checks to name."""
-    weights = dict(params)
-    for name, value in weights.items():
-        if isinstance(value, np.ndarray):
-            check_native_byte_order(f"params[{name!r}]", value)
+    check_mapping(params)
     with jax.enable_x64(True):
         return {
-            name: value if isinstance(value, np.ndarray) else as_jax(value) for name, value in weights.items()
+            name: value if isinstance(value, np.ndarray) else as_jax(value) for name, value in params.items()
         }
 
 

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from flax import nnx
 
 import jax_attn
 import numpy_attn
@@ -178,3 +179,13 @@ def test_config_sizes_follow_the_one_size_rule(params, call, key, value, error, 
     """TypeError for a size that is not an int, ValueError below 1: ``check_size``, as every size."""
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         call(params, token_ids(1, 4), TINY | {key: value})
+
+
+@pytest.mark.parametrize("params_given", [[1, 2], None], ids=["list", "None"])
+def test_the_jax_model_refuses_weights_that_are_not_a_mapping(params_given):
+    """The weights format's TypeError (not dict()'s "cannot convert dictionary update sequence")."""
+    message = f"^params must be a mapping of str to arrays, got {type(params_given).__name__}$"
+    with pytest.raises(TypeError, match=message):
+        jax_attn.GPTModel.from_params(params_given, TINY)
+    with pytest.raises(TypeError, match=message):
+        jax_attn.GPTModel(TINY, rngs=nnx.Rngs(0)).load_params(params_given)
