@@ -27,12 +27,13 @@ import numpy as np
 
 from numpy_attn.gpt import LAYER_NORM_EPS
 from numpy_attn.gpt_spec import check_gpt_params
-from numpy_attn.validation import check_params
-from numpy_attn.weights_file import load_weights, save_weights
+from numpy_attn.validation import check_dropout, check_params, check_size
+from numpy_attn.weights_file import _MAX_TENSORS, _open_regular_file, load_weights, save_weights
 
 __all__ = ["HF_NAMES", "load_hf_gpt2", "save_hf_gpt2"]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+_MAX_CONFIG = 1 << 20  # bytes of config.json read at most (GPT-2's has about 1 kB)
 QKV = ("W_query", "W_key", "W_value")
 # GPTModel block name -> GPT-2 block name (Conv1D weights transposed, LayerNorm renamed)
 HF_NAMES = {
@@ -54,14 +55,23 @@ _SUPPORTED = {
 
 
 def _read_config(directory: str) -> dict[str, Any]:
+    """``config.json`` of a GPT-2 folder, checked before anything is built from it: JSON of at
+    most ``_MAX_CONFIG`` bytes, UTF-8, ``model_type`` gpt2, positive int sizes (a ``n_layer``
+    whose blocks could not fit in a weight file is refused here, before its tensors are listed),
+    a dropout rate in [0, 1) and the settings this GPT computes as GPT-2 does."""
     for file in (CONFIG_FILE, WEIGHTS_FILE):
         if not os.path.isfile(os.path.join(directory, file)):
             raise ValueError(f"{directory} is not a GPT-2 checkpoint folder: {file} is missing")
-    with open(os.path.join(directory, CONFIG_FILE)) as file:
-        try:
-            hf_config = json.load(file)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{directory}/{CONFIG_FILE} is not valid JSON: {error}") from error
+    name = f"{directory}/{CONFIG_FILE}"
+    with _open_regular_file(os.path.join(directory, CONFIG_FILE)) as file:
+        text = file.read(_MAX_CONFIG + 1)
+    if len(text) > _MAX_CONFIG:
+        raise ValueError(f"{name} holds more than {_MAX_CONFIG} bytes; a GPT-2 config.json holds about 1 kB")
+    try:
+        hf_config = json.loads(text.decode("utf-8"))
+    except (ValueError, RecursionError) as error:  # not UTF-8, bad JSON, too many digits, too deep
+        reason = "nested too deeply" if isinstance(error, RecursionError) else error
+        raise ValueError(f"{name} is not valid JSON: {reason}") from None
     if not isinstance(hf_config, dict) or hf_config.get("model_type") != "gpt2":
         model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
         raise ValueError(f"{directory} holds a {model_type!r} model, not 'gpt2'")
@@ -69,16 +79,38 @@ def _read_config(directory: str) -> dict[str, Any]:
         key for key in ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer") if key not in hf_config
     ]
     if missing:
-        raise ValueError(f"{directory}/{CONFIG_FILE} is missing keys {missing}")
+        raise ValueError(f"{name} is missing keys {missing}")
+    for key in ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer"):
+        check_size(f"{name}: {key}", hf_config[key])
+    check_dropout(f"{name}: resid_pdrop", hf_config.get("resid_pdrop", 0.1))
+    n_layer, per_block = hf_config["n_layer"], len(_hf_block_shapes("", 1))
+    if n_layer * per_block > _MAX_TENSORS:
+        raise ValueError(
+            f"{name}: n_layer={n_layer} needs {n_layer * per_block} tensors ({per_block} a block), more "
+            f"than the {_MAX_TENSORS} a weight file holds"
+        )
     for key, allowed in _SUPPORTED.items():
         if hf_config.get(key, allowed[0]) not in allowed:
-            raise ValueError(
-                f"{directory}/{CONFIG_FILE}: {key}={hf_config[key]!r} is not supported, only {allowed}"
-            )
+            raise ValueError(f"{name}: {key}={hf_config[key]!r} is not supported, only {allowed}")
     n_inner = hf_config.get("n_inner")
     if n_inner not in (None, 4 * hf_config["n_embd"]):
-        raise ValueError(f"{directory}/{CONFIG_FILE}: n_inner={n_inner} is not supported, only 4 * n_embd")
+        raise ValueError(f"{name}: n_inner={n_inner} is not supported, only 4 * n_embd")
     return hf_config
+
+
+def _hf_block_shapes(block: str, emb: int) -> dict[str, tuple[int, ...]]:
+    """The tensors of one GPT-2 block, named with the prefix ``block`` (``transformer.h.{i}.``)."""
+    shapes = {
+        f"{block}attn.c_attn.weight": (emb, 3 * emb),
+        f"{block}attn.c_attn.bias": (3 * emb,),
+        f"{block}attn.c_proj.weight": (emb, emb),
+        f"{block}attn.c_proj.bias": (emb,),
+        f"{block}mlp.c_fc.weight": (emb, 4 * emb),
+        f"{block}mlp.c_fc.bias": (4 * emb,),
+        f"{block}mlp.c_proj.weight": (4 * emb, emb),
+        f"{block}mlp.c_proj.bias": (emb,),
+    }
+    return shapes | {f"{block}{ln}.{p}": (emb,) for ln in ("ln_1", "ln_2") for p in ("weight", "bias")}
 
 
 def _hf_shapes(config: Mapping[str, Any], lm_head: bool) -> dict[str, tuple[int, ...]]:
@@ -86,18 +118,7 @@ def _hf_shapes(config: Mapping[str, Any], lm_head: bool) -> dict[str, tuple[int,
     vocab, context, emb = config["vocab_size"], config["context_length"], config["emb_dim"]
     shapes = {"transformer.wte.weight": (vocab, emb), "transformer.wpe.weight": (context, emb)}
     for index in range(config["n_layers"]):
-        block = f"transformer.h.{index}."
-        shapes |= {
-            f"{block}attn.c_attn.weight": (emb, 3 * emb),
-            f"{block}attn.c_attn.bias": (3 * emb,),
-            f"{block}attn.c_proj.weight": (emb, emb),
-            f"{block}attn.c_proj.bias": (emb,),
-            f"{block}mlp.c_fc.weight": (emb, 4 * emb),
-            f"{block}mlp.c_fc.bias": (4 * emb,),
-            f"{block}mlp.c_proj.weight": (4 * emb, emb),
-            f"{block}mlp.c_proj.bias": (emb,),
-        }
-        shapes |= {f"{block}{ln}.{p}": (emb,) for ln in ("ln_1", "ln_2") for p in ("weight", "bias")}
+        shapes |= _hf_block_shapes(f"transformer.h.{index}.", emb)
     shapes |= {"transformer.ln_f.weight": (emb,), "transformer.ln_f.bias": (emb,)}
     return shapes | ({"lm_head.weight": (vocab, emb)} if lm_head else {})
 
@@ -106,7 +127,9 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
     """``(params, config)`` from a transformers GPT-2 folder: the weights in the project's format
     (torch_ref ``GPTModel``'s names and layout) and the book's config dict (``qkv_bias`` True,
     ``drop_rate`` from ``resid_pdrop``). ValueError names a missing file, another architecture,
-    an unsupported setting, or every missing, unexpected and mis-shaped tensor."""
+    an unsupported setting, a ``config.json`` that is not JSON (UTF-8, at most 1 MiB) or whose
+    sizes are not positive ints (TypeError for a non-int, naming the key), or every missing,
+    unexpected and mis-shaped tensor."""
     directory = os.fspath(directory)
     hf_config = _read_config(directory)
     config = {

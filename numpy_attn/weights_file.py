@@ -15,7 +15,11 @@ file holds:
   member's ``.npy`` header (no pickle, a float dtype, a shape whose size is the member's). Data
   is then read straight into the arrays, never past the size a member claims;
 * bounds keep any refusal within about a second: a file holds at most ``_MAX_TENSORS`` (10,000)
-  tensors, and its safetensors header or zip directory at most ``_MAX_HEADER`` (8 MiB);
+  tensors (an ``.npz``'s zip directory entries are counted, not its end record's claim), and its
+  safetensors header or zip directory at most ``_MAX_HEADER`` (8 MiB);
+* an ``.npz``'s members together inflate to at most ``_MAX_NPZ_EXPANSION`` (10) times the
+  file's size, or ``_NPZ_EXPANSION_FLOOR`` (64 MiB) for a smaller file: a zip bomb is refused
+  from its directory, before anything is inflated (weights compress about 1.1:1);
 * files written by ``save_weights`` carry an integrity record: in safetensors,
   ``__metadata__`` holds the key list and a SHA-256 of the header's entries (names, dtypes,
   shapes, data offsets) and of the data; an ``.npz`` holds the key list and a SHA-256 of names,
@@ -83,6 +87,10 @@ _MAX_ELEMENTS = sys.maxsize // 8  # NumPy's bound on an array's bytes, for the w
 _DIGEST_LENGTH = 64  # hex characters of a SHA-256
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed, so that equal weights give equal files
 _MAX_DEFLATE_RATIO = 1100  # deflate expands at most ~1032:1; a larger claimed size is a lie
+# an .npz's members declare at most this many times the file's bytes (float weights deflate to
+# about 1:1.1; zeros to 1:1000, a zip bomb), or the floor for a smaller file
+_MAX_NPZ_EXPANSION = 10
+_NPZ_EXPANSION_FLOOR = 64 << 20
 _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
@@ -527,19 +535,40 @@ def _head_digest(file: BinaryIO, count: int, path: str) -> bytes:
 
 def _check_zip_directory(file: BinaryIO, path: str) -> None:
     """Bound the central directory before ``zipfile`` reads it (in one read of the size it
-    claims): at most ``_MAX_HEADER`` bytes and ``_MAX_TENSORS`` members (and the record)."""
+    claims): at most ``_MAX_HEADER`` bytes and ``_MAX_TENSORS`` members (and the record), both
+    as the end record claims and as the directory's entries count."""
     end = zipfile._EndRecData(file)  # the record ZipFile itself reads, found the same way
     if end is None:
         raise zipfile.BadZipFile("File is not a zip file")
     _check_count(end[zipfile._ECD_ENTRIES_TOTAL] - 1, path)
     _check_header_size(end[zipfile._ECD_SIZE], path, "zip directory")
+    _check_count(_directory_entries(file, end) - 1, path)
     file.seek(0)
+
+
+def _directory_entries(file: BinaryIO, end: list[Any]) -> int:
+    """The entries of the zip directory, stepped through as ``ZipFile`` reads them (it reads
+    entries until the directory's size is used up, whatever the end record's count says), up
+    to one more than a weight file may have: the count stops there, so it takes milliseconds."""
+    size = end[zipfile._ECD_SIZE]
+    start = end[zipfile._ECD_LOCATION] - size  # ZipFile's start_dir (its offset plus "concat")
+    if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
+        start -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+    file.seek(max(start, 0))  # a negative start: ZipFile refuses the file itself
+    directory = file.read(size)
+    count = position = 0
+    while position + zipfile.sizeCentralDir <= min(size, len(directory)) and count <= _MAX_TENSORS + 1:
+        # the entry's name, extra field and comment lengths follow its 28 fixed bytes
+        position += zipfile.sizeCentralDir + sum(struct.unpack_from("<3H", directory, position + 28))
+        count += 1
+    return count
 
 
 def _members(archive: zipfile.ZipFile, size: int, path: str) -> list[zipfile.ZipInfo]:
     """The archive's members, each a plain (stored or deflated, unencrypted) ``.npy``, named
     once, whose claimed sizes can be true (checked before any member is read)."""
     infos = archive.infolist()
+    _check_count(len(infos) - 1, path)  # as _check_zip_directory counted them before ZipFile read them
     counts = collections.Counter(info.filename for info in infos)
     if len(counts) != len(infos):
         raise ValueError(f"{path}: duplicate members {sorted(n for n, c in counts.items() if c > 1)}")
@@ -557,6 +586,12 @@ def _members(archive: zipfile.ZipFile, size: int, path: str) -> list[zipfile.Zip
             )
     if sum(info.compress_size for info in infos) > size:  # members that overlap: a zip bomb
         raise ValueError(f"{path}: its members claim more bytes than the file's {size}")
+    inflated = sum(info.file_size for info in infos)
+    if inflated > max(_MAX_NPZ_EXPANSION * size, _NPZ_EXPANSION_FLOOR):  # a zip bomb
+        raise ValueError(
+            f"{path}: its members inflate to {inflated} bytes, more than {_MAX_NPZ_EXPANSION} times the "
+            f"file's {size} (and than {_NPZ_EXPANSION_FLOOR}); weights do not compress so far"
+        )
     return infos
 
 

@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -137,6 +139,56 @@ def test_an_unsupported_setting_is_refused(checkpoint, tmp_path):
     _copy_with_config(directory, tmp_path, activation_function="relu")
     with pytest.raises(ValueError, match="activation_function='relu' is not supported"):
         numpy_attn.load_hf_gpt2(tmp_path)
+
+
+def _with_config_bytes(directory, target, text):
+    (target / "config.json").write_bytes(text)
+    (target / "model.safetensors").write_bytes((directory / "model.safetensors").read_bytes())
+
+
+def _hf_config_bytes(directory, **changes):
+    return json.dumps(json.loads((directory / "config.json").read_text()) | changes).encode()
+
+
+CONFIG_FILES = {
+    # config.json's bytes (from the saved folder's), the error, its text after the file's name
+    "n_layer_1e9": (lambda d: _hf_config_bytes(d, n_layer=10**9), ValueError,
+                    ": n_layer=1000000000 needs 12000000000 tensors (12 a block), more than the 10000 a "
+                    "weight file holds"),
+    "n_layer_float": (lambda d: _hf_config_bytes(d, n_layer=1.0), TypeError,
+                      ": n_layer must be a positive int, got 1.0 (float)"),
+    "n_head_zero": (lambda d: _hf_config_bytes(d, n_head=0), ValueError,
+                    ": n_head must be a positive int, got 0"),
+    "n_embd_string": (lambda d: _hf_config_bytes(d, n_embd="24"), TypeError,
+                      ": n_embd must be a positive int, got '24' (str)"),
+    "resid_pdrop_1.5": (lambda d: _hf_config_bytes(d, resid_pdrop=1.5), ValueError,
+                        ": resid_pdrop must be in [0, 1), got 1.5"),
+    "deeply_nested": (lambda d: b"[" * 100_000 + b"]" * 100_000, ValueError,
+                      " is not valid JSON: nested too deeply"),
+    "not_utf8": (lambda d: b'{"model_type": "gpt2", "a": "\xff"}', ValueError,
+                 " is not valid JSON: 'utf-8' codec can't decode byte 0xff in position 29: invalid start "
+                 "byte"),
+    "over_1_mib": (lambda d: b'{"model_type": "gpt2", "notes": "' + b"x" * 2**20 + b'"}', ValueError,
+                   " holds more than 1048576 bytes; a GPT-2 config.json holds about 1 kB"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("text, error, message", CONFIG_FILES.values(), ids=CONFIG_FILES.keys())
+@pytest.mark.parametrize(
+    "load", [numpy_attn.load_hf_gpt2, jax_attn.GPTModel.from_hf_gpt2], ids=["numpy", "jax"]
+)
+def test_a_hostile_config_json_is_refused_quickly_naming_the_file_and_key(
+    checkpoint, tmp_path, load, text, error, message
+):
+    """An untrusted folder's config.json: n_layer=10**9 listed 12e9 tensor names before any check
+    (it never returned), a float size raised range()'s TypeError naming no key, deep nesting a
+    RecursionError, bytes that are not UTF-8 a UnicodeDecodeError; the file was read whole."""
+    _, directory = checkpoint
+    _with_config_bytes(directory, tmp_path, text(directory))
+    start = time.perf_counter()
+    with pytest.raises(error, match=f"^{re.escape(f'{tmp_path}/config.json{message}')}$"):
+        load(tmp_path)
+    assert time.perf_counter() - start < 1
 
 
 def test_writing_checks_the_weights_against_the_config_first(tmp_path):

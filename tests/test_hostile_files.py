@@ -5,6 +5,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import struct
 import threading
 import time
@@ -561,14 +562,14 @@ def test_a_file_longer_or_shorter_than_its_header_declares_is_refused_naming_the
 
 
 def test_an_npz_member_claiming_more_than_its_npy_header_is_refused_without_inflating_it(tmp_path):
-    """A zip bomb: 64 MiB of zeros after a (2, 3) array, deflated to a few hundred kB; the npy
+    """A zip bomb: 16 MiB of zeros after a (2, 3) array, deflated to a few dozen kB; the npy
     header says 24 bytes of data, so the member is refused before it is inflated."""
     path = tmp_path / "w.npz"
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
-        archive.writestr("W.npy", npy(W) + bytes(64 * 2**20))
+        archive.writestr("W.npy", npy(W) + bytes(16 * 2**20))
     path.write_bytes(buffer.getvalue())
-    refused_quickly(path, r"member 'W.npy' \(float32, shape \(2, 3\)\) holds 67108888 bytes of data")
+    refused_quickly(path, r"member 'W.npy' \(float32, shape \(2, 3\)\) holds 16777240 bytes of data")
 
 
 def test_npz_members_that_overlap_are_refused(tmp_path):
@@ -578,6 +579,48 @@ def test_npz_members_that_overlap_are_refused(tmp_path):
     path = tmp_path / "w.npz"
     path.write_bytes(set_central_field(blob, 20, "<I", len(blob) - 20))  # W's compressed size
     check_refused(path, ValueError, rf"its members claim more bytes than the file's {len(blob)}")
+
+
+def deflated_npz(arrays):
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def test_an_npz_inflating_to_more_than_the_bound_is_refused_before_inflating(tmp_path, monkeypatch):
+    """A zip bomb whose sizes are all true: one deflated member of zeros, as its npy header says
+    (a 1 MB file of 1 GiB of zeros loaded in 5 s). The members may declare at most 10 times the
+    file's size (the floor, 64 MiB, lowered here to keep the file small)."""
+    monkeypatch.setattr(weights_file, "_NPZ_EXPANSION_FLOOR", 2**20)
+    blob = deflated_npz({"W": np.zeros(2**20, np.float32)})  # 4 MiB of zeros in about 4 kB
+    path = tmp_path / "w.npz"
+    path.write_bytes(blob)
+    inflated = sum(info.file_size for info in zipfile.ZipFile(io.BytesIO(blob)).infolist())
+    refused_quickly(
+        path,
+        f"^{re.escape(str(path))}: its members inflate to {inflated} bytes, more than 10 times the file's "
+        rf"{len(blob)} \(and than 1048576\); weights do not compress so far$",
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_np_savez_compressed_weights_load_within_the_inflation_bound(tmp_path, monkeypatch, dtype):
+    """Real weights deflate to about 1:1.1, far inside the bound, even with the floor lowered below
+    their size; so do a model's small zero or one vectors beside them."""
+    monkeypatch.setattr(weights_file, "_NPZ_EXPANSION_FLOOR", 2**18)
+    rng = np.random.default_rng(0)
+    params = {
+        "W_query.weight": (0.02 * rng.standard_normal((512, 512))).astype(dtype),
+        "W_query.bias": np.zeros(512, dtype),
+        "norm.scale": np.ones(512, dtype),
+    }
+    path = tmp_path / "w.npz"
+    path.write_bytes(deflated_npz(params))
+    assert sum(array.nbytes for array in params.values()) > weights_file._NPZ_EXPANSION_FLOOR
+    loaded = load_weights(path)
+    assert list(loaded) == list(params)
+    for name, array in params.items():
+        np.testing.assert_array_equal(loaded[name], array)
 
 
 # ------------------------------------------------------------------ bounds on headers and directories
@@ -617,6 +660,49 @@ def test_the_bounds_hold_as_many_tensors_as_a_file_may_have(tmp_path):
     check_refused(tmp_path / "w.npz", ValueError, "holds more than 10000 tensors")
 
 
+def npz_claiming_one_member(count, zip64, monkeypatch):
+    """An .npz of ``count`` members (each ``B``) whose end record says it holds one: the plain end
+    record, or the zip64 one (zipfile writes it past 65,535 members; its limit is lowered here)."""
+    buffer = io.BytesIO()
+    with monkeypatch.context() as patch:
+        if zip64:
+            patch.setattr(zipfile, "ZIP_FILECOUNT_LIMIT", 1)
+        with zipfile.ZipFile(buffer, "w") as archive:
+            for index in range(count):
+                archive.writestr(f"{index:x}.npy", npy(B))
+    blob = bytearray(buffer.getvalue())
+    if zip64:
+        struct.pack_into("<QQ", blob, blob.rfind(b"PK\x06\x06") + 24, 1, 1)
+    else:
+        struct.pack_into("<HH", blob, blob.rfind(b"PK\x05\x06") + 8, 1, 1)
+    return bytes(blob)
+
+
+@pytest.mark.parametrize("zip64", [False, True], ids=["end_record", "zip64_end_record"])
+def test_an_npz_end_record_understating_its_members_is_refused_by_their_count(tmp_path, monkeypatch, zip64):
+    """The end record's count was the only one checked: zipfile reads every entry in the
+    directory whatever it says (150,000 tensors in an 8 MiB directory loaded in 9 s). The
+    entries are counted as zipfile steps through them, stopping past the bound: milliseconds."""
+    path = tmp_path / "w.npz"
+    path.write_bytes(npz_claiming_one_member(10_002, zip64, monkeypatch))
+    start = time.perf_counter()
+    check_refused(
+        path,
+        ValueError,
+        f"^{re.escape(str(path))} holds more than 10000 tensors, the most a weight file holds$",
+    )
+    assert time.perf_counter() - start < 1
+
+
+def test_the_members_zipfile_read_are_counted_too(tmp_path, monkeypatch):
+    """Should the early count ever step through a directory otherwise than zipfile, the members
+    zipfile read are held to the same bound."""
+    path = tmp_path / "w.npz"
+    path.write_bytes(npz_claiming_one_member(10_002, False, monkeypatch))
+    monkeypatch.setattr(weights_file, "_directory_entries", lambda file, end: 1)
+    check_refused(path, ValueError, f"^{re.escape(str(path))} holds more than 10000 tensors")
+
+
 def test_saving_refuses_names_longer_than_the_bounds(tmp_path):
     with pytest.raises(ValueError, match=r"a name in \.npz holds at most 65531 bytes"):
         save_weights(tmp_path / "w.npz", {"é" * 32_766: W})
@@ -630,6 +716,7 @@ def test_saving_refuses_names_longer_than_the_bounds(tmp_path):
 
 def test_the_bounds_are_the_documented_ones():
     assert (weights_file._MAX_TENSORS, weights_file._MAX_HEADER) == (10_000, 8 * 2**20)
+    assert (weights_file._MAX_NPZ_EXPANSION, weights_file._NPZ_EXPANSION_FLOOR) == (10, 64 * 2**20)
 
 
 # ------------------------------------------------------------------ names UTF-8 cannot encode
