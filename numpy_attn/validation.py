@@ -42,6 +42,7 @@ __all__ = [
     "check_padding_mask",
     "check_params",
     "check_parts",
+    "check_qkv_pair",
     "check_rng",
     "check_self_attention_args",
     "check_size",
@@ -160,14 +161,15 @@ def check_floating(x: Any, floating: tuple[str, ...] = NUMPY_FLOATS, name: str =
     return shape
 
 
-def check_operands(floating: tuple[str, ...], **arrays: Any) -> None:
-    """A building block's array arguments, by name (None: an optional one not given): each a
-    floating array NumPy can read in the machine's byte order (``check_floating``), all of the
-    first one's dtype: otherwise a TypeError naming the first that differs and the first
-    (``keys has dtype float16 but queries has dtype float32``), as the layers name a weight."""
+def check_operands(floating: tuple[str, ...], /, *, optional: tuple[str, ...] = (), **arrays: Any) -> None:
+    """A building block's array arguments, by name, the first one required: each a floating
+    array NumPy can read in the machine's byte order (``check_floating``; None is refused as any
+    other non-array, except for the names in ``optional``, a bias not given), all of the first
+    one's dtype: otherwise a TypeError naming the first that differs and the first (``keys has
+    dtype float16 but queries has dtype float32``), as the layers name a weight."""
     first_name, first = next(iter(arrays.items()))
     for name, value in arrays.items():
-        if value is None:
+        if value is None and name in optional:
             continue
         check_floating(value, floating, name)
         if np.dtype(value.dtype) != np.dtype(first.dtype):
@@ -194,6 +196,15 @@ def check_attend_options(masking: Any, dropout: Any) -> None:
     check_mask_operands(padding_mask=masking.padding_mask, attn_keep_mask=dropout.keep_mask)
     if dropout.rate is not None:
         check_dropout("dropout.rate", dropout.rate)
+
+
+def check_qkv_pair(qkv: Any) -> None:
+    """``attend_heads``' ``qkv``: a ``(weight, bias)`` pair (a tuple or a list; bias None for
+    none), TypeError otherwise. The arrays are ``check_operands``'."""
+    pair = isinstance(qkv, (tuple, list))
+    if not pair or len(qkv) != 2:
+        got = f"{type(qkv).__name__} of length {len(qkv)}" if pair else type(qkv).__name__
+        raise TypeError(f"qkv must be a (weight, bias) pair, bias None for none, got {got}")
 
 
 def check_linear_shapes(x: Any, weight: Any, bias: Any) -> None:

@@ -539,3 +539,74 @@ def test_attend_names_its_dropout_rate(package, block):
         first = (arrays["x"], (arrays["qkv[0]"], arrays["qkv[1]"]), N)
     with pytest.raises(ValueError, match=r"^dropout.rate must be in \[0, 1\), got 1.0(\n|$)"):
         fn(*first, numpy_attn.Masking(), numpy_attn.AttnDropout(1.0))
+
+
+OPTIONAL = ("mask", "padding_mask", "attn_keep_mask", "keep_mask", "bias", "qkv[1]")
+
+
+@pytest.mark.parametrize("path", ["numpy", "jax", "jit"])
+@pytest.mark.parametrize(
+    "block, name",
+    [(block, name) for block in BLOCKS for name in block_arrays(block) if name not in OPTIONAL],
+)
+def test_none_for_a_required_array_of_a_building_block_is_named(path, block, name):
+    """None is refused as any other non-array (it used to be skipped: an AttributeError later,
+    or dropout(None, p) returned None); only a bias or a mask may be None."""
+    arrays = block_arrays(block)
+    arrays[name] = None
+    package = numpy_attn if path == "numpy" else jax_attn
+    run = functools.partial(call_block, package, block)
+    with pytest.raises(TypeError, match=f"^{re.escape(name)} must be an array, got NoneType(\n|$)"):
+        jax.jit(run)(arrays) if path == "jit" else run(arrays)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+def test_none_for_a_required_array_of_the_blockwise_blocks_is_named(package):
+    fn = PACKAGES[package]
+    queries, weight = block_arrays("attend")["queries"], block_arrays("split_projection")["weight"]
+    x = block_arrays("attend_heads")["x"]
+    with pytest.raises(TypeError, match=r"^values must be an array, got NoneType$"):
+        fn.blockwise_attention(queries, queries, None)
+    with pytest.raises(TypeError, match=r"^x must be an array, got NoneType$"):
+        fn.blockwise_self_attention(None, weight, None, num_heads=N)
+    with pytest.raises(TypeError, match=r"^weight must be an array, got NoneType$"):
+        fn.blockwise_self_attention(x, None, None, num_heads=N)
+    assert fn.blockwise_self_attention(x, weight, None, num_heads=N).shape == (B, T, 4)  # no bias
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize("block", ["attend", "attend_heads"])
+@pytest.mark.parametrize("option", ["masking", "dropout", "path"])
+@pytest.mark.parametrize("value", [None, "blockwise"])
+def test_attend_options_of_another_type_are_named(package, block, option, value):
+    """Not an AttributeError on ``masking.padding_mask``: a TypeError naming the argument."""
+    arrays = block_arrays(block)
+    if block == "attend":
+        first = (arrays["queries"], arrays["keys"], arrays["values"])
+    else:
+        first = (arrays["x"], (arrays["qkv[0]"], arrays["qkv[1]"]), N)
+    options = {
+        "masking": numpy_attn.Masking(),
+        "dropout": numpy_attn.AttnDropout(),
+        "path": numpy_attn.ComputePath(),
+    }
+    kind = type(options[option]).__name__
+    options[option] = value
+    message = f"{option} must be a numpy_attn.{kind}, got {type(value).__name__}"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        getattr(PACKAGES[package], block)(*first, *options.values())
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize(
+    "qkv, got", [("one", "tuple of length 1"), ("three", "tuple of length 3"), ("array", "ndarray")]
+)
+def test_attend_heads_qkv_must_be_a_weight_bias_pair(package, qkv, got):
+    arrays = block_arrays("attend_heads")
+    weight, bias = arrays["qkv[0]"], arrays["qkv[1]"]
+    given = {"one": (weight,), "three": (weight, bias, bias), "array": weight}[qkv]
+    message = f"qkv must be a (weight, bias) pair, bias None for none, got {got}"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        PACKAGES[package].attend_heads(arrays["x"], given, N)
+    expected = PACKAGES[package].attend_heads(arrays["x"], (weight, None), N)[0]  # a list is a pair too
+    np.testing.assert_array_equal(PACKAGES[package].attend_heads(arrays["x"], [weight, None], N)[0], expected)
