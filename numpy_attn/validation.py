@@ -320,11 +320,14 @@ def check_size(name: str, value: Any) -> None:
 
 
 def check_dropout(name: str, p: Any) -> None:
-    """Dropout probabilities lie in [0, 1): p = 1 would divide by zero when rescaling."""
+    """Dropout probabilities lie in [0, 1): p = 1 would divide by zero when rescaling. The
+    comparison is exact (``float(p)`` overflows for a huge int); an int beyond 64 bits is named
+    by its size (Python refuses to print one of over 4300 digits)."""
     if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
         raise TypeError(f"{name} must be a float in [0, 1), got {type(p).__name__}")
-    if not 0.0 <= float(p) < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {p}")
+    if not 0.0 <= p < 1.0:
+        huge = isinstance(p, int) and p.bit_length() > 64
+        raise ValueError(f"{name} must be in [0, 1), got {f'an int of {p.bit_length()} bits' if huge else p}")
 
 
 def _check_bool_mask(name: str, mask: Any, expected: tuple[int, ...], what: str) -> None:

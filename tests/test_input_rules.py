@@ -610,3 +610,22 @@ def test_attend_heads_qkv_must_be_a_weight_bias_pair(package, qkv, got):
         PACKAGES[package].attend_heads(arrays["x"], given, N)
     expected = PACKAGES[package].attend_heads(arrays["x"], (weight, None), N)[0]  # a list is a pair too
     np.testing.assert_array_equal(PACKAGES[package].attend_heads(arrays["x"], [weight, None], N)[0], expected)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize(
+    "rate, got",
+    [
+        (10**400, "an int of 1329 bits"),
+        (-(10**5000), "an int of 16610 bits"),
+        (10**18, "1000000000000000000"),
+    ],
+    ids=["1e400", "-1e5000", "1e18"],
+)
+def test_a_huge_int_dropout_rate_is_the_range_error(package, rate, got):
+    """Not OverflowError (``float(p)``) or Python's refusal to print a long int."""
+    x = block_arrays("dropout")["x"]
+    with pytest.raises(ValueError, match=f"^p must be in \\[0, 1\\), got {got}$"):
+        PACKAGES[package].dropout(x, rate)
+    with pytest.raises(ValueError, match=f"^dropout must be in \\[0, 1\\), got {got}$"):
+        PACKAGES[package].scaled_dot_product_attention(x, x, x, dropout=rate)
