@@ -438,10 +438,10 @@ def check_kv_cache(
     (``cache_type``, whose arrays are ``array_type``; another package's cache is refused with a
     TypeError naming both), with keys and values ``(B, N, L, H)`` and padding ``(B, L)`` matching
     x's batch ``B``, ``num_heads`` ``N`` and the layer's ``head_dim`` ``H`` (ValueError naming
-    the shapes otherwise), keys and values in x's dtype (that of the weights too, once
-    ``check_params`` has run: another one would round them silently; TypeError), a bool
-    padding and a ``length`` that is an int or a 0-d integer array (TypeError; its value is
-    ``check_cache_room``'s)."""
+    the shapes otherwise), keys and values in the machine's byte order and in x's dtype (that of
+    the weights too, once ``check_params`` has run: another one would round them silently;
+    TypeError), a bool padding and a ``length`` that is an int or a 0-d integer array
+    (TypeError; its value is ``check_cache_room``'s)."""
     package = cache_type.__module__.split(".")[0]
     if type(cache) is not cache_type or not all(
         isinstance(field, array_type) for field in (cache.keys, cache.values, cache.padding)
@@ -466,7 +466,9 @@ def check_kv_cache(
             f"{tuple(cache.values.shape)}, but cache.keys {tuple(cache.keys.shape)} needs "
             f"{expected} and {tuple(cache.keys.shape)}"
         )
-    for stored in (cache.keys, cache.values):
+    for name in ("keys", "values"):
+        stored = getattr(cache, name)
+        check_native_byte_order(f"cache.{name}", stored)
         if np.dtype(stored.dtype) != np.dtype(x.dtype):
             raise TypeError(
                 f"cache has dtype {np.dtype(stored.dtype).name} but x has dtype {np.dtype(x.dtype).name}"
