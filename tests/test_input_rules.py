@@ -629,3 +629,46 @@ def test_a_huge_int_dropout_rate_is_the_range_error(package, rate, got):
         PACKAGES[package].dropout(x, rate)
     with pytest.raises(ValueError, match=f"^dropout must be in \\[0, 1\\), got {got}$"):
         PACKAGES[package].scaled_dot_product_attention(x, x, x, dropout=rate)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize("dtype, rate_type", [("float32", np.float64), ("float16", np.float32)])
+def test_a_numpy_scalar_dropout_rate_keeps_x_dtype_and_bits(package, dtype, rate_type):
+    """The rate is a Python float to the scaling: an np.float64 rate promoted float32 x to
+    float64 in numpy_attn, an np.float32 one float16 x to float32 in both packages."""
+    arrays = block_arrays("scaled_dot_product_attention", dtype)
+    x, attn_keep = arrays["queries"], arrays["attn_keep_mask"]
+    keep = np.random.default_rng(5).random(x.shape) >= 0.5
+    fn = PACKAGES[package]
+    for rate in (0.5, 0.1):
+        expected = fn.dropout(x, rate, keep_mask=keep)
+        actual = fn.dropout(x, rate_type(rate), keep_mask=keep)
+        assert actual.dtype == x.dtype
+        np.testing.assert_array_equal(np.asarray(actual), np.asarray(expected))
+        attention = [
+            fn.scaled_dot_product_attention(x, x, x, dropout=p, attn_keep_mask=attn_keep)
+            for p in (rate, rate_type(rate))
+        ]
+        assert attention[1].dtype == x.dtype
+        np.testing.assert_array_equal(np.asarray(attention[1]), np.asarray(attention[0]))
+
+
+def test_a_numpy_scalar_drop_rate_in_a_gpt_config_keeps_float32():
+    """numpy_attn's gpt_model raised 'params[...] has dtype float32 but x has dtype float64'."""
+    cfg = {
+        "vocab_size": 11,
+        "context_length": 6,
+        "emb_dim": 4,
+        "n_heads": 2,
+        "n_layers": 1,
+        "drop_rate": 0.1,
+        "qkv_bias": False,
+    }
+    params = {k: np.full(s, 0.1, np.float32) for k, s in numpy_attn.gpt_param_shapes(cfg).items()}
+    ids = np.array([[1, 2]])
+    logits = [
+        numpy_attn.gpt_model(params, ids, cfg | {"drop_rate": rate}, rng=np.random.default_rng(0))
+        for rate in (0.1, np.float64(0.1))
+    ]
+    assert logits[1].dtype == np.float32
+    np.testing.assert_array_equal(logits[1], logits[0])
