@@ -12,7 +12,7 @@ from jax_attn.dropout import draw_keep_mask
 from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from jax_attn.linear import unchecked_split_projection
 from jax_attn.masks import unchecked_causal_mask
-from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
+from numpy_attn.attend_options import AttnDropout, ComputePath, Masking, check_option_types
 from numpy_attn.implementation import uses_blockwise
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
@@ -23,6 +23,7 @@ from numpy_attn.validation import (
     check_input,
     check_linear_shapes,
     check_parts,
+    check_qkv_pair,
 )
 
 __all__ = ["attend", "attend_heads", "unchecked_attend", "unchecked_attend_heads"]
@@ -42,6 +43,7 @@ def attend(
     dtype, float64 without 64-bit mode, different dtypes; ValueError for shapes that do not fit)."""
     check_jax_operands(queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
+    check_option_types(masking, dropout, path)
     check_attend_options(masking, dropout)
     return unchecked_attend(queries, keys, values, masking, dropout, path, return_steps)
 
@@ -104,11 +106,13 @@ def attend_heads(
     """``unchecked_attend_heads`` after ``linear``'s checks of x and ``qkv`` (named ``qkv[0]``,
     ``qkv[1]``), that the weight stacks 3 projections whose width ``num_heads`` divides, and
     that the masks given are arrays NumPy can read and the dropout rate is in [0, 1)."""
-    check_jax_operands(x=x, **{"qkv[0]": qkv[0], "qkv[1]": qkv[1]})
+    check_qkv_pair(qkv)
+    check_jax_operands(x=x, **{"qkv[0]": qkv[0], "qkv[1]": qkv[1]}, optional=("qkv[1]",))
     check_input(x, layout="(B, T, D)", floating=JAX_FLOATS)
     check_linear_shapes(x, *qkv)
     check_parts(tuple(qkv[0].shape), 3)
     check_divisible("E", qkv[0].shape[0] // 3, num_heads)
+    check_option_types(masking, dropout, path)
     check_attend_options(masking, dropout)
     return unchecked_attend_heads(x, qkv, num_heads, masking, dropout, path, return_steps)
 

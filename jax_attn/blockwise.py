@@ -172,7 +172,7 @@ def blockwise_self_attention(
     inside the loop over heads, ``(T, 3H)`` at a time: no ``(B, T, 3E)`` projection is ever
     stored (at B=1, T=16384, d=768, 12 heads: 24 MiB of XLA temporaries instead of 162 MiB).
     """
-    check_jax_operands(x=x, weight=weight, bias=bias)
+    check_jax_operands(x=x, weight=weight, bias=bias, optional=("bias",))
     check_self_attention_args(
         x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=JAX_FLOATS
     )

@@ -55,13 +55,13 @@ def check_x64(name: str, value: Any) -> None:
         )
 
 
-def check_jax_operands(**arrays: Any) -> None:
+def check_jax_operands(*, optional: tuple[str, ...] = (), **arrays: Any) -> None:
     """A building block's array arguments, by name: ``numpy_attn.validation.check_operands``
-    (floating, readable, native byte order, one dtype; bfloat16 accepted as well), and float64
-    only in 64-bit mode (``check_x64``: concrete float64 arrays; under ``jax.jit`` JAX has cast
-    them to float32 before any function runs)."""
+    (floating, readable, native byte order, one dtype, None only for the names in ``optional``;
+    bfloat16 accepted as well), and float64 only in 64-bit mode (``check_x64``: concrete float64
+    arrays; under ``jax.jit`` JAX has cast them to float32 before any function runs)."""
     for name, value in arrays.items():  # float64 refused as such before any mismatch is named
-        if value is not None:
+        if value is not None or name not in optional:
             check_floating(value, JAX_FLOATS, name)
             check_x64(name, value)
-    check_operands(JAX_FLOATS, **arrays)
+    check_operands(JAX_FLOATS, optional=optional, **arrays)

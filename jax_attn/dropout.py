@@ -41,6 +41,7 @@ def unchecked_dropout(
     is static under ``jax.jit``.
     """
     check_dropout("p", p)
+    p = float(p)  # a NumPy scalar would set the result's dtype (np.float64: float32 x -> float64)
     check_key(key)
     if keep_mask is None:
         if key is None:

@@ -25,7 +25,7 @@ def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> ja
     """``unchecked_linear`` of floating arrays of one dtype: x ``(..., D)``, weight
     ``(out_features, D)`` (torch's layout), bias ``(out_features,)`` or None (TypeError or
     ValueError otherwise; float64 needs 64-bit mode)."""
-    check_jax_operands(x=x, weight=weight, bias=bias)
+    check_jax_operands(x=x, weight=weight, bias=bias, optional=("bias",))
     check_linear_shapes(x, weight, bias)
     return unchecked_linear(x, weight, bias)
 
@@ -65,7 +65,7 @@ def split_projection(
 ) -> tuple[jax.Array, ...]:
     """``unchecked_split_projection`` (which checks that the weight's rows cut into ``parts``
     equal parts) after ``linear``'s checks."""
-    check_jax_operands(x=x, weight=weight, bias=bias)
+    check_jax_operands(x=x, weight=weight, bias=bias, optional=("bias",))
     check_linear_shapes(x, weight, bias)
     return unchecked_split_projection(x, weight, bias, parts=parts, fused=fused)
 

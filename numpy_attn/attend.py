@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
+from numpy_attn.attend_options import AttnDropout, ComputePath, Masking, check_option_types
 from numpy_attn.attention import unchecked_scaled_dot_product_attention
 from numpy_attn.blockwise import unchecked_blockwise_attention, unchecked_blockwise_self_attention
 from numpy_attn.dropout import draw_keep_mask
@@ -23,6 +23,7 @@ from numpy_attn.validation import (
     check_linear_shapes,
     check_operands,
     check_parts,
+    check_qkv_pair,
     check_rng,
 )
 
@@ -43,6 +44,7 @@ def attend(
     dtype, different dtypes; ValueError for shapes that do not fit)."""
     check_operands(NUMPY_FLOATS, queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
+    check_option_types(masking, dropout, path)
     check_attend_options(masking, dropout)
     return unchecked_attend(queries, keys, values, masking, dropout, path, return_steps)
 
@@ -104,11 +106,13 @@ def attend_heads(
     """``unchecked_attend_heads`` after ``linear``'s checks of x and ``qkv`` (named ``qkv[0]``,
     ``qkv[1]``), that the weight stacks 3 projections whose width ``num_heads`` divides, and
     that the masks given are arrays NumPy can read and the dropout rate is in [0, 1)."""
-    check_operands(NUMPY_FLOATS, x=x, **{"qkv[0]": qkv[0], "qkv[1]": qkv[1]})
+    check_qkv_pair(qkv)
+    check_operands(NUMPY_FLOATS, x=x, **{"qkv[0]": qkv[0], "qkv[1]": qkv[1]}, optional=("qkv[1]",))
     check_input(x, layout="(B, T, D)")
     check_linear_shapes(x, *qkv)
     check_parts(tuple(qkv[0].shape), 3)
     check_divisible("E", qkv[0].shape[0] // 3, num_heads)
+    check_option_types(masking, dropout, path)
     check_attend_options(masking, dropout)
     return unchecked_attend_heads(x, qkv, num_heads, masking, dropout, path, return_steps)
 

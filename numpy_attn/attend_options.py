@@ -10,7 +10,7 @@ from typing import Any
 
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 
-__all__ = ["AttnDropout", "ComputePath", "Masking"]
+__all__ = ["AttnDropout", "ComputePath", "Masking", "check_option_types"]
 
 
 @dataclass(frozen=True)
@@ -42,3 +42,13 @@ class ComputePath:
     implementation: str = "reference"
     block_size: int = DEFAULT_BLOCK_SIZE
     fused_qkv: bool = False
+
+
+def check_option_types(masking: Any, dropout: Any, path: Any) -> None:
+    """``attend``'s and ``attend_heads``' options are a ``Masking``, an ``AttnDropout`` and a
+    ``ComputePath``: a TypeError naming the argument otherwise (None included: the defaults
+    are the objects built without arguments)."""
+    options = (("masking", masking, Masking), ("dropout", dropout, AttnDropout), ("path", path, ComputePath))
+    for name, value, option in options:
+        if not isinstance(value, option):
+            raise TypeError(f"{name} must be a numpy_attn.{option.__name__}, got {type(value).__name__}")

@@ -242,7 +242,7 @@ def blockwise_self_attention(
     inside the loop over heads, ``(B, T, 3H)`` at a time: no ``(B, T, 3E)`` projection is ever
     stored.
     """
-    check_operands(NUMPY_FLOATS, x=x, weight=weight, bias=bias)
+    check_operands(NUMPY_FLOATS, x=x, weight=weight, bias=bias, optional=("bias",))
     check_self_attention_args(
         x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=NUMPY_FLOATS
     )

@@ -37,6 +37,7 @@ def unchecked_dropout(
     this is the identity (evaluation mode). ``p`` lies in [0, 1).
     """
     check_dropout("p", p)
+    p = float(p)  # a NumPy scalar would set the result's dtype (np.float64: float32 x -> float64)
     check_rng(rng)
     if keep_mask is None:
         if rng is None:

@@ -23,7 +23,7 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) ->
     """``unchecked_linear`` of floating arrays of one dtype: x ``(..., D)``, weight
     ``(out_features, D)`` (torch's layout), bias ``(out_features,)`` or None (TypeError or
     ValueError otherwise)."""
-    check_operands(NUMPY_FLOATS, x=x, weight=weight, bias=bias)
+    check_operands(NUMPY_FLOATS, x=x, weight=weight, bias=bias, optional=("bias",))
     check_linear_shapes(x, weight, bias)
     return unchecked_linear(x, weight, bias)
 
@@ -64,7 +64,7 @@ def split_projection(
 ) -> tuple[np.ndarray, ...]:
     """``unchecked_split_projection`` (which checks that the weight's rows cut into ``parts``
     equal parts) after ``linear``'s checks."""
-    check_operands(NUMPY_FLOATS, x=x, weight=weight, bias=bias)
+    check_operands(NUMPY_FLOATS, x=x, weight=weight, bias=bias, optional=("bias",))
     check_linear_shapes(x, weight, bias)
     return unchecked_split_projection(x, weight, bias, parts=parts, fused=fused)
 

@@ -42,6 +42,7 @@ __all__ = [
     "check_padding_mask",
     "check_params",
     "check_parts",
+    "check_qkv_pair",
     "check_rng",
     "check_self_attention_args",
     "check_size",
@@ -160,14 +161,15 @@ def check_floating(x: Any, floating: tuple[str, ...] = NUMPY_FLOATS, name: str =
     return shape
 
 
-def check_operands(floating: tuple[str, ...], **arrays: Any) -> None:
-    """A building block's array arguments, by name (None: an optional one not given): each a
-    floating array NumPy can read in the machine's byte order (``check_floating``), all of the
-    first one's dtype: otherwise a TypeError naming the first that differs and the first
-    (``keys has dtype float16 but queries has dtype float32``), as the layers name a weight."""
+def check_operands(floating: tuple[str, ...], /, *, optional: tuple[str, ...] = (), **arrays: Any) -> None:
+    """A building block's array arguments, by name, the first one required: each a floating
+    array NumPy can read in the machine's byte order (``check_floating``; None is refused as any
+    other non-array, except for the names in ``optional``, a bias not given), all of the first
+    one's dtype: otherwise a TypeError naming the first that differs and the first (``keys has
+    dtype float16 but queries has dtype float32``), as the layers name a weight."""
     first_name, first = next(iter(arrays.items()))
     for name, value in arrays.items():
-        if value is None:
+        if value is None and name in optional:
             continue
         check_floating(value, floating, name)
         if np.dtype(value.dtype) != np.dtype(first.dtype):
@@ -194,6 +196,15 @@ def check_attend_options(masking: Any, dropout: Any) -> None:
     check_mask_operands(padding_mask=masking.padding_mask, attn_keep_mask=dropout.keep_mask)
     if dropout.rate is not None:
         check_dropout("dropout.rate", dropout.rate)
+
+
+def check_qkv_pair(qkv: Any) -> None:
+    """``attend_heads``' ``qkv``: a ``(weight, bias)`` pair (a tuple or a list; bias None for
+    none), TypeError otherwise. The arrays are ``check_operands``'."""
+    pair = isinstance(qkv, (tuple, list))
+    if not pair or len(qkv) != 2:
+        got = f"{type(qkv).__name__} of length {len(qkv)}" if pair else type(qkv).__name__
+        raise TypeError(f"qkv must be a (weight, bias) pair, bias None for none, got {got}")
 
 
 def check_linear_shapes(x: Any, weight: Any, bias: Any) -> None:
@@ -309,11 +320,14 @@ def check_size(name: str, value: Any) -> None:
 
 
 def check_dropout(name: str, p: Any) -> None:
-    """Dropout probabilities lie in [0, 1): p = 1 would divide by zero when rescaling."""
+    """Dropout probabilities lie in [0, 1): p = 1 would divide by zero when rescaling. The
+    comparison is exact (``float(p)`` overflows for a huge int); an int beyond 64 bits is named
+    by its size (Python refuses to print one of over 4300 digits)."""
     if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
         raise TypeError(f"{name} must be a float in [0, 1), got {type(p).__name__}")
-    if not 0.0 <= float(p) < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {p}")
+    if not 0.0 <= p < 1.0:
+        huge = isinstance(p, int) and p.bit_length() > 64
+        raise ValueError(f"{name} must be in [0, 1), got {f'an int of {p.bit_length()} bits' if huge else p}")
 
 
 def _check_bool_mask(name: str, mask: Any, expected: tuple[int, ...], what: str) -> None:
@@ -424,10 +438,10 @@ def check_kv_cache(
     (``cache_type``, whose arrays are ``array_type``; another package's cache is refused with a
     TypeError naming both), with keys and values ``(B, N, L, H)`` and padding ``(B, L)`` matching
     x's batch ``B``, ``num_heads`` ``N`` and the layer's ``head_dim`` ``H`` (ValueError naming
-    the shapes otherwise), keys and values in x's dtype (that of the weights too, once
-    ``check_params`` has run: another one would round them silently; TypeError), a bool
-    padding and a ``length`` that is an int or a 0-d integer array (TypeError; its value is
-    ``check_cache_room``'s)."""
+    the shapes otherwise), keys and values in the machine's byte order and in x's dtype (that of
+    the weights too, once ``check_params`` has run: another one would round them silently;
+    TypeError), a bool padding and a ``length`` that is an int or a 0-d integer array
+    (TypeError; its value is ``check_cache_room``'s)."""
     package = cache_type.__module__.split(".")[0]
     if type(cache) is not cache_type or not all(
         isinstance(field, array_type) for field in (cache.keys, cache.values, cache.padding)
@@ -452,7 +466,9 @@ def check_kv_cache(
             f"{tuple(cache.values.shape)}, but cache.keys {tuple(cache.keys.shape)} needs "
             f"{expected} and {tuple(cache.keys.shape)}"
         )
-    for stored in (cache.keys, cache.values):
+    for name in ("keys", "values"):
+        stored = getattr(cache, name)
+        check_native_byte_order(f"cache.{name}", stored)
         if np.dtype(stored.dtype) != np.dtype(x.dtype):
             raise TypeError(
                 f"cache has dtype {np.dtype(stored.dtype).name} but x has dtype {np.dtype(x.dtype).name}"

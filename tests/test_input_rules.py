@@ -539,3 +539,136 @@ def test_attend_names_its_dropout_rate(package, block):
         first = (arrays["x"], (arrays["qkv[0]"], arrays["qkv[1]"]), N)
     with pytest.raises(ValueError, match=r"^dropout.rate must be in \[0, 1\), got 1.0(\n|$)"):
         fn(*first, numpy_attn.Masking(), numpy_attn.AttnDropout(1.0))
+
+
+OPTIONAL = ("mask", "padding_mask", "attn_keep_mask", "keep_mask", "bias", "qkv[1]")
+
+
+@pytest.mark.parametrize("path", ["numpy", "jax", "jit"])
+@pytest.mark.parametrize(
+    "block, name",
+    [(block, name) for block in BLOCKS for name in block_arrays(block) if name not in OPTIONAL],
+)
+def test_none_for_a_required_array_of_a_building_block_is_named(path, block, name):
+    """None is refused as any other non-array (it used to be skipped: an AttributeError later,
+    or dropout(None, p) returned None); only a bias or a mask may be None."""
+    arrays = block_arrays(block)
+    arrays[name] = None
+    package = numpy_attn if path == "numpy" else jax_attn
+    run = functools.partial(call_block, package, block)
+    with pytest.raises(TypeError, match=f"^{re.escape(name)} must be an array, got NoneType(\n|$)"):
+        jax.jit(run)(arrays) if path == "jit" else run(arrays)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+def test_none_for_a_required_array_of_the_blockwise_blocks_is_named(package):
+    fn = PACKAGES[package]
+    queries, weight = block_arrays("attend")["queries"], block_arrays("split_projection")["weight"]
+    x = block_arrays("attend_heads")["x"]
+    with pytest.raises(TypeError, match=r"^values must be an array, got NoneType$"):
+        fn.blockwise_attention(queries, queries, None)
+    with pytest.raises(TypeError, match=r"^x must be an array, got NoneType$"):
+        fn.blockwise_self_attention(None, weight, None, num_heads=N)
+    with pytest.raises(TypeError, match=r"^weight must be an array, got NoneType$"):
+        fn.blockwise_self_attention(x, None, None, num_heads=N)
+    assert fn.blockwise_self_attention(x, weight, None, num_heads=N).shape == (B, T, 4)  # no bias
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize("block", ["attend", "attend_heads"])
+@pytest.mark.parametrize("option", ["masking", "dropout", "path"])
+@pytest.mark.parametrize("value", [None, "blockwise"])
+def test_attend_options_of_another_type_are_named(package, block, option, value):
+    """Not an AttributeError on ``masking.padding_mask``: a TypeError naming the argument."""
+    arrays = block_arrays(block)
+    if block == "attend":
+        first = (arrays["queries"], arrays["keys"], arrays["values"])
+    else:
+        first = (arrays["x"], (arrays["qkv[0]"], arrays["qkv[1]"]), N)
+    options = {
+        "masking": numpy_attn.Masking(),
+        "dropout": numpy_attn.AttnDropout(),
+        "path": numpy_attn.ComputePath(),
+    }
+    kind = type(options[option]).__name__
+    options[option] = value
+    message = f"{option} must be a numpy_attn.{kind}, got {type(value).__name__}"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        getattr(PACKAGES[package], block)(*first, *options.values())
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize(
+    "qkv, got", [("one", "tuple of length 1"), ("three", "tuple of length 3"), ("array", "ndarray")]
+)
+def test_attend_heads_qkv_must_be_a_weight_bias_pair(package, qkv, got):
+    arrays = block_arrays("attend_heads")
+    weight, bias = arrays["qkv[0]"], arrays["qkv[1]"]
+    given = {"one": (weight,), "three": (weight, bias, bias), "array": weight}[qkv]
+    message = f"qkv must be a (weight, bias) pair, bias None for none, got {got}"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        PACKAGES[package].attend_heads(arrays["x"], given, N)
+    expected = PACKAGES[package].attend_heads(arrays["x"], (weight, None), N)[0]  # a list is a pair too
+    np.testing.assert_array_equal(PACKAGES[package].attend_heads(arrays["x"], [weight, None], N)[0], expected)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize(
+    "rate, got",
+    [
+        (10**400, "an int of 1329 bits"),
+        (-(10**5000), "an int of 16610 bits"),
+        (10**18, "1000000000000000000"),
+    ],
+    ids=["1e400", "-1e5000", "1e18"],
+)
+def test_a_huge_int_dropout_rate_is_the_range_error(package, rate, got):
+    """Not OverflowError (``float(p)``) or Python's refusal to print a long int."""
+    x = block_arrays("dropout")["x"]
+    with pytest.raises(ValueError, match=f"^p must be in \\[0, 1\\), got {got}$"):
+        PACKAGES[package].dropout(x, rate)
+    with pytest.raises(ValueError, match=f"^dropout must be in \\[0, 1\\), got {got}$"):
+        PACKAGES[package].scaled_dot_product_attention(x, x, x, dropout=rate)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize("dtype, rate_type", [("float32", np.float64), ("float16", np.float32)])
+def test_a_numpy_scalar_dropout_rate_keeps_x_dtype_and_bits(package, dtype, rate_type):
+    """The rate is a Python float to the scaling: an np.float64 rate promoted float32 x to
+    float64 in numpy_attn, an np.float32 one float16 x to float32 in both packages."""
+    arrays = block_arrays("scaled_dot_product_attention", dtype)
+    x, attn_keep = arrays["queries"], arrays["attn_keep_mask"]
+    keep = np.random.default_rng(5).random(x.shape) >= 0.5
+    fn = PACKAGES[package]
+    for rate in (0.5, 0.1):
+        expected = fn.dropout(x, rate, keep_mask=keep)
+        actual = fn.dropout(x, rate_type(rate), keep_mask=keep)
+        assert actual.dtype == x.dtype
+        np.testing.assert_array_equal(np.asarray(actual), np.asarray(expected))
+        attention = [
+            fn.scaled_dot_product_attention(x, x, x, dropout=p, attn_keep_mask=attn_keep)
+            for p in (rate, rate_type(rate))
+        ]
+        assert attention[1].dtype == x.dtype
+        np.testing.assert_array_equal(np.asarray(attention[1]), np.asarray(attention[0]))
+
+
+def test_a_numpy_scalar_drop_rate_in_a_gpt_config_keeps_float32():
+    """numpy_attn's gpt_model raised 'params[...] has dtype float32 but x has dtype float64'."""
+    cfg = {
+        "vocab_size": 11,
+        "context_length": 6,
+        "emb_dim": 4,
+        "n_heads": 2,
+        "n_layers": 1,
+        "drop_rate": 0.1,
+        "qkv_bias": False,
+    }
+    params = {k: np.full(s, 0.1, np.float32) for k, s in numpy_attn.gpt_param_shapes(cfg).items()}
+    ids = np.array([[1, 2]])
+    logits = [
+        numpy_attn.gpt_model(params, ids, cfg | {"drop_rate": rate}, rng=np.random.default_rng(0))
+        for rate in (0.1, np.float64(0.1))
+    ]
+    assert logits[1].dtype == np.float32
+    np.testing.assert_array_equal(logits[1], logits[0])

@@ -229,3 +229,20 @@ def test_a_cache_whose_padding_is_not_bool_is_refused(framework):
     cache = cache._replace(padding=cache.padding.astype(np.float32))
     with pytest.raises(TypeError, match=r"^cache.padding must be bool \(True = padding\), got float32$"):
         package.multi_head_attention_decode(params, x[:, :1], cache, num_heads=2, context_length=12)
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+@pytest.mark.parametrize("field", ["keys", "values"])
+def test_a_big_endian_cache_gets_the_byte_order_error(layer, field):
+    """numpy_attn's cache holds NumPy arrays: a big-endian one is named with the byte order, not
+    'cache has dtype float32 but x has dtype float32'. (jax_attn's holds JAX arrays: never.)"""
+    case = decode_case(layer, "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    name = "context_length" if layer == "MultiHeadAttention" else "context_size"
+    cache = numpy_attn.init_kv_cache(2, 2, 12, 4)
+    cache = cache._replace(**{field: getattr(cache, field).astype(">f4")})
+    message = (
+        f"cache.{field} has dtype >f4, big-endian; give it in the machine's byte order: .astype(np.float32)"
+    )
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        getattr(numpy_attn, LAYERS[layer])(params, x[:, :1], cache, num_heads=2, **{name: 12})
