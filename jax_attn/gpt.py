@@ -226,6 +226,7 @@ def gpt_model(
     concrete = is_concrete(params) and not any(isinstance(a, jax.core.Tracer) for a in (token_ids, key))
     check_jax_gpt_params(params, config, check_values=concrete)
     check_token_ids(token_ids, config, check_values=concrete)
+    check_key(key)  # before jit makes an array of an int and jax.random.split reads it
     if concrete:
         return _compiled_gpt_model(params, token_ids, tuple(config.items()), key, return_steps)
     return _gpt_model(params, token_ids, config, key, return_steps)

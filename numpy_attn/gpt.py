@@ -230,6 +230,7 @@ def gpt_model(
     check_config(config)
     check_gpt_params(params, config)
     check_token_ids(token_ids, config)
+    check_rng(rng)
     num_tokens = token_ids.shape[1]
     rate = config["drop_rate"]
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, T, D)

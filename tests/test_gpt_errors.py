@@ -2,6 +2,7 @@
 
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -304,3 +305,51 @@ def test_transformer_block_checks_its_call(package, change, error, message):
             kwargs[name] = value
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         package.transformer_block(params, x, **kwargs)
+
+
+# --------------------------------------------------------------------------- jax_attn's key
+
+KEY_MESSAGE = "key must be a jax.random key (jax.random.key(seed)) or None, got "
+
+
+def gpt_call(key):
+    params = torch_ref.to_params(torch_model())
+    return jax_attn.gpt_model(params, token_ids(1, 3), TINY | {"drop_rate": 0.1}, key=key)
+
+
+def block_call(key):
+    return jax_attn.transformer_block(
+        block_params(), embeddings(), num_heads=2, context_length=16, dropout_rate=0.1, key=key
+    )
+
+
+@pytest.mark.parametrize("call", [gpt_call, block_call], ids=["gpt_model", "transformer_block"])
+def test_the_jax_gpt_and_block_check_their_key(call):
+    """key=0 gave JAX's "invalid PRNG key data", a NumPy Generator "Error interpreting argument
+    ... as an abstract array" or "unexpected PRNG key type": now check_key's TypeError, as the
+    layers and numpy_attn's rng."""
+    with pytest.raises(TypeError, match=f"^{re.escape(KEY_MESSAGE)}0 \\(int\\)$"):
+        call(0)
+    generator = f"^{re.escape(KEY_MESSAGE)}Generator\\(PCG64\\) at 0x\\w+ \\(Generator\\)$"
+    with pytest.raises(TypeError, match=generator):
+        call(np.random.default_rng(0))
+    assert np.isfinite(call(jax.random.key(0))).all()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [gpt_call, block_call, lambda key: jax_attn.dropout(jnp.ones(3), 0.5, key=key)],
+    ids=["gpt_model", "transformer_block", "dropout"],
+)
+@pytest.mark.parametrize(
+    "keys", [jax.random.split(jax.random.key(0), 2), jax.random.split(jax.random.PRNGKey(0), 2)],
+    ids=["typed", "raw"],
+)  # fmt: skip
+def test_a_batch_of_keys_is_refused_naming_its_shape(call, keys):
+    """check_key took jax.random.split(key, 2) as a key: dropout then raised JAX's "bernoulli
+    accepts a single key"."""
+    message = "key must be one jax.random key, got a batch of keys of shape (2,): pass one of them (key[0])"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call(keys)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):  # JAX adds a note
+        jax.jit(call)(keys)
