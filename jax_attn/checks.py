@@ -29,8 +29,10 @@ def check_layer(layer: str, params: Mapping[str, Any], x: Any, **kwargs: Any) ->
 
 
 def check_key(key: Any, name: str = "key") -> None:
-    """``key`` (the argument ``name``) is None (no randomness) or a ``jax.random`` key: a typed
-    key (``jax.random.key(seed)``) or a raw ``uint32`` one (``jax.random.PRNGKey(seed)``)."""
+    """``key`` (the argument ``name``) is None (no randomness) or one ``jax.random`` key: a typed
+    key (``jax.random.key(seed)``, shape ``()``) or a raw ``uint32`` one
+    (``jax.random.PRNGKey(seed)``, shape ``(2,)``). TypeError for anything else, ValueError for a
+    batch of keys (``jax.random.split(key, n)``), which dropout's draw cannot use."""
     if key is None:
         return
     dtype = getattr(key, "dtype", None)
@@ -41,6 +43,12 @@ def check_key(key: Any, name: str = "key") -> None:
         if dtype is not None:  # under jit an int arrives as an int32 array
             got = f"an array of dtype {dtype}, shape {key.shape}"
         raise TypeError(f"{name} must be a jax.random key (jax.random.key(seed)) or None, got {got}")
+    batch = tuple(key.shape) if typed else tuple(key.shape[:-1])
+    if batch:
+        raise ValueError(
+            f"{name} must be one jax.random key, got a batch of keys of shape {batch}: "
+            f"pass one of them ({name}[0])"
+        )
 
 
 def check_x64(name: str, value: Any) -> None:

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_attn.checks import check_x64, is_concrete
+from jax_attn.checks import check_key, check_x64, is_concrete
 from jax_attn.convert import flax_path, flax_value, torch_name, torch_value
 from jax_attn.dropout import unchecked_dropout
 from jax_attn.linear import unchecked_linear
@@ -41,15 +41,17 @@ from jax_attn.multi_head import multi_head_attention
 from numpy_attn.gpt import BLOCK_STEPS, LAYER_NORM_EPS, apply_block, apply_model
 from numpy_attn.gpt_spec import (
     FIRST_WEIGHT,
+    check_block,
     check_config,
     check_gpt_params,
+    check_part,
     check_token_ids,
     gpt_param_shapes,
     sub_params,
 )
 from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.steps import Steps
-from numpy_attn.validation import JAX_FLOATS
+from numpy_attn.validation import JAX_FLOATS, check_floating
 
 __all__ = [
     "BLOCK_STEPS",
@@ -65,14 +67,35 @@ __all__ = [
     "head_parts",
     "layer_norm",
     "transformer_block",
+    "unchecked_feed_forward",
+    "unchecked_gelu",
+    "unchecked_layer_norm",
+    "unchecked_transformer_block",
 ]
 
 EMBEDDINGS = ("tok_emb.weight", "pos_emb.weight")  # nnx.Embed keeps torch's (V, D) layout
 
 
+def _check_x(x: Any) -> None:
+    """x a floating array JAX computes in: float64 refused as such (``check_x64``) before a
+    weight's dtype is named against it."""
+    check_floating(x, JAX_FLOATS)
+    check_x64("x", x)
+
+
 def layer_norm(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
+    """``unchecked_layer_norm`` of a floating x ``(..., D)`` with ``params`` exactly
+    ``{"scale": (D,), "shift": (D,)}`` in x's dtype (TypeError or ValueError otherwise; float64
+    needs 64-bit mode)."""
+    _check_x(x)
+    check_part("LayerNorm", params, x, floating=JAX_FLOATS)
+    return unchecked_layer_norm(params, jnp.asarray(x))
+
+
+def unchecked_layer_norm(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
     """``LayerNorm``: normalise over the last axis (biased variance, eps 1e-5), then
-    ``scale * x + shift`` with ``params`` ``{"scale": (D,), "shift": (D,)}``."""
+    ``scale * x + shift`` with ``params`` ``{"scale": (D,), "shift": (D,)}``, for arguments
+    already checked (the GPT's)."""
     mean = x.mean(axis=-1, keepdims=True)  # (B, T, 1)
     var = x.var(axis=-1, keepdims=True)  # (B, T, 1), biased
     norm_x = (x - mean) / jnp.sqrt(var + LAYER_NORM_EPS)
@@ -80,29 +103,49 @@ def layer_norm(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
 
 
 def gelu(x: jax.Array) -> jax.Array:
-    """GELU, tanh approximation (the book's ``GELU``, GPT-2's ``gelu_new``)."""
+    """``unchecked_gelu`` of a floating array (TypeError otherwise: an integer one would give
+    ``0.5 * x``; float64 needs 64-bit mode)."""
+    _check_x(x)
+    return unchecked_gelu(jnp.asarray(x))
+
+
+def unchecked_gelu(x: jax.Array) -> jax.Array:
+    """GELU, tanh approximation (the book's ``GELU``, GPT-2's ``gelu_new``), in x's floating
+    dtype, for an x already checked (the GPT's)."""
     return 0.5 * x * (1 + jnp.tanh(jnp.sqrt(2.0 / jnp.pi).astype(x.dtype) * (x + 0.044715 * x**3)))
 
 
 def feed_forward(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
-    """``FeedForward``: ``layers.0`` (D -> 4D), GELU, ``layers.2`` (4D -> D)."""
-    hidden = gelu(unchecked_linear(x, params["layers.0.weight"], params["layers.0.bias"]))  # (B, T, 4D)
+    """``unchecked_feed_forward`` of a floating x ``(..., D)`` with ``params`` exactly
+    ``layers.0`` (``weight`` (4D, D), ``bias`` (4D,)) and ``layers.2`` (``weight`` (D, 4D),
+    ``bias`` (D,)) in x's dtype (TypeError or ValueError otherwise; float64 needs 64-bit mode)."""
+    _check_x(x)
+    check_part("FeedForward", params, x, floating=JAX_FLOATS)
+    return unchecked_feed_forward(params, jnp.asarray(x))
+
+
+def unchecked_feed_forward(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
+    """``FeedForward``: ``layers.0`` (D -> 4D), GELU, ``layers.2`` (4D -> D), for arguments
+    already checked (the GPT's)."""
+    hidden = unchecked_linear(x, params["layers.0.weight"], params["layers.0.bias"])  # (B, T, 4D)
+    hidden = unchecked_gelu(hidden)
     return unchecked_linear(hidden, params["layers.2.weight"], params["layers.2.bias"])  # (B, T, D)
 
 
 def block_parts(params: Mapping[str, jax.Array]) -> dict[str, Callable[[jax.Array], jax.Array]]:
-    """``apply_block``'s ``norm1``, ``norm2`` and ``ff`` on a block's weights."""
+    """``apply_block``'s ``norm1``, ``norm2`` and ``ff`` on a block's weights (checked already:
+    the unchecked parts)."""
     return {
-        "norm1": lambda x: layer_norm(sub_params(params, "norm1."), x),
-        "norm2": lambda x: layer_norm(sub_params(params, "norm2."), x),
-        "ff": lambda x: feed_forward(sub_params(params, "ff."), x),
+        "norm1": lambda x: unchecked_layer_norm(sub_params(params, "norm1."), x),
+        "norm2": lambda x: unchecked_layer_norm(sub_params(params, "norm2."), x),
+        "ff": lambda x: unchecked_feed_forward(sub_params(params, "ff."), x),
     }
 
 
 def head_parts(params: Mapping[str, jax.Array]) -> dict[str, Callable[[jax.Array], jax.Array]]:
-    """``apply_model``'s ``final_norm`` and ``out_head`` on the model's weights."""
+    """``apply_model``'s ``final_norm`` and ``out_head`` on the model's weights (checked already)."""
     return {
-        "final_norm": lambda x: layer_norm(sub_params(params, "final_norm."), x),
+        "final_norm": lambda x: unchecked_layer_norm(sub_params(params, "final_norm."), x),
         "out_head": lambda x: unchecked_linear(x, params["out_head.weight"]),
     }
 
@@ -124,8 +167,35 @@ def transformer_block(
     key: jax.Array | None = None,
     return_steps: bool = False,
 ) -> jax.Array | tuple[jax.Array, Steps]:
+    """``unchecked_transformer_block`` after the checks of ``check_block`` (x a floating
+    ``(B, T, D)``, T <= context_length; the weights exactly a block's for D, in x's dtype;
+    ``num_heads`` dividing D; ``dropout_rate`` in [0, 1)) and of ``key``; float64 needs 64-bit
+    mode."""
+    _check_x(x)
+    check_block(
+        params, x, num_heads=num_heads, context_length=context_length, dropout_rate=dropout_rate,
+        floating=JAX_FLOATS,
+    )  # fmt: skip
+    check_key(key)  # before jax.random.split reads it
+    return unchecked_transformer_block(
+        params, jnp.asarray(x), num_heads=num_heads, context_length=context_length,
+        dropout_rate=dropout_rate, key=key, return_steps=return_steps,
+    )  # fmt: skip
+
+
+def unchecked_transformer_block(
+    params: Mapping[str, jax.Array],
+    x: jax.Array,
+    *,
+    num_heads: int,
+    context_length: int,
+    dropout_rate: float = 0.0,
+    key: jax.Array | None = None,
+    return_steps: bool = False,
+) -> jax.Array | tuple[jax.Array, Steps]:
     """``TransformerBlock`` on ``x`` (B, T, D) with the block's weights (``att.*``, ``ff.*``,
-    ``norm1.*``, ``norm2.*``); dropout (``dropout_rate``) only with a ``key``."""
+    ``norm1.*``, ``norm2.*``); dropout (``dropout_rate``) only with a ``key``. For arguments
+    already checked (the GPT's); the attention layer checks its own."""
     att_key, drop_key = (None, None) if key is None else jax.random.split(key)
     x, steps = apply_block(
         x, **block_parts(params),
@@ -156,6 +226,7 @@ def gpt_model(
     concrete = is_concrete(params) and not any(isinstance(a, jax.core.Tracer) for a in (token_ids, key))
     check_jax_gpt_params(params, config, check_values=concrete)
     check_token_ids(token_ids, config, check_values=concrete)
+    check_key(key)  # before jit makes an array of an int and jax.random.split reads it
     if concrete:
         return _compiled_gpt_model(params, token_ids, tuple(config.items()), key, return_steps)
     return _gpt_model(params, token_ids, config, key, return_steps)
@@ -189,7 +260,7 @@ def _gpt_model(
     x = unchecked_dropout(tok_embeds + pos_embeds, rate, key=keys[0])  # (B, T, D)
     blocks = [
         functools.partial(
-            transformer_block,
+            unchecked_transformer_block,
             sub_params(params, f"trf_blocks.{index}."),
             num_heads=config["n_heads"],
             context_length=config["context_length"],
@@ -216,14 +287,14 @@ class LayerNorm(nnx.Module):
         self.shift = nnx.Param(jnp.zeros((emb_dim,), dtype))
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return layer_norm({"scale": self.scale[...], "shift": self.shift[...]}, x)
+        return unchecked_layer_norm({"scale": self.scale[...], "shift": self.shift[...]}, x)
 
 
 class GELU(nnx.Module):
     """GELU, tanh approximation (no weights: it keeps ``ff.layers``' torch numbering)."""
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return gelu(x)
+        return unchecked_gelu(x)
 
 
 class FeedForward(nnx.Module):

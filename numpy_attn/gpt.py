@@ -16,10 +16,18 @@ from typing import Any
 import numpy as np
 
 from numpy_attn.dropout import unchecked_dropout
-from numpy_attn.gpt_spec import check_config, check_gpt_params, check_token_ids, sub_params
+from numpy_attn.gpt_spec import (
+    check_block,
+    check_config,
+    check_gpt_params,
+    check_part,
+    check_token_ids,
+    sub_params,
+)
 from numpy_attn.linear import unchecked_linear
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.steps import Steps
+from numpy_attn.validation import check_floating, check_rng
 
 __all__ = [
     "BLOCK_STEPS",
@@ -33,6 +41,10 @@ __all__ = [
     "head_parts",
     "layer_norm",
     "transformer_block",
+    "unchecked_feed_forward",
+    "unchecked_gelu",
+    "unchecked_layer_norm",
+    "unchecked_transformer_block",
 ]
 
 LAYER_NORM_EPS = 1e-5
@@ -47,8 +59,16 @@ BLOCK_STEPS = {
 
 
 def layer_norm(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """``unchecked_layer_norm`` of a floating x ``(..., D)`` with ``params`` exactly
+    ``{"scale": (D,), "shift": (D,)}`` in x's dtype (TypeError or ValueError otherwise)."""
+    check_part("LayerNorm", params, x)
+    return unchecked_layer_norm(params, np.asarray(x))
+
+
+def unchecked_layer_norm(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     """``LayerNorm``: normalise over the last axis (biased variance, eps 1e-5), then
-    ``scale * x + shift`` with ``params`` ``{"scale": (D,), "shift": (D,)}``."""
+    ``scale * x + shift`` with ``params`` ``{"scale": (D,), "shift": (D,)}``, for arguments
+    already checked (the GPT's)."""
     mean = x.mean(axis=-1, keepdims=True)  # (B, T, 1)
     var = x.var(axis=-1, keepdims=True)  # (B, T, 1), biased
     norm_x = (x - mean) / np.sqrt(var + LAYER_NORM_EPS)
@@ -56,13 +76,31 @@ def layer_norm(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation (the book's ``GELU``, GPT-2's ``gelu_new``)."""
+    """``unchecked_gelu`` of a floating array (TypeError otherwise: an integer one would give
+    ``0.5 * x``)."""
+    check_floating(x)
+    return unchecked_gelu(np.asarray(x))
+
+
+def unchecked_gelu(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (the book's ``GELU``, GPT-2's ``gelu_new``), in x's floating
+    dtype, for an x already checked (the GPT's)."""
     return 0.5 * x * (1 + np.tanh(np.sqrt(2.0 / np.pi).astype(x.dtype) * (x + 0.044715 * x**3)))
 
 
 def feed_forward(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-    """``FeedForward``: ``layers.0`` (D -> 4D), GELU, ``layers.2`` (4D -> D)."""
-    hidden = gelu(unchecked_linear(x, params["layers.0.weight"], params["layers.0.bias"]))  # (B, T, 4D)
+    """``unchecked_feed_forward`` of a floating x ``(..., D)`` with ``params`` exactly
+    ``layers.0`` (``weight`` (4D, D), ``bias`` (4D,)) and ``layers.2`` (``weight`` (D, 4D),
+    ``bias`` (D,)) in x's dtype (TypeError or ValueError otherwise)."""
+    check_part("FeedForward", params, x)
+    return unchecked_feed_forward(params, np.asarray(x))
+
+
+def unchecked_feed_forward(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """``FeedForward``: ``layers.0`` (D -> 4D), GELU, ``layers.2`` (4D -> D), for arguments
+    already checked (the GPT's)."""
+    hidden = unchecked_linear(x, params["layers.0.weight"], params["layers.0.bias"])  # (B, T, 4D)
+    hidden = unchecked_gelu(hidden)
     return unchecked_linear(hidden, params["layers.2.weight"], params["layers.2.bias"])  # (B, T, D)
 
 
@@ -94,18 +132,19 @@ def apply_block(
 
 
 def block_parts(params: Mapping[str, np.ndarray]) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
-    """``apply_block``'s ``norm1``, ``norm2`` and ``ff`` on a block's weights."""
+    """``apply_block``'s ``norm1``, ``norm2`` and ``ff`` on a block's weights (checked already:
+    the unchecked parts)."""
     return {
-        "norm1": lambda x: layer_norm(sub_params(params, "norm1."), x),
-        "norm2": lambda x: layer_norm(sub_params(params, "norm2."), x),
-        "ff": lambda x: feed_forward(sub_params(params, "ff."), x),
+        "norm1": lambda x: unchecked_layer_norm(sub_params(params, "norm1."), x),
+        "norm2": lambda x: unchecked_layer_norm(sub_params(params, "norm2."), x),
+        "ff": lambda x: unchecked_feed_forward(sub_params(params, "ff."), x),
     }
 
 
 def head_parts(params: Mapping[str, np.ndarray]) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
-    """``apply_model``'s ``final_norm`` and ``out_head`` on the model's weights."""
+    """``apply_model``'s ``final_norm`` and ``out_head`` on the model's weights (checked already)."""
     return {
-        "final_norm": lambda x: layer_norm(sub_params(params, "final_norm."), x),
+        "final_norm": lambda x: unchecked_layer_norm(sub_params(params, "final_norm."), x),
         "out_head": lambda x: unchecked_linear(x, params["out_head.weight"]),
     }
 
@@ -141,8 +180,30 @@ def transformer_block(
     rng: np.random.Generator | None = None,
     return_steps: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
+    """``unchecked_transformer_block`` after the checks of ``check_block`` (x a floating
+    ``(B, T, D)``, T <= context_length; the weights exactly a block's for D, in x's dtype;
+    ``num_heads`` dividing D; ``dropout_rate`` in [0, 1)) and of ``rng``."""
+    check_block(params, x, num_heads=num_heads, context_length=context_length, dropout_rate=dropout_rate)
+    check_rng(rng)
+    return unchecked_transformer_block(
+        params, np.asarray(x), num_heads=num_heads, context_length=context_length,
+        dropout_rate=dropout_rate, rng=rng, return_steps=return_steps,
+    )  # fmt: skip
+
+
+def unchecked_transformer_block(
+    params: Mapping[str, np.ndarray],
+    x: np.ndarray,
+    *,
+    num_heads: int,
+    context_length: int,
+    dropout_rate: float = 0.0,
+    rng: np.random.Generator | None = None,
+    return_steps: bool = False,
+) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``TransformerBlock`` on ``x`` (B, T, D) with the block's weights (``att.*``, ``ff.*``,
-    ``norm1.*``, ``norm2.*``); dropout (``dropout_rate``) only with an ``rng``."""
+    ``norm1.*``, ``norm2.*``); dropout (``dropout_rate``) only with an ``rng``. For arguments
+    already checked (the GPT's); the attention layer checks its own."""
     x, steps = apply_block(
         x, **block_parts(params),
         att=lambda h: multi_head_attention(
@@ -169,6 +230,7 @@ def gpt_model(
     check_config(config)
     check_gpt_params(params, config)
     check_token_ids(token_ids, config)
+    check_rng(rng)
     num_tokens = token_ids.shape[1]
     rate = config["drop_rate"]
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, T, D)
@@ -176,7 +238,7 @@ def gpt_model(
     x = unchecked_dropout(tok_embeds + pos_embeds, rate, rng=rng)  # (B, T, D)
     blocks = [
         functools.partial(
-            transformer_block,
+            unchecked_transformer_block,
             sub_params(params, f"trf_blocks.{index}."),
             num_heads=config["n_heads"],
             context_length=config["context_length"],

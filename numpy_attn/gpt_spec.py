@@ -8,17 +8,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from numpy_attn.spec import QKV
 from numpy_attn.validation import (
     NUMPY_FLOATS,
+    check_context_length,
     check_divisible,
     check_dropout,
     check_finite,
     check_floating,
+    check_input,
     check_mapping,
     check_params,
     check_size,
@@ -26,9 +29,13 @@ from numpy_attn.validation import (
 
 __all__ = [
     "CONFIG_KEYS",
+    "PART_SHAPES",
+    "block_shapes",
+    "check_block",
     "check_config",
     "check_generate_args",
     "check_gpt_params",
+    "check_part",
     "check_token_ids",
     "gpt_param_shapes",
     "sub_params",
@@ -54,30 +61,93 @@ def check_config(config: Any) -> None:
     check_dropout("config['drop_rate']", config["drop_rate"])
 
 
+def layer_norm_shapes(emb_dim: int) -> dict[str, tuple[int, ...]]:
+    """A ``LayerNorm``'s weights (``norm1.``, ``norm2.``, ``final_norm.`` in the model)."""
+    return {"scale": (emb_dim,), "shift": (emb_dim,)}
+
+
+def feed_forward_shapes(emb_dim: int) -> dict[str, tuple[int, ...]]:
+    """A ``FeedForward``'s weights (``ff.`` in a block): D -> 4D, then 4D -> D."""
+    return {
+        "layers.0.weight": (4 * emb_dim, emb_dim),
+        "layers.0.bias": (4 * emb_dim,),
+        "layers.2.weight": (emb_dim, 4 * emb_dim),
+        "layers.2.bias": (emb_dim,),
+    }
+
+
+def block_shapes(emb_dim: int, qkv_bias: bool) -> dict[str, tuple[int, ...]]:
+    """A ``TransformerBlock``'s weights (``trf_blocks.{i}.`` in the model), in torch's order."""
+    shapes = {}
+    for name in QKV:
+        shapes[f"att.{name}.weight"] = (emb_dim, emb_dim)
+        if qkv_bias:
+            shapes[f"att.{name}.bias"] = (emb_dim,)
+    shapes |= {"att.out_proj.weight": (emb_dim, emb_dim), "att.out_proj.bias": (emb_dim,)}
+    return (
+        shapes
+        | _prefixed("ff.", feed_forward_shapes(emb_dim))
+        | _prefixed("norm1.", layer_norm_shapes(emb_dim))
+        | _prefixed("norm2.", layer_norm_shapes(emb_dim))
+    )
+
+
+# the GPT's parts that ``check_part`` checks: part -> its weights for a width D
+PART_SHAPES: dict[str, Callable[[int], dict[str, tuple[int, ...]]]] = {
+    "LayerNorm": layer_norm_shapes,
+    "FeedForward": feed_forward_shapes,
+}
+
+
+def _prefixed(prefix: str, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    return {prefix + name: shape for name, shape in shapes.items()}
+
+
 def gpt_param_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     """Every weight of ``GPTModel(config)``: torch name -> shape, in torch's order."""
     check_config(config)
     vocab, context, emb = config["vocab_size"], config["context_length"], config["emb_dim"]
     shapes = {"tok_emb.weight": (vocab, emb), "pos_emb.weight": (context, emb)}
     for index in range(config["n_layers"]):
-        block = f"trf_blocks.{index}."
-        for name in ("W_query", "W_key", "W_value"):
-            shapes[f"{block}att.{name}.weight"] = (emb, emb)
-            if config["qkv_bias"]:
-                shapes[f"{block}att.{name}.bias"] = (emb,)
-        shapes |= {
-            f"{block}att.out_proj.weight": (emb, emb),
-            f"{block}att.out_proj.bias": (emb,),
-            f"{block}ff.layers.0.weight": (4 * emb, emb),
-            f"{block}ff.layers.0.bias": (4 * emb,),
-            f"{block}ff.layers.2.weight": (emb, 4 * emb),
-            f"{block}ff.layers.2.bias": (emb,),
-            f"{block}norm1.scale": (emb,),
-            f"{block}norm1.shift": (emb,),
-            f"{block}norm2.scale": (emb,),
-            f"{block}norm2.shift": (emb,),
-        }
-    return shapes | {"final_norm.scale": (emb,), "final_norm.shift": (emb,), "out_head.weight": (vocab, emb)}
+        shapes |= _prefixed(f"trf_blocks.{index}.", block_shapes(emb, bool(config["qkv_bias"])))
+    return shapes | _prefixed("final_norm.", layer_norm_shapes(emb)) | {"out_head.weight": (vocab, emb)}
+
+
+def check_part(part: str, params: Any, x: Any, *, floating: tuple[str, ...] = NUMPY_FLOATS) -> None:
+    """``layer_norm``'s or ``feed_forward``'s call (``part``: ``"LayerNorm"``, ``"FeedForward"``):
+    ``x`` a floating array (one of ``floating``, in the machine's byte order: TypeError) of shape
+    ``(..., D)`` with D >= 1 (ValueError), then ``params`` exactly the part's weights for D (one
+    ValueError naming every missing, unexpected and mis-shaped key), each in x's dtype
+    (TypeError: NumPy would promote, JAX would cast, without a word)."""
+    shape = check_floating(x, floating)
+    if not shape or shape[-1] < 1:
+        raise ValueError(f"x must have shape (..., D) with D >= 1, got shape {shape}")
+    check_params(params, PART_SHAPES[part](shape[-1]), layer=part, dtype=x.dtype)
+
+
+def check_block(
+    params: Any,
+    x: Any,
+    *,
+    num_heads: Any,
+    context_length: Any,
+    dropout_rate: Any,
+    floating: tuple[str, ...] = NUMPY_FLOATS,
+) -> None:
+    """``transformer_block``'s call, in the layers' order: ``context_length`` and ``num_heads``
+    positive ints (``check_size``), ``dropout_rate`` in [0, 1); ``x`` a floating ``(B, T, D)``
+    (``check_input``); ``params`` exactly a block's weights for D = emb_dim (with the attention's
+    biases if ``att.W_query.bias`` is given): one ValueError naming every missing, unexpected and
+    mis-shaped key; each weight in x's dtype (TypeError); ``num_heads`` dividing D; T at most
+    ``context_length``."""
+    check_size("context_length", context_length)
+    check_size("num_heads", num_heads)
+    check_dropout("dropout_rate", dropout_rate)
+    shape = check_input(x, layout="(B, T, D)", floating=floating)
+    qkv_bias = isinstance(params, Mapping) and "att.W_query.bias" in params
+    check_params(params, block_shapes(shape[-1], qkv_bias), layer="TransformerBlock", dtype=x.dtype)
+    check_divisible("emb_dim", shape[-1], num_heads)
+    check_context_length(shape, context_length)
 
 
 def check_gpt_params(

@@ -4,6 +4,7 @@ same values, inputs left untouched."""
 import re
 import tracemalloc
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -145,10 +146,16 @@ BLOCK_CHECKS = [
     ("numpy_attn.attend", "check_operands"),
     ("numpy_attn.attention", "check_operands"),
     ("numpy_attn.dropout", "check_operands"),
+    ("numpy_attn.gpt", "check_block"),
+    ("numpy_attn.gpt", "check_floating"),
+    ("numpy_attn.gpt", "check_part"),
     ("numpy_attn.heads", "check_input"),
     ("numpy_attn.linear", "check_operands"),
     ("numpy_attn.masks", "check_causal_mask_args"),
     ("numpy_attn.softmax", "check_operands"),
+    ("jax_attn.gpt", "check_block"),
+    ("jax_attn.gpt", "check_part"),
+    ("jax_attn.gpt", "_check_x"),
 ]
 
 
@@ -218,6 +225,12 @@ def test_decoding_the_gpt_and_the_blockwise_loop_call_the_unchecked_building_blo
     ids = rng.integers(0, 16, (2, 6))
     logits = numpy_attn.gpt_model(gpt_params, ids, config, rng=np.random.default_rng(1))
     assert logits.shape == (2, 6, 16) and np.isfinite(logits).all()
+    assert numpy_attn.generate(gpt_params, ids[:, :2], config, 2).shape == (2, 4)
+    for jax_logits in (
+        jax_attn.gpt_model(gpt_params, ids, config, key=jax.random.key(1)),
+        jax_attn.GPTModel.from_params(gpt_params, config)(ids),
+    ):  # the GPT's parts (layer_norm, gelu, feed_forward, the block) run unchecked in jax_attn too
+        assert jax_logits.shape == (2, 6, 16) and np.isfinite(jax_logits).all()
 
 
 def test_check_finite_tests_large_weights_without_copying_them():

@@ -2,6 +2,7 @@
 
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -189,3 +190,166 @@ def test_the_jax_model_refuses_weights_that_are_not_a_mapping(params_given):
         jax_attn.GPTModel.from_params(params_given, TINY)
     with pytest.raises(TypeError, match=message):
         jax_attn.GPTModel(TINY, rngs=nnx.Rngs(0)).load_params(params_given)
+
+
+# ------------------------------------------------- the GPT's building blocks: gelu, layer_norm, ...
+
+PACKAGES = pytest.mark.parametrize("package", [numpy_attn, jax_attn], ids=["numpy", "jax"])
+FLOATING = "x must have a floating dtype (float16, float32, float64; bfloat16 in jax_attn), got "
+
+
+def block_params(config=TINY):
+    weights = torch_ref.to_params(torch_model(config))
+    return numpy_attn.gpt_spec.sub_params(weights, "trf_blocks.0.")
+
+
+def embeddings(batch=2, num_tokens=5, dtype=np.float32):
+    return np.random.default_rng(2).standard_normal((batch, num_tokens, TINY["emb_dim"])).astype(dtype)
+
+
+@PACKAGES
+def test_gelu_refuses_what_it_cannot_compute(package):
+    """An integer x gave 0.5 * x (the constant sqrt(2/pi) cast to 0), None an AttributeError."""
+    with pytest.raises(TypeError, match=f"^{re.escape(FLOATING)}int64 with shape \\(3,\\)$"):
+        package.gelu(np.array([1, 2, 3]))
+    with pytest.raises(TypeError, match=r"^x must be an array, got NoneType$"):
+        package.gelu(None)
+    expected = [0.841192, 1.954598, 2.996363]  # the tanh approximation at 1, 2, 3
+    np.testing.assert_allclose(package.gelu(np.array([1.0, 2.0, 3.0], np.float32)), expected, rtol=1e-5)
+
+
+def norm_params(width=TINY["emb_dim"], dtype=np.float32):
+    return {"scale": np.ones(width, dtype), "shift": np.zeros(width, dtype)}
+
+
+@PACKAGES
+@pytest.mark.parametrize(
+    "part, params, x, error, message",
+    [
+        ("layer_norm", norm_params(1), embeddings(), ValueError,
+         "params do not fit LayerNorm: mis-shaped keys: 'scale' has shape (1,), expected (32,); "
+         "'shift' has shape (1,), expected (32,)"),
+        ("layer_norm", {"scale": np.ones(32, np.float32), "bias": np.ones(32, np.float32)}, embeddings(),
+         ValueError, "params do not fit LayerNorm: missing keys ['shift']; unexpected keys ['bias']"),
+        ("layer_norm", norm_params(), embeddings(dtype=np.float16), TypeError,
+         "params['scale'] has dtype float32 but x has dtype float16"),
+        ("layer_norm", norm_params(), None, TypeError, "x must be an array, got NoneType"),
+        ("layer_norm", norm_params(), np.float32(1.0), ValueError,
+         "x must have shape (..., D) with D >= 1, got shape ()"),
+        ("layer_norm", norm_params(), embeddings().astype(np.int64), TypeError,
+         FLOATING + "int64 with shape (2, 5, 32)"),
+        ("feed_forward", {}, embeddings(), ValueError,
+         "params do not fit FeedForward: missing keys ['layers.0.weight', 'layers.0.bias', "
+         "'layers.2.weight', 'layers.2.bias']"),
+        ("feed_forward", numpy_attn.gpt_spec.sub_params(block_params(), "ff."), embeddings()[..., :8],
+         ValueError,
+         "params do not fit FeedForward: mis-shaped keys: 'layers.0.weight' has shape (128, 32), "
+         "expected (32, 8); 'layers.0.bias' has shape (128,), expected (32,); 'layers.2.weight' has "
+         "shape (32, 128), expected (8, 32); 'layers.2.bias' has shape (32,), expected (8,)"),
+    ],
+    ids=["norm_width_1", "norm_keys", "float16_x", "x_none", "x_0d", "x_int", "ff_empty", "ff_width"],
+)  # fmt: skip
+def test_layer_norm_and_feed_forward_check_x_and_their_weights(package, part, params, x, error, message):
+    """A (1,) scale broadcast silently, float16 x became float32, missing weights were KeyErrors,
+    a wrong width NumPy's or JAX's own broadcast error: the building blocks' rules now, one text."""
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        getattr(package, part)(params, x)
+
+
+@PACKAGES
+def test_layer_norm_and_feed_forward_give_the_models_steps(package):
+    """The checked parts compute what the model's unchecked ones do."""
+    params = torch_ref.to_params(torch_model())
+    _, steps = numpy_attn.gpt_model(params, token_ids(2, 5), TINY, return_steps=True)
+    block = numpy_attn.gpt_spec.sub_params(params, "trf_blocks.0.")
+    norm1 = package.layer_norm(numpy_attn.gpt_spec.sub_params(block, "norm1."), steps["embeddings"])
+    np.testing.assert_allclose(norm1, steps["trf_blocks.0.norm1"], rtol=1e-5, atol=1e-6)
+    ff = package.feed_forward(numpy_attn.gpt_spec.sub_params(block, "ff."), steps["trf_blocks.0.norm2"])
+    np.testing.assert_allclose(ff, steps["trf_blocks.0.ff"], rtol=1e-5, atol=1e-5)
+    output = package.transformer_block(block, steps["embeddings"], num_heads=2, context_length=16)
+    np.testing.assert_allclose(output, steps["trf_blocks.0.output"], rtol=1e-5, atol=1e-5)
+
+
+@PACKAGES
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        ({"x": embeddings().astype(np.int64)}, TypeError, FLOATING + "int64 with shape (2, 5, 32)"),
+        ({"x": embeddings()[0]}, ValueError, "x must have shape (B, T, D), got shape (5, 32) (rank 2)"),
+        ({"params": lambda p: {k: v for k, v in p.items() if k != "norm2.shift"} | {"norm3.shift": 0}},
+         ValueError, "params do not fit TransformerBlock: missing keys ['norm2.shift']; "
+         "unexpected keys ['norm3.shift']"),
+        ({"params": lambda p: p | {"ff.layers.2.bias": np.zeros(31, np.float32)}}, ValueError,
+         "params do not fit TransformerBlock: mis-shaped keys: 'ff.layers.2.bias' has shape (31,), "
+         "expected (32,)"),
+        ({"params": lambda p: p | {"norm1.scale": p["norm1.scale"].astype(np.float16)}}, TypeError,
+         "params['norm1.scale'] has dtype float16 but x has dtype float32"),
+        ({"num_heads": 3}, ValueError, "emb_dim=32 is not divisible by num_heads=3"),
+        ({"num_heads": 2.0}, TypeError, "num_heads must be a positive int, got 2.0 (float)"),
+        ({"context_length": 4}, ValueError, "x has 5 tokens (shape (2, 5, 32)) but context_length is 4"),
+        ({"dropout_rate": 1.0}, ValueError, "dropout_rate must be in [0, 1), got 1.0"),
+    ],
+    ids=["x_int", "x_rank_2", "keys", "width", "dtype", "heads", "heads_float", "context", "rate"],
+)  # fmt: skip
+def test_transformer_block_checks_its_call(package, change, error, message):
+    """numpy_attn's block named a weight's dtype against float64 for an integer x (which
+    jax_attn's ran), missing weights were KeyErrors: the block's checks, in both packages."""
+    kwargs = {"num_heads": 2, "context_length": 16}
+    params, x = block_params(), embeddings()
+    for name, value in change.items():
+        if name == "params":
+            params = value(params)
+        elif name == "x":
+            x = value
+        else:
+            kwargs[name] = value
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        package.transformer_block(params, x, **kwargs)
+
+
+# --------------------------------------------------------------------------- jax_attn's key
+
+KEY_MESSAGE = "key must be a jax.random key (jax.random.key(seed)) or None, got "
+
+
+def gpt_call(key):
+    params = torch_ref.to_params(torch_model())
+    return jax_attn.gpt_model(params, token_ids(1, 3), TINY | {"drop_rate": 0.1}, key=key)
+
+
+def block_call(key):
+    return jax_attn.transformer_block(
+        block_params(), embeddings(), num_heads=2, context_length=16, dropout_rate=0.1, key=key
+    )
+
+
+@pytest.mark.parametrize("call", [gpt_call, block_call], ids=["gpt_model", "transformer_block"])
+def test_the_jax_gpt_and_block_check_their_key(call):
+    """key=0 gave JAX's "invalid PRNG key data", a NumPy Generator "Error interpreting argument
+    ... as an abstract array" or "unexpected PRNG key type": now check_key's TypeError, as the
+    layers and numpy_attn's rng."""
+    with pytest.raises(TypeError, match=f"^{re.escape(KEY_MESSAGE)}0 \\(int\\)$"):
+        call(0)
+    generator = f"^{re.escape(KEY_MESSAGE)}Generator\\(PCG64\\) at 0x\\w+ \\(Generator\\)$"
+    with pytest.raises(TypeError, match=generator):
+        call(np.random.default_rng(0))
+    assert np.isfinite(call(jax.random.key(0))).all()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [gpt_call, block_call, lambda key: jax_attn.dropout(jnp.ones(3), 0.5, key=key)],
+    ids=["gpt_model", "transformer_block", "dropout"],
+)
+@pytest.mark.parametrize(
+    "keys", [jax.random.split(jax.random.key(0), 2), jax.random.split(jax.random.PRNGKey(0), 2)],
+    ids=["typed", "raw"],
+)  # fmt: skip
+def test_a_batch_of_keys_is_refused_naming_its_shape(call, keys):
+    """check_key took jax.random.split(key, 2) as a key: dropout then raised JAX's "bernoulli
+    accepts a single key"."""
+    message = "key must be one jax.random key, got a batch of keys of shape (2,): pass one of them (key[0])"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call(keys)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):  # JAX adds a note
+        jax.jit(call)(keys)
