@@ -329,3 +329,16 @@ def test_jitted_gpt_model_decode_checks_the_caches_as_it_traces(params):
     message = "caches has 1 KVCache, but config['n_layers'] = 2 blocks need one each"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}"):  # JAX adds a note on its frames
         decode(jnp.asarray(token_ids(1, 3)), jax_attn.init_gpt_cache(TINY, 1)[:1])
+
+
+def test_jax_generate_takes_a_bfloat16_model_as_gpt_model_does(params):
+    """generate checked the weights with numpy_attn's floats only: a bfloat16 GPTModel, which
+    gpt_model and gpt_model_decode take, was refused by generate alone."""
+    weights = {name: jnp.asarray(value, jnp.bfloat16) for name, value in params.items()}
+    model = jax_attn.GPTModel.from_params(weights, TINY)
+    prompt = jnp.asarray(token_ids(2, 3, seed=6))
+    actual = jax_attn.generate(model, prompt, 4)
+    caches = jax_attn.init_gpt_cache(TINY, 2, jnp.bfloat16)
+    logits, _ = jax_attn.gpt_model_decode(weights, prompt, caches, TINY)
+    np.testing.assert_array_equal(actual[:, 3], jnp.argmax(logits[:, -1], axis=-1))
+    assert actual.shape == (2, 7)
