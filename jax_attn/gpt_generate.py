@@ -18,19 +18,20 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jax_attn.checks import check_key
-from jax_attn.gpt import GPTModel, block_parts, head_parts
-from jax_attn.kv_cache import KVCache, init_kv_cache, multi_head_attention_decode
+from jax_attn.checks import check_key, is_concrete
+from jax_attn.gpt import GPTModel, block_parts, check_jax_gpt_params, head_parts
+from jax_attn.kv_cache import KVCache, cache_length, init_kv_cache, unchecked_multi_head_attention_decode
 from numpy_attn.gpt import apply_block, apply_model
 from numpy_attn.gpt_spec import (
+    FIRST_WEIGHT,
     check_config,
     check_generate_args,
-    check_gpt_params,
+    check_gpt_caches,
     check_token_ids,
     sub_params,
 )
 
-__all__ = ["generate", "gpt_model_decode", "init_gpt_cache"]
+__all__ = ["generate", "gpt_model_decode", "init_gpt_cache", "unchecked_gpt_model_decode"]
 
 
 def init_gpt_cache(config: Mapping[str, Any], batch: int, dtype: Any = jnp.float32) -> tuple[KVCache, ...]:
@@ -50,7 +51,28 @@ def gpt_model_decode(
     config: Mapping[str, Any],
 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
     """The GPT on new ``token_ids`` (B, t) after the ``caches``' tokens: ``(logits (B, t, V),
-    caches)``, the logits the full pass gives at those positions (evaluation mode)."""
+    caches)``, the logits the full pass gives at those positions (evaluation mode).
+
+    Checks first, as ``gpt_model`` and ``generate`` do: the config, the weights, the ids, and
+    the caches (``check_gpt_caches``: one per block, each as the decode functions check theirs,
+    all holding the same tokens with room for t more); values and lengths only where concrete."""
+    check_config(config)
+    concrete = is_concrete(params) and not isinstance(token_ids, jax.core.Tracer)
+    check_jax_gpt_params(params, config, check_values=concrete)
+    check_token_ids(token_ids, config, check_values=concrete)
+    check_gpt_caches(
+        caches, token_ids.shape, config, params[FIRST_WEIGHT].dtype, KVCache, jax.Array, cache_length
+    )
+    return unchecked_gpt_model_decode(params, token_ids, caches, config)
+
+
+def unchecked_gpt_model_decode(
+    params: Mapping[str, jax.Array],
+    token_ids: jax.Array,
+    caches: tuple[KVCache, ...],
+    config: Mapping[str, Any],
+) -> tuple[jax.Array, tuple[KVCache, ...]]:
+    """``gpt_model_decode`` without its checks: ``generate``'s step, checked once per call."""
     start, num_tokens = caches[0].length, token_ids.shape[1]
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, t, D)
     pos_embeds = jax.lax.dynamic_slice_in_dim(params["pos_emb.weight"], start, num_tokens)  # (t, D)
@@ -60,10 +82,9 @@ def gpt_model_decode(
         block = sub_params(params, f"trf_blocks.{index}.")
 
         def att(h: jax.Array, block=block, cache=cache) -> jax.Array:
-            out, cache = multi_head_attention_decode(
-                sub_params(block, "att."), h, cache, num_heads=config["n_heads"],
-                context_length=config["context_length"],
-            )  # fmt: skip
+            out, cache = unchecked_multi_head_attention_decode(
+                sub_params(block, "att."), h, cache, num_heads=config["n_heads"]
+            )
             new_caches.append(cache)
             return out
 
@@ -77,20 +98,24 @@ def gpt_model_decode(
 def _next_tokens(
     logits: jax.Array, key: jax.Array | None, temperature: float, top_k: int | None
 ) -> jax.Array:
-    """The next token per row of ``logits`` (B, V): argmax, or a sample."""
+    """The next token per row of ``logits`` (B, V): argmax, or a sample. The logits kept (the
+    ``top_k`` largest), less their maximum, are divided by ``temperature``: each is <= 0 and the
+    largest 0, so no temperature overflows them; where a tiny one takes the others to -inf, the
+    sample is the argmax (greedy; ties shared)."""
     if temperature == 0.0:
         return jnp.argmax(logits, axis=-1)  # (B,)
-    logits = logits / temperature
     if top_k is not None:
         kth_largest = jax.lax.top_k(logits, top_k)[0][:, -1:]  # (B, 1)
         logits = jnp.where(logits < kth_largest, -jnp.inf, logits)
-    return jax.random.categorical(key, logits, axis=-1)  # (B,)
+    shifted = logits - logits.max(axis=-1, keepdims=True)  # (B, V), <= 0
+    scaled = jnp.where(shifted == 0, 0, shifted / temperature)  # 0 / 0 where temperature rounds to 0
+    return jax.random.categorical(key, scaled, axis=-1)  # (B,)
 
 
 @functools.partial(jax.jit, static_argnames=("config_items", "temperature", "top_k"))
 def _step(params, token_ids, caches, key, config_items, temperature, top_k):
     """One jitted step: decode ``token_ids`` (B, t), pick the next token from the last logits."""
-    logits, caches = gpt_model_decode(params, token_ids, caches, dict(config_items))
+    logits, caches = unchecked_gpt_model_decode(params, token_ids, caches, dict(config_items))
     return _next_tokens(logits[:, -1], key, temperature, top_k), caches
 
 
@@ -110,7 +135,7 @@ def generate(
     """
     config = model.config
     params = model.torch_params()  # the weights format, converted once per call
-    check_gpt_params(params, config)
+    check_jax_gpt_params(params, config)
     check_token_ids(token_ids, config)
     check_key(rng, "rng")  # a jax.random key, under numpy_attn's argument name
     check_generate_args(token_ids.shape, max_new_tokens, config, temperature, top_k, rng is not None)

@@ -24,7 +24,14 @@ from jax_attn.linear import qkv_projections, unchecked_linear
 from jax_attn.masks import unchecked_causal_mask
 from numpy_attn.validation import check_cache_room, check_kv_cache, check_kv_cache_sizes, check_padding_mask
 
-__all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
+__all__ = [
+    "KVCache",
+    "cache_length",
+    "fused_causal_attention_decode",
+    "init_kv_cache",
+    "multi_head_attention_decode",
+    "unchecked_multi_head_attention_decode",
+]
 
 
 class KVCache(NamedTuple):
@@ -46,10 +53,14 @@ def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dt
     )  # fmt: skip
 
 
+def cache_length(cache: KVCache) -> int | None:
+    """The tokens a (checked) cache holds, as an int; None under jax.jit, where it is not known."""
+    return None if isinstance(cache.length, jax.core.Tracer) else int(cache.length)
+
+
 def _check_room(cache: KVCache, num_tokens: int) -> None:
     """Checked where the length is concrete; under jax.jit the caller keeps within the cache."""
-    length = None if isinstance(cache.length, jax.core.Tracer) else int(cache.length)
-    check_cache_room(length, cache.keys.shape[-2], num_tokens)
+    check_cache_room(cache_length(cache), cache.keys.shape[-2], num_tokens)
 
 
 def _decode(
@@ -89,6 +100,14 @@ def multi_head_attention_decode(
     check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
     check_kv_cache(cache, KVCache, jax.Array, x, num_heads, params["out_proj.weight"].shape[1] // num_heads)
     _check_room(cache, x.shape[1])
+    return unchecked_multi_head_attention_decode(params, x, cache, num_heads=num_heads)
+
+
+def unchecked_multi_head_attention_decode(
+    params: Mapping[str, jax.Array], x: jax.Array, cache: KVCache, *, num_heads: int
+) -> tuple[jax.Array, KVCache]:
+    """``multi_head_attention_decode`` without its checks, for a caller that has made them (the
+    GPT's decode, once per call rather than once per block and token)."""
     x = jnp.asarray(x)  # arrays from any framework compute here
     queries, keys, values = qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
     context_vec, cache = _decode(

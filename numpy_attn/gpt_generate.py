@@ -18,17 +18,19 @@ import numpy as np
 
 from numpy_attn.gpt import apply_block, apply_model, block_parts, head_parts
 from numpy_attn.gpt_spec import (
+    FIRST_WEIGHT,
     check_config,
     check_generate_args,
+    check_gpt_caches,
     check_gpt_params,
     check_token_ids,
     sub_params,
 )
-from numpy_attn.kv_cache import KVCache, init_kv_cache, multi_head_attention_decode
-from numpy_attn.softmax import softmax
+from numpy_attn.kv_cache import KVCache, cache_length, init_kv_cache, unchecked_multi_head_attention_decode
+from numpy_attn.softmax import unchecked_softmax
 from numpy_attn.validation import check_rng
 
-__all__ = ["generate", "gpt_model_decode", "init_gpt_cache"]
+__all__ = ["generate", "gpt_model_decode", "init_gpt_cache", "unchecked_gpt_model_decode"]
 
 
 def init_gpt_cache(config: Mapping[str, Any], batch: int, dtype: Any = np.float32) -> tuple[KVCache, ...]:
@@ -48,7 +50,27 @@ def gpt_model_decode(
     config: Mapping[str, Any],
 ) -> tuple[np.ndarray, tuple[KVCache, ...]]:
     """The GPT on new ``token_ids`` (B, t) after the ``caches``' tokens: ``(logits (B, t, V),
-    caches)``, the logits the full pass gives at those positions (evaluation mode)."""
+    caches)``, the logits the full pass gives at those positions (evaluation mode).
+
+    Checks first, as ``gpt_model`` and ``generate`` do: the config, the weights, the ids, and
+    the caches (``check_gpt_caches``: one per block, each as the decode functions check theirs,
+    all holding the same tokens with room for t more)."""
+    check_config(config)
+    check_gpt_params(params, config)
+    check_token_ids(token_ids, config)
+    check_gpt_caches(
+        caches, token_ids.shape, config, params[FIRST_WEIGHT].dtype, KVCache, np.ndarray, cache_length
+    )
+    return unchecked_gpt_model_decode(params, token_ids, caches, config)
+
+
+def unchecked_gpt_model_decode(
+    params: Mapping[str, np.ndarray],
+    token_ids: np.ndarray,
+    caches: tuple[KVCache, ...],
+    config: Mapping[str, Any],
+) -> tuple[np.ndarray, tuple[KVCache, ...]]:
+    """``gpt_model_decode`` without its checks: ``generate``'s step, checked once per call."""
     start, num_tokens = caches[0].length, token_ids.shape[1]
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, t, D)
     pos_embeds = params["pos_emb.weight"][start : start + num_tokens]  # (t, D)
@@ -58,10 +80,9 @@ def gpt_model_decode(
         block = sub_params(params, f"trf_blocks.{index}.")
 
         def att(h: np.ndarray, block=block, cache=cache) -> np.ndarray:
-            out, cache = multi_head_attention_decode(
-                sub_params(block, "att."), h, cache, num_heads=config["n_heads"],
-                context_length=config["context_length"],
-            )  # fmt: skip
+            out, cache = unchecked_multi_head_attention_decode(
+                sub_params(block, "att."), h, cache, num_heads=config["n_heads"]
+            )
             new_caches.append(cache)
             return out
 
@@ -75,14 +96,18 @@ def gpt_model_decode(
 def _next_tokens(
     logits: np.ndarray, rng: np.random.Generator | None, temperature: float, top_k: int | None
 ) -> np.ndarray:
-    """The next token per row of ``logits`` (B, V): argmax, or a sample."""
+    """The next token per row of ``logits`` (B, V): argmax, or a sample. The logits kept (the
+    ``top_k`` largest), less their maximum, are divided by ``temperature``: each is <= 0 and the
+    largest 0, so no temperature overflows them; where a tiny one takes the others to -inf, the
+    sample is the argmax (greedy; ties shared)."""
     if temperature == 0.0:
         return np.argmax(logits, axis=-1)  # (B,)
-    logits = logits / temperature
     if top_k is not None:
         kth_largest = -np.sort(-logits, axis=-1)[:, top_k - 1 : top_k]  # (B, 1)
         logits = np.where(logits < kth_largest, -np.inf, logits)
-    probs = softmax(logits.astype(np.float64), axis=-1)  # (B, V)
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)  # (B, V), <= 0
+    with np.errstate(over="ignore"):  # a tiny temperature: -inf, as the limit
+        probs = unchecked_softmax(shifted / temperature, axis=-1)  # (B, V)
     return np.array([rng.choice(len(row), p=row) for row in probs])  # (B,)
 
 
@@ -108,7 +133,7 @@ def generate(
     caches = init_gpt_cache(config, token_ids.shape[0], params["tok_emb.weight"].dtype)
     new_tokens, step_input = [], token_ids
     for _ in range(max_new_tokens):
-        logits, caches = gpt_model_decode(params, step_input, caches, config)
+        logits, caches = unchecked_gpt_model_decode(params, step_input, caches, config)
         step_input = _next_tokens(logits[:, -1], rng, temperature, top_k)[:, None].astype(
             token_ids.dtype
         )  # (B, 1)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,12 +17,14 @@ import numpy as np
 from numpy_attn.spec import QKV
 from numpy_attn.validation import (
     NUMPY_FLOATS,
+    check_cache_room,
     check_context_length,
     check_divisible,
     check_dropout,
     check_finite,
     check_floating,
     check_input,
+    check_kv_cache,
     check_mapping,
     check_params,
     check_size,
@@ -34,6 +37,7 @@ __all__ = [
     "check_block",
     "check_config",
     "check_generate_args",
+    "check_gpt_caches",
     "check_gpt_params",
     "check_part",
     "check_token_ids",
@@ -173,24 +177,68 @@ def check_gpt_params(
 
 
 def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, check_values: bool = True) -> None:
-    """``token_ids``: integer ``(B, T)``, T <= context_length, every id in [0, vocab_size)."""
+    """``token_ids``: an integer array ``(B, T)``, B >= 1, 1 <= T <= context_length, whose dtype
+    holds every id of the vocabulary (up to ``vocab_size - 1``: ``generate`` writes the new ids in
+    it, a narrower one would wrap them; TypeError), every id in [0, vocab_size) (ValueError)."""
     shape = getattr(token_ids, "shape", None)
     dtype = getattr(token_ids, "dtype", None)
     if shape is None or not np.issubdtype(np.dtype(dtype), np.integer):
         raise TypeError(f"token_ids must be an integer array (B, T), got {type(token_ids).__name__} {dtype}")
-    if len(shape) != 2 or shape[1] < 1:
-        raise ValueError(f"token_ids must have shape (B, T) with T >= 1, got {tuple(shape)}")
+    vocab_size = config["vocab_size"]
+    if np.iinfo(np.dtype(dtype)).max < vocab_size - 1:
+        raise TypeError(
+            f"token_ids has dtype {np.dtype(dtype).name}, which cannot hold the ids of vocab_size "
+            f"{vocab_size} (up to {vocab_size - 1}): give int32 or int64 ids"
+        )
+    if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+        raise ValueError(f"token_ids must have shape (B, T) with B >= 1 and T >= 1, got {tuple(shape)}")
     if shape[1] > config["context_length"]:
         raise ValueError(
             f"token_ids has T={shape[1]} tokens, more than context_length {config['context_length']}"
         )
     if check_values:
         ids = np.asarray(token_ids)
-        if ids.size and (ids.min() < 0 or ids.max() >= config["vocab_size"]):
+        if ids.min() < 0 or ids.max() >= vocab_size:
             raise ValueError(
-                f"token_ids hold ids in [{ids.min()}, {ids.max()}], outside the vocabulary "
-                f"[0, {config['vocab_size']})"
+                f"token_ids hold ids in [{ids.min()}, {ids.max()}], outside the vocabulary [0, {vocab_size})"
             )
+
+
+def check_gpt_caches(
+    caches: Any,
+    shape: tuple[int, int],
+    config: Mapping[str, Any],
+    dtype: Any,
+    cache_type: type,
+    array_type: type | tuple[type, ...],
+    cache_length: Callable[[Any], int | None],
+) -> None:
+    """``gpt_model_decode``'s ``caches`` for token ids of ``shape`` (B, t) and weights of
+    ``dtype``: a tuple (or list) of ``cache_type`` caches (TypeError otherwise), one per block
+    (ValueError naming both numbers), each checked as the decode functions check theirs
+    (``check_kv_cache``, against the blocks' input ``(B, t, emb_dim)``), all holding the same
+    number of tokens (``cache_length``: None where it is not concrete, under jax.jit) with room
+    for t more within the cache and the context (``check_cache_room``); ValueError otherwise."""
+    if isinstance(caches, cache_type) or not isinstance(caches, tuple | list):
+        raise TypeError(
+            f"caches must be a tuple of KVCache, one per block (init_gpt_cache(config, batch)), "
+            f"got {type(caches).__name__}"
+        )
+    if len(caches) != config["n_layers"]:
+        raise ValueError(
+            f"caches has {len(caches)} KVCache, but config['n_layers'] = {config['n_layers']} "
+            "blocks need one each"
+        )
+    batch, num_tokens = shape
+    x = np.broadcast_to(np.zeros((), dtype), (batch, num_tokens, config["emb_dim"]))  # the blocks' input
+    num_heads = config["n_heads"]
+    for cache in caches:
+        check_kv_cache(cache, cache_type, array_type, x, num_heads, config["emb_dim"] // num_heads)
+    lengths = [cache_length(cache) for cache in caches]
+    if len({length for length in lengths if length is not None}) > 1:
+        raise ValueError(f"the caches hold {lengths} tokens: every block's cache must hold the same tokens")
+    for cache, length in zip(caches, lengths, strict=True):
+        check_cache_room(length, min(cache.keys.shape[2], config["context_length"]), num_tokens)
 
 
 def sub_params(params: Mapping[str, Any], prefix: str) -> dict[str, Any]:
@@ -207,21 +255,33 @@ def check_generate_args(
     has_rng: bool,
 ) -> None:
     """``generate``'s arguments: the prompt (``shape`` (B, T)) and ``max_new_tokens`` fit the
-    context; ``temperature`` >= 0; ``top_k`` in [1, vocab_size]; sampling has a random source."""
-    if (
-        isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, int | np.integer)
-        or max_new_tokens < 0
-    ):
+    context; ``temperature`` a finite number >= 0; ``top_k`` None or in [1, vocab_size];
+    sampling has a random source. A bool, or another type where a number is due, is a
+    TypeError (as for every size); a number out of range a ValueError."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer):
+        raise TypeError(
+            f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r} "
+            f"({type(max_new_tokens).__name__})"
+        )
+    if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
     if shape[1] + max_new_tokens > config["context_length"]:
         raise ValueError(
             f"token_ids has T={shape[1]} tokens; with max_new_tokens={max_new_tokens} that exceeds "
             f"context_length {config['context_length']}"
         )
-    if not isinstance(temperature, int | float | np.floating) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-    if top_k is not None and not (isinstance(top_k, int | np.integer) and 1 <= top_k <= config["vocab_size"]):
-        raise ValueError(f"top_k must be None or an integer in [1, {config['vocab_size']}], got {top_k!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.integer | np.floating):
+        raise TypeError(
+            f"temperature must be a finite number >= 0, got {temperature!r} ({type(temperature).__name__})"
+        )
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    vocab_size = config["vocab_size"]
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int | np.integer)):
+        raise TypeError(
+            f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r} ({type(top_k).__name__})"
+        )
+    if top_k is not None and not 1 <= top_k <= vocab_size:
+        raise ValueError(f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r}")
     if temperature > 0 and not has_rng:
         raise ValueError("sampling (temperature > 0) needs rng")

@@ -22,7 +22,14 @@ from numpy_attn.masks import unchecked_causal_mask
 from numpy_attn.spec import check_layer
 from numpy_attn.validation import check_cache_room, check_kv_cache, check_kv_cache_sizes, check_padding_mask
 
-__all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
+__all__ = [
+    "KVCache",
+    "cache_length",
+    "fused_causal_attention_decode",
+    "init_kv_cache",
+    "multi_head_attention_decode",
+    "unchecked_multi_head_attention_decode",
+]
 
 
 class KVCache(NamedTuple):
@@ -40,8 +47,13 @@ def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dt
     return KVCache(np.zeros(shape, dtype), np.zeros(shape, dtype), np.zeros((batch, max_length), bool), 0)
 
 
+def cache_length(cache: KVCache) -> int:
+    """The tokens a (checked) cache holds, as an int."""
+    return int(cache.length)
+
+
 def _check_room(cache: KVCache, num_tokens: int) -> None:
-    check_cache_room(int(cache.length), cache.keys.shape[-2], num_tokens)
+    check_cache_room(cache_length(cache), cache.keys.shape[-2], num_tokens)
 
 
 def _decode(
@@ -76,6 +88,14 @@ def multi_head_attention_decode(
     check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
     check_kv_cache(cache, KVCache, np.ndarray, x, num_heads, params["out_proj.weight"].shape[1] // num_heads)
     _check_room(cache, x.shape[1])
+    return unchecked_multi_head_attention_decode(params, x, cache, num_heads=num_heads)
+
+
+def unchecked_multi_head_attention_decode(
+    params: Mapping[str, np.ndarray], x: np.ndarray, cache: KVCache, *, num_heads: int
+) -> tuple[np.ndarray, KVCache]:
+    """``multi_head_attention_decode`` without its checks, for a caller that has made them (the
+    GPT's decode, once per call rather than once per block and token)."""
     x = np.asarray(x)  # arrays from any framework compute here
     queries, keys, values = qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
     context_vec, cache = _decode(

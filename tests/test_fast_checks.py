@@ -249,3 +249,28 @@ def test_check_finite_tests_large_weights_without_copying_them():
     params["w2"][-1] = np.inf  # the last entry of the last chunk
     with pytest.raises(ValueError, match=re.escape("params['w2'] has non-finite values (NaN or inf)")):
         check_finite(params)
+
+
+def test_generate_checks_once_not_per_token(refuse_block_checks, monkeypatch):
+    """generate checked the weights and the cache of every block at every token (through
+    multi_head_attention_decode's check_layer and check_kv_cache) and softmax's operands at every
+    sample: now its arguments once, up front, and the steps run unchecked."""
+    from numpy_attn import kv_cache
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a check ran inside generate's loop")
+
+    monkeypatch.setattr(kv_cache, "check_layer", refuse)
+    monkeypatch.setattr(kv_cache, "check_kv_cache", refuse)
+    rng = np.random.default_rng(0)
+    config = {"vocab_size": 16, "context_length": 8, "emb_dim": 4, "n_heads": 2, "n_layers": 2,
+              "drop_rate": 0.0, "qkv_bias": True}  # fmt: skip
+    params = {
+        name: rng.standard_normal(shape).astype(np.float32)
+        for name, shape in numpy_attn.gpt_param_shapes(config).items()
+    }
+    ids = rng.integers(0, 16, (2, 3))
+    greedy = numpy_attn.generate(params, ids, config, 4)
+    sampled = numpy_attn.generate(params, ids, config, 4, temperature=0.8, top_k=5, rng=rng)
+    assert greedy.shape == sampled.shape == (2, 7)
+    np.testing.assert_array_equal(greedy[:, :3], ids)

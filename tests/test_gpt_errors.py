@@ -52,6 +52,14 @@ def test_more_tokens_than_the_context_length(params, call):
         call(params, token_ids(1, 17), TINY)
 
 
+@CALLS
+def test_an_empty_batch_of_token_ids(params, call):
+    """One rule for every GPT entry point (check_token_ids): generate's caches need B >= 1."""
+    message = "token_ids must have shape (B, T) with B >= 1 and T >= 1, got (0, 4)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call(params, token_ids(0, 4), TINY)
+
+
 def test_torch_ref_refuses_more_tokens_than_the_context_length():
     with pytest.raises(ValueError, match="token_ids has 17 tokens, more than context_length 16"):
         torch_model()(torch.tensor(token_ids(1, 17)))

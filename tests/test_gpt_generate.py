@@ -96,7 +96,8 @@ def test_sampling_is_reproducible_and_top_k_1_is_greedy(params, model):
         ),
         ({"max_new_tokens": -1}, "max_new_tokens must be a non-negative integer, got -1"),
         ({"temperature": 1.0}, r"sampling \(temperature > 0\) needs rng"),
-        ({"temperature": -1.0}, "temperature must be a number >= 0, got -1.0"),
+        ({"temperature": -1.0}, "temperature must be a finite number >= 0, got -1.0"),
+        ({"temperature": float("inf")}, "temperature must be a finite number >= 0, got inf"),
         ({"top_k": 0}, r"top_k must be None or an integer in \[1, 61\], got 0"),
     ],
 )
@@ -141,3 +142,203 @@ def test_jax_generate_refuses_an_rng_that_is_not_a_key(model, rng):
     for temperature in (0.0, 1.0):
         with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
             jax_attn.generate(model, jnp.asarray(token_ids(1, 3)), 2, temperature=temperature, rng=rng)
+
+
+def generate_both(params, model, prompt, max_new_tokens, **arguments):
+    """``(numpy_attn's, jax_attn's)`` generate, each with its own kind of rng when sampling."""
+    numpy_rng = {"rng": np.random.default_rng(0)} if arguments.get("temperature") else {}
+    jax_rng = {"rng": jax.random.key(0)} if arguments.get("temperature") else {}
+    return (
+        numpy_attn.generate(params, prompt, TINY, max_new_tokens, **arguments, **numpy_rng),
+        jax_attn.generate(model, jnp.asarray(prompt), max_new_tokens, **arguments, **jax_rng),
+    )
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"max_new_tokens": True}, "max_new_tokens must be a non-negative integer, got True (bool)"),
+        ({"temperature": True}, "temperature must be a finite number >= 0, got True (bool)"),
+        ({"temperature": "0.5"}, "temperature must be a finite number >= 0, got '0.5' (str)"),
+        ({"top_k": True}, "top_k must be None or an integer in [1, 61], got True (bool)"),
+        ({"top_k": 2.0}, "top_k must be None or an integer in [1, 61], got 2.0 (float)"),
+    ],
+)  # fmt: skip
+def test_generate_refuses_bools_and_other_types_for_its_numbers(params, model, arguments, message):
+    """TypeError, as every size: ``top_k=True`` sampled as top_k=1 and ``temperature=True`` as 1.0."""
+    arguments = {"max_new_tokens": 2, "temperature": 1.0} | arguments
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        generate_both(params, model, token_ids(1, 3), **arguments)
+
+
+@pytest.mark.parametrize("temperature", [1e-45, 1e-320, np.float32(1e-45)], ids=["1e-45", "1e-320", "f32"])
+def test_a_tiny_temperature_samples_the_argmax_in_both_packages(params, model, temperature):
+    """numpy_attn divided the logits by 1e-45 into inf and NaN ('Probabilities contain NaN', with
+    RuntimeWarnings) while jax_attn returned tokens: now both take the greedy limit."""
+    prompt = token_ids(2, 3, seed=6)
+    greedy = numpy_attn.generate(params, prompt, TINY, 6)
+    for actual in generate_both(params, model, prompt, 6, temperature=temperature):
+        np.testing.assert_array_equal(actual, greedy)
+    for actual in generate_both(params, model, prompt, 6, temperature=temperature, top_k=3):
+        np.testing.assert_array_equal(actual, greedy)
+
+
+def test_an_empty_batch_is_refused_naming_token_ids(params, model):
+    """Not init_kv_cache's 'batch must be a positive int, got 0', which does not name token_ids."""
+    message = "token_ids must have shape (B, T) with B >= 1 and T >= 1, got (0, 2)"
+    prompt = np.zeros((0, 2), np.int64)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        numpy_attn.generate(params, prompt, TINY, 1)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        jax_attn.generate(model, jnp.asarray(prompt), 1)
+    for decode, init in ((numpy_generate.gpt_model_decode, numpy_generate.init_gpt_cache),
+                         (jax_generate.gpt_model_decode, jax_generate.init_gpt_cache)):  # fmt: skip
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            decode(params, prompt, init(TINY, 1), TINY)
+
+
+WIDE = {"vocab_size": 300, "context_length": 8, "emb_dim": 4, "n_heads": 2, "n_layers": 1,
+        "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
+
+
+def greedy_280():
+    """Weights under which greedy decoding always picks id 280, beyond uint8 and int8."""
+    params = {name: np.zeros(shape, np.float32) for name, shape in numpy_attn.gpt_param_shapes(WIDE).items()}
+    params["final_norm.shift"][:] = 1
+    params["out_head.weight"][280] = 1
+    return params
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8], ids=["uint8", "int8"])
+def test_token_ids_too_narrow_for_the_vocabulary_are_refused(dtype):
+    """uint8 ids made generate write 280 as 24 (wrapped), return it and feed it back: now every
+    GPT entry point refuses a dtype that cannot hold vocab_size - 1."""
+    params = greedy_280()
+    wide_ids = numpy_attn.generate(params, np.array([[1, 2]]), WIDE, 2)
+    np.testing.assert_array_equal(wide_ids, [[1, 2, 280, 280]])
+    prompt = np.array([[1, 2]], dtype)
+    name = np.dtype(dtype).name
+    message = (
+        f"token_ids has dtype {name}, which cannot hold the ids of vocab_size 300 (up to 299): "
+        "give int32 or int64 ids"
+    )
+    model = jax_attn.GPTModel.from_params(params, WIDE)
+    calls = [
+        lambda: numpy_attn.generate(params, prompt, WIDE, 2),
+        lambda: jax_attn.generate(model, jnp.asarray(prompt), 2),
+        lambda: numpy_attn.gpt_model(params, prompt, WIDE),
+        lambda: jax_attn.gpt_model(params, jnp.asarray(prompt), WIDE),
+        lambda: model(jnp.asarray(prompt)),
+        lambda: numpy_attn.gpt_model_decode(params, prompt, numpy_attn.init_gpt_cache(WIDE, 1), WIDE),
+        lambda: jax_attn.gpt_model_decode(
+            params, jnp.asarray(prompt), jax_attn.init_gpt_cache(WIDE, 1), WIDE
+        ),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+            call()
+
+
+def test_narrow_token_ids_that_hold_the_vocabulary_are_kept(params, model):
+    prompt = token_ids(2, 3, seed=6)
+    expected = numpy_attn.generate(params, prompt, TINY, 5)  # vocab_size 61: int8 holds every id
+    for actual in (
+        numpy_attn.generate(params, prompt.astype(np.int8), TINY, 5),
+        jax_attn.generate(model, jnp.asarray(prompt, jnp.int8), 5),
+    ):
+        assert actual.dtype == np.int8
+        np.testing.assert_array_equal(actual, expected)
+
+
+DECODERS = pytest.mark.parametrize(
+    "package, convert", [(numpy_attn, np.asarray), (jax_attn, jnp.asarray)], ids=["numpy", "jax"]
+)
+
+
+def caches_of(package, batch=1, **changes):
+    return package.init_gpt_cache(TINY | changes, batch)
+
+
+@DECODERS
+@pytest.mark.parametrize(
+    "case, error, message",
+    [
+        ("one_cache_for_two_blocks", ValueError,
+         "caches has 1 KVCache, but config['n_layers'] = 2 blocks need one each"),
+        ("no_caches", ValueError, "caches has 0 KVCache, but config['n_layers'] = 2 blocks need one each"),
+        ("a_kv_cache", TypeError,
+         "caches must be a tuple of KVCache, one per block (init_gpt_cache(config, batch)), got KVCache"),
+        ("other_batch", ValueError,
+         "cache.keys has shape (2, 2, 16, 16), but x of shape (1, 3, 32) with num_heads=2 needs "
+         "(B, N, L, H) = (1, 2, L, 16)"),
+        ("float16_caches", TypeError, "cache has dtype float16 but x has dtype float32"),
+        ("lengths_differ", ValueError,
+         "the caches hold [3, 0] tokens: every block's cache must hold the same tokens"),
+        ("full", ValueError, "the cache holds 15 of 16 tokens; 3 more do not fit"),
+        ("id_minus_one", ValueError, "token_ids hold ids in [-1, 2], outside the vocabulary [0, 61)"),
+        ("id_vocab_size", ValueError, "token_ids hold ids in [1, 61], outside the vocabulary [0, 61)"),
+        ("float_ids", TypeError, "token_ids must be an integer array (B, T), got "),  # ndarray float64, ...
+        ("one_axis_ids", ValueError,
+         "token_ids must have shape (B, T) with B >= 1 and T >= 1, got (3,)"),
+        ("config_missing_keys", ValueError,
+         "config is missing keys ['n_heads']; a GPT config has ['vocab_size', 'context_length', "
+         "'emb_dim', 'n_heads', 'n_layers', 'drop_rate', 'qkv_bias']"),
+        ("missing_weight", ValueError, "params do not fit GPTModel: missing keys ['final_norm.scale']"),
+    ],
+)  # fmt: skip
+def test_gpt_model_decode_checks_its_input(params, package, convert, case, error, message):
+    """gpt_model_decode checked nothing: a cache short ran one block of two without a word, ids
+    out of the vocabulary were read as others or raised IndexError. Now it makes gpt_model's and
+    the decode functions' checks, with one text in both packages."""
+    ids, caches, config = np.array([[1, 2, 3]]), caches_of(package), TINY
+    weights = {name: convert(value) for name, value in params.items()}
+    if case == "one_cache_for_two_blocks":
+        caches = caches[:1]
+    elif case == "no_caches":
+        caches = ()
+    elif case == "a_kv_cache":
+        caches = caches[0]
+    elif case == "other_batch":
+        caches = caches_of(package, batch=2)
+    elif case == "float16_caches":
+        caches = package.init_gpt_cache(TINY, 1, np.float16)
+    elif case == "lengths_differ":
+        _, advanced = package.gpt_model_decode(weights, convert(ids), caches, config)
+        caches = (advanced[0], caches[1])
+    elif case == "full":
+        _, caches = package.gpt_model_decode(weights, convert(token_ids(1, 15)), caches, config)
+    elif case.startswith("id_"):
+        ids = np.array([[-1, 2, 1]]) if case == "id_minus_one" else np.array([[61, 2, 1]])
+    elif case == "float_ids":
+        ids = ids.astype(np.float64)
+    elif case == "one_axis_ids":
+        ids = ids[0]
+    elif case == "config_missing_keys":
+        config = {key: value for key, value in TINY.items() if key != "n_heads"}
+    elif case == "missing_weight":
+        weights = {name: value for name, value in weights.items() if name != "final_norm.scale"}
+    with pytest.raises(error, match=f"^{re.escape(message)}"):
+        package.gpt_model_decode(weights, convert(ids), caches, config)
+
+
+def test_jitted_gpt_model_decode_checks_the_caches_as_it_traces(params):
+    weights = {name: jnp.asarray(value) for name, value in params.items()}
+    decode = jax.jit(lambda ids, caches: jax_attn.gpt_model_decode(weights, ids, caches, TINY))
+    logits, caches = decode(jnp.asarray(token_ids(1, 3)), jax_attn.init_gpt_cache(TINY, 1))
+    assert logits.shape == (1, 3, 61) and int(caches[0].length) == 3
+    message = "caches has 1 KVCache, but config['n_layers'] = 2 blocks need one each"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):  # JAX adds a note on its frames
+        decode(jnp.asarray(token_ids(1, 3)), jax_attn.init_gpt_cache(TINY, 1)[:1])
+
+
+def test_jax_generate_takes_a_bfloat16_model_as_gpt_model_does(params):
+    """generate checked the weights with numpy_attn's floats only: a bfloat16 GPTModel, which
+    gpt_model and gpt_model_decode take, was refused by generate alone."""
+    weights = {name: jnp.asarray(value, jnp.bfloat16) for name, value in params.items()}
+    model = jax_attn.GPTModel.from_params(weights, TINY)
+    prompt = jnp.asarray(token_ids(2, 3, seed=6))
+    actual = jax_attn.generate(model, prompt, 4)
+    caches = jax_attn.init_gpt_cache(TINY, 2, jnp.bfloat16)
+    logits, _ = jax_attn.gpt_model_decode(weights, prompt, caches, TINY)
+    np.testing.assert_array_equal(actual[:, 3], jnp.argmax(logits[:, -1], axis=-1))
+    assert actual.shape == (2, 7)
