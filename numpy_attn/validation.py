@@ -238,9 +238,15 @@ def check_attention_shapes(queries: Any, keys: Any, values: Any) -> None:
 
 
 def check_mapping(params: Any) -> None:
-    """TypeError unless ``params`` is a mapping (the weights format: name -> array)."""
+    """TypeError unless ``params`` is a mapping (the weights format: name -> array) whose keys
+    are str (the first other one named: JAX cannot sort mixed keys into a pytree)."""
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a mapping of str to arrays, got {type(params).__name__}")
+    for key in params:
+        if not isinstance(key, str):
+            raise TypeError(
+                f"params must be a mapping of str to arrays, got key {key!r} ({type(key).__name__})"
+            )
 
 
 def check_input(
