@@ -31,6 +31,7 @@ from jax_attn.module_base import (
     build_to_load,
     check_loaded,
     check_rngs,
+    check_weights_to_draw,
     fill,
     readable_weights,
     torch_linear,
@@ -348,6 +349,7 @@ class GPTModel(nnx.Module):
     def __init__(self, config: Mapping[str, Any], *, dtype: Any = jnp.float32, rngs: nnx.Rngs):
         check_config(config)
         check_rngs(rngs)
+        check_weights_to_draw(gpt_param_shapes({**config, "n_layers": 1}), dtype)  # one block: each block's
         self.config = dict(config)
         vocab, context, emb = config["vocab_size"], config["context_length"], config["emb_dim"]
         self.tok_emb = nnx.Embed(

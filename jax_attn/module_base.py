@@ -34,9 +34,12 @@ from numpy_attn.spec import (
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     JAX_FLOATS,
+    check_array_size,
     check_context_length,
     check_dropout,
+    check_dtype_argument,
     check_finite,
+    check_flag,
     check_input,
     check_mapping,
     check_params,
@@ -45,13 +48,15 @@ from numpy_attn.validation import (
 
 __all__ = [
     "MODULE_OPTIONS", "AttentionModule", "build_to_load", "check_loaded", "check_rngs", "check_weight_dtypes",
-    "fill", "readable_weights", "torch_linear", "torch_normal", "torch_qkv", "torch_uniform",
+    "check_weights_to_draw", "fill", "readable_weights", "torch_linear", "torch_normal", "torch_qkv",
+    "torch_uniform",
 ]  # fmt: skip
 
 # the constructor arguments of a Flax module that its torch class does not have
 MODULE_OPTIONS = ("dtype", "implementation", "block_size", "rngs")
 M = TypeVar("M", bound=nnx.Module)
 SIZES = ("d_in", "d_out", "hidden_size", "num_heads")  # constructor arguments that are positive sizes
+FLAGS = ("qkv_bias", "out_bias", "bias")  # constructor arguments that are bools
 
 
 def torch_uniform(low: float, high: float) -> Callable[..., jax.Array]:
@@ -134,6 +139,16 @@ def check_weight_dtypes(
     dtype = first if first.name in JAX_FLOATS else np.dtype(default)
     check_params(weights, shapes, layer=layer, dtype=dtype)
     return dtype
+
+
+def check_weights_to_draw(shapes: Mapping[str, tuple[int, ...]], dtype: Any) -> None:
+    """What a constructor checks before it draws weights of ``shapes`` (torch name -> shape) in
+    ``dtype``: a floating dtype in the machine's byte order (``check_dtype_argument``), float64
+    only with JAX's 64-bit mode (the functions' error), and no weight past ``MAX_ELEMENTS``
+    elements (``check_array_size``: XLA would abort the process)."""
+    check_x64("dtype", np.empty(0, check_dtype_argument(dtype, JAX_FLOATS)))
+    for name, shape in shapes.items():
+        check_array_size(f"weight {name!r}", shape)
 
 
 def check_loaded(module: nnx.Module) -> None:
@@ -234,8 +249,8 @@ class AttentionModule(nnx.Module):
     ) -> None:
         """Check the torch constructor's ``arguments`` as the torch class and the layer function
         do (sizes, heads, dropout rates, read from the spec; the context length with the
-        function's ``check_size``), ``rngs``, ``dtype`` (float64 only with JAX's 64-bit mode,
-        the functions' error) and the compute path; keep what a call
+        function's ``check_size``), the bias flags (bools: ``check_flag``), ``rngs``, ``dtype``
+        and the weights' sizes (``check_weights_to_draw``) and the compute path; keep what a call
         reads: the arguments the layer function takes (``context_length``, ``num_heads``, the
         dropout rates...), the torch name of the input weight and, with dropout, the train/eval
         state and a fork of the ``dropout`` stream of ``rngs``."""
@@ -244,8 +259,11 @@ class AttentionModule(nnx.Module):
         for name in (*SIZES, spec.context):
             if name in arguments:
                 check_size(name, arguments[name])
-        check_x64("dtype", np.empty(0, dtype))
+        for name in FLAGS:
+            if name in arguments:
+                check_flag(name, arguments[name])
         check_sizes(self.layer, arguments)
+        check_weights_to_draw(parameter_shapes(self.layer, **arguments), dtype)
         for name in spec.dropouts:
             check_dropout(name, arguments[name])
         check_implementation(implementation, block_size)

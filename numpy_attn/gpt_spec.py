@@ -22,6 +22,7 @@ from numpy_attn.validation import (
     check_divisible,
     check_dropout,
     check_finite,
+    check_flag,
     check_floating,
     check_input,
     check_kv_cache,
@@ -51,7 +52,7 @@ CONFIG_KEYS = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers",
 
 def check_config(config: Any) -> None:
     """ValueError naming missing keys or values that cannot build a GPT (TypeError for a size that
-    is not an int, as ``check_size``)."""
+    is not an int, as ``check_size``, or a ``qkv_bias`` that is not a bool)."""
     if not isinstance(config, Mapping):
         raise TypeError(
             f"config must be a mapping with keys {list(CONFIG_KEYS)}, got {type(config).__name__}"
@@ -63,6 +64,7 @@ def check_config(config: Any) -> None:
         check_size(f"config[{key!r}]", config[key])
     check_divisible("emb_dim", config["emb_dim"], config["n_heads"])
     check_dropout("config['drop_rate']", config["drop_rate"])
+    check_flag("config['qkv_bias']", config["qkv_bias"])
 
 
 def layer_norm_shapes(emb_dim: int) -> dict[str, tuple[int, ...]]:

@@ -9,6 +9,7 @@ where they are concrete.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,8 +17,10 @@ import numpy as np
 
 __all__ = [
     "JAX_FLOATS",
+    "MAX_ELEMENTS",
     "NUMPY_FLOATS",
     "check_array",
+    "check_array_size",
     "check_attend_options",
     "check_attention_shapes",
     "check_axis",
@@ -27,7 +30,9 @@ __all__ = [
     "check_context_length",
     "check_divisible",
     "check_dropout",
+    "check_dtype_argument",
     "check_finite",
+    "check_flag",
     "check_floating",
     "check_input",
     "check_keep_mask",
@@ -56,6 +61,13 @@ JAX_FLOATS = ("bfloat16", *NUMPY_FLOATS)
 FLOATS_ACCEPTED = "float16, float32, float64; bfloat16 in jax_attn"
 # dtype -> name for NumPy's floats: ``dtype.name`` costs microseconds, a dict lookup a tenth
 _FLOAT_NAMES = {np.dtype(name): name for name in NUMPY_FLOATS}
+# The most elements an array that a function builds from sizes may have. XLA computes an array's
+# byte count as an int64 and, when it overflows, aborts the whole process ("overflow in static
+# extent product": no exception, SIGABRT); its intermediates of 8-byte elements (int64
+# positions, random bits) overflow from 2**60 elements, and NumPy refuses arrays past 2**63
+# bytes. (2**63 - 1) // 16 = 2**59 - 1 keeps 16-byte elements within int64, and no machine holds
+# such an array (512 PiB at one byte an element), so no size that could run is refused.
+MAX_ELEMENTS = (2**63 - 1) // 16
 
 
 def check_blockwise_args(
@@ -249,9 +261,15 @@ def check_attention_shapes(queries: Any, keys: Any, values: Any) -> None:
 
 
 def check_mapping(params: Any) -> None:
-    """TypeError unless ``params`` is a mapping (the weights format: name -> array)."""
+    """TypeError unless ``params`` is a mapping (the weights format: name -> array) whose keys
+    are str (the first other one named: JAX cannot sort mixed keys into a pytree)."""
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a mapping of str to arrays, got {type(params).__name__}")
+    for key in params:
+        if not isinstance(key, str):
+            raise TypeError(
+                f"params must be a mapping of str to arrays, got key {key!r} ({type(key).__name__})"
+            )
 
 
 def check_input(
@@ -317,6 +335,45 @@ def check_size(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
     if value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def check_flag(name: str, value: Any) -> None:
+    """A yes/no argument (``qkv_bias``, ``bias``...): a bool, a NumPy bool too; TypeError naming
+    ``name`` otherwise (``"no"`` or 0 would be taken by truth value)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+
+
+def check_array_size(what: str, shape: Sequence[int]) -> None:
+    """An array about to be built from sizes already checked (positive ints): ValueError naming
+    ``what`` and its shape if it would have more than ``MAX_ELEMENTS`` elements, before NumPy or
+    JAX allocates (where XLA would abort the process, NumPy raise its own error)."""
+    shape = tuple(int(size) for size in shape)  # Python ints: a NumPy int product would wrap
+    count = math.prod(shape)
+    if count > MAX_ELEMENTS:
+        raise ValueError(
+            f"{what} of shape {shape} would have {count} elements, more than an array may hold "
+            f"({MAX_ELEMENTS} = 2**59 - 1)"
+        )
+
+
+def check_dtype_argument(dtype: Any, floating: tuple[str, ...]) -> np.dtype:
+    """A constructor's ``dtype`` argument: one of ``floating`` in the machine's byte order,
+    returned as a NumPy dtype; TypeError otherwise, named as an array's dtype is
+    (``check_floating``), before any weight is drawn in it."""
+    try:
+        resolved = None if dtype is None else np.dtype(dtype)
+    except TypeError:
+        resolved = None
+    if resolved is None:
+        raise TypeError(f"dtype must be a floating dtype ({FLOATS_ACCEPTED}), got {dtype!r}")
+    if resolved.byteorder == ">":
+        raise TypeError(
+            f"dtype is {resolved.str}, big-endian; give it in the machine's byte order: np.{resolved.name}"
+        )
+    if (_FLOAT_NAMES.get(resolved) or resolved.name) not in floating:
+        raise TypeError(f"dtype must be a floating dtype ({FLOATS_ACCEPTED}), got {resolved.name}")
+    return resolved
 
 
 def check_dropout(name: str, p: Any) -> None:
@@ -424,11 +481,14 @@ def _all_finite(value: np.ndarray) -> bool:
 
 def check_kv_cache_sizes(batch: Any, num_heads: Any, max_length: Any, head_dim: Any) -> None:
     """``init_kv_cache``'s sizes: positive ints (NumPy ints too, bools refused); ``max_length``,
-    each with ``check_size``'s errors."""
+    each with ``check_size``'s errors; keys and values of at most ``MAX_ELEMENTS`` elements."""
     check_size("batch", batch)
     check_size("num_heads", num_heads)
     check_size("max_length", max_length)
     check_size("head_dim", head_dim)
+    check_array_size(
+        "the cache's keys (batch, num_heads, max_length, head_dim)", (batch, num_heads, max_length, head_dim)
+    )
 
 
 def check_kv_cache(
@@ -503,10 +563,13 @@ def check_causal_mask_args(
     """``causal_mask``'s arguments: the sizes positive ints (NumPy ints too, bools refused;
     ``num_keys`` may be None), with ``check_size``'s errors; ``offset`` an int of either sign
     (a negative one puts the queries before the first key, as a blockwise tile does), or a 0-d
-    integer array of ``array_offsets`` (jax_attn: a KV cache's length, traced under jit)."""
+    integer array of ``array_offsets`` (jax_attn: a KV cache's length, traced under jit); the
+    mask of at most ``MAX_ELEMENTS`` elements."""
     check_size("num_queries", num_queries)
     if num_keys is not None:
         check_size("num_keys", num_keys)
+    shape = (num_queries, num_queries if num_keys is None else num_keys)
+    check_array_size("the mask (num_queries, num_keys)", shape)
     if isinstance(offset, array_offsets) and offset.shape == () and np.issubdtype(offset.dtype, np.integer):
         return
     if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
