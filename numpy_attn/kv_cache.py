@@ -20,7 +20,14 @@ from numpy_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from numpy_attn.linear import qkv_projections, unchecked_linear
 from numpy_attn.masks import unchecked_causal_mask
 from numpy_attn.spec import check_layer
-from numpy_attn.validation import check_cache_room, check_kv_cache, check_kv_cache_sizes, check_padding_mask
+from numpy_attn.validation import (
+    NUMPY_FLOATS,
+    check_cache_room,
+    check_dtype_argument,
+    check_kv_cache,
+    check_kv_cache_sizes,
+    check_padding_mask,
+)
 
 __all__ = [
     "KVCache",
@@ -43,6 +50,7 @@ def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dt
     """An empty cache for ``max_length`` tokens (the layer's ``context_length``/``context_size``),
     in the dtype of the x and weights it will be used with (the decode functions check it)."""
     check_kv_cache_sizes(batch, num_heads, max_length, head_dim)
+    check_dtype_argument(dtype, NUMPY_FLOATS)
     shape = (batch, num_heads, max_length, head_dim)
     return KVCache(np.zeros(shape, dtype), np.zeros(shape, dtype), np.zeros((batch, max_length), bool), 0)
 

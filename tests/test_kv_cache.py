@@ -246,3 +246,25 @@ def test_a_big_endian_cache_gets_the_byte_order_error(layer, field):
     )
     with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
         getattr(numpy_attn, LAYERS[layer])(params, x[:, :1], cache, num_heads=2, **{name: 12})
+
+
+FLOATS = "float16, float32, float64; bfloat16 in jax_attn"
+
+
+@pytest.mark.parametrize(
+    "dtype, message",
+    [
+        (
+            np.int32,
+            "dtype must be a floating dtype (float16, float32, float64; bfloat16 in jax_attn), got int32",
+        ),
+        (None, "dtype must be a floating dtype (float16, float32, float64; bfloat16 in jax_attn), got None"),
+        (np.dtype(">f4"), "dtype is >f4, big-endian; give it in the machine's byte order: np.float32"),
+    ],
+    ids=["int32", "None", "big_endian"],
+)
+@pytest.mark.parametrize("framework", ["numpy", "jax"])
+def test_init_kv_cache_checks_its_dtype(framework, dtype, message):
+    """The Flax constructors' dtype rule (check_dtype_argument), not a cache no decode accepts."""
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        PACKAGES[framework].init_kv_cache(2, 2, 6, 2, dtype)
