@@ -43,6 +43,7 @@ from numpy_attn.validation import (
     check_attention_shapes,
     check_mask_operands,
     check_self_attention_args,
+    padding_batch,
 )
 
 __all__ = [
@@ -121,7 +122,7 @@ def unchecked_blockwise_attention(
     ``key`` too); the blockwise arguments are checked here (``check_core_args``)."""
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     check_core_args(
-        batch=queries.shape[0] if queries.ndim > 2 else 1, num_queries=num_queries,
+        batch=padding_batch(queries.shape), num_queries=num_queries,
         num_keys=num_keys, causal=causal, padding_mask=padding_mask, dropout=dropout,
         attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
         block_size=block_size,
