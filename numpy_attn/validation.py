@@ -262,8 +262,10 @@ def check_linear_shapes(x: Any, weight: Any, bias: Any) -> None:
 
 
 def check_attention_shapes(queries: Any, keys: Any, values: Any) -> None:
-    """Queries ``(..., T, H)``, keys ``(..., S, H)`` and values ``(..., S, Hv)``: a ValueError
-    naming the shapes otherwise (JAX would broadcast a head size or a key count of 1)."""
+    """Queries ``(..., T, H)``, keys ``(..., S, H)`` and values ``(..., S, Hv)`` whose leading
+    axes ``...`` broadcast together, H at least 1: a ValueError naming the shapes otherwise (JAX
+    would broadcast a head size or a key count of 1; NumPy and JAX raised their own broadcast
+    errors, and H = 0 gave NaN or a ZeroDivisionError)."""
     q_shape, k_shape, v_shape = tuple(queries.shape), tuple(keys.shape), tuple(values.shape)
     for name, shape, layout in (
         ("queries", q_shape, "(..., T, H)"),
@@ -282,6 +284,19 @@ def check_attention_shapes(queries: Any, keys: Any, values: Any) -> None:
             f"values must have shape (..., S, Hv) with S={k_shape[-2]} (keys have shape {k_shape}), "
             f"got shape {v_shape}"
         )
+    if q_shape[-1] == 0:  # the scores' scale 1 / sqrt(H) would divide by zero
+        raise ValueError(f"queries must have a head size H of at least 1, got shape {q_shape}")
+    leading = q_shape[:-2]
+    for name, shape in (("keys", k_shape), ("values", v_shape)):
+        if shape[:-2] == leading:
+            continue
+        try:
+            leading = np.broadcast_shapes(leading, shape[:-2])
+        except ValueError:
+            raise ValueError(
+                f"{name} must have leading axes that broadcast with {leading} (queries have shape "
+                f"{q_shape}), got shape {shape}"
+            ) from None
 
 
 def check_mapping(params: Any) -> None:

@@ -1,7 +1,8 @@
 """The masks of the reference path are checked as the blockwise path's are, and mean the same on
 both: ``scaled_dot_product_attention``'s mask is bool and broadcasts to the scores; ``attend``'s
 padding mask is bool ``(B, S)``, B the queries' first axis, whatever their rank and the
-implementation; ``causal`` is a bool and ``path`` a known implementation. One error text in numpy_attn,
+implementation; ``causal`` is a bool and ``path`` a known implementation. ``blockwise_attention``
+with an empty axis gives ``scaled_dot_product_attention``'s result. One error text in numpy_attn,
 jax_attn and under ``jax.jit``."""
 
 import re
@@ -82,6 +83,32 @@ def test_scaled_dot_product_attention_takes_every_mask_that_broadcasts_to_the_sc
     for package in PACKAGES.values():
         actual = package.scaled_dot_product_attention(QUERIES, QUERIES, QUERIES, mask)
         np.testing.assert_allclose(np.asarray(actual), expected, *tolerance_for("float32"))
+
+
+@pytest.mark.parametrize(
+    "changed, shape, message",
+    [
+        ("keys", (2, 3, 3, 4), "keys must have leading axes that broadcast with (1, 2) (queries have shape "
+         "(1, 2, 3, 4)), got shape (2, 3, 3, 4)"),
+        ("values", (1, 3, 3, 4), "values must have leading axes that broadcast with (1, 2) (queries have "
+         "shape (1, 2, 3, 4)), got shape (1, 3, 3, 4)"),
+    ],
+)  # fmt: skip
+def test_keys_or_values_whose_leading_axes_do_not_broadcast_are_one_value_error(changed, shape, message):
+    """Before: NumPy's and JAX's own broadcast errors, two texts."""
+    arrays = {"queries": QUERIES, "keys": QUERIES, "values": QUERIES}
+    arrays[changed] = RNG.standard_normal(shape).astype(np.float32)
+    for function in ("scaled_dot_product_attention", "blockwise_attention"):
+        assert errors(function, *arrays.values()) == [(ValueError, message)] * 3
+
+
+def test_a_head_size_of_zero_is_one_value_error():
+    """Before: NaN (and NumPy's RuntimeWarning) from the scale 1 / sqrt(0) on the reference path,
+    a ZeroDivisionError on the blockwise path."""
+    queries, values = QUERIES[..., :0], QUERIES
+    message = "queries must have a head size H of at least 1, got shape (1, 2, 3, 0)"
+    for function in ("scaled_dot_product_attention", "blockwise_attention"):
+        assert errors(function, queries, queries, values) == [(ValueError, message)] * 3
 
 
 # ------------------------------------------------------------------ attend: one padding mask, every path
@@ -202,3 +229,43 @@ def test_a_numpy_bool_is_a_bool(package):
     for path in PATHS:
         actual = PACKAGES[package].attend(QUERIES, QUERIES, QUERIES, Masking(causal=np.True_), path=path)[0]
         np.testing.assert_allclose(np.asarray(actual), expected, *tolerance_for("float32"))
+
+
+# ------------------------------------------------------------------ blockwise_attention on an empty axis
+
+
+@pytest.mark.parametrize(
+    "queries_shape, keys_shape, causal",
+    [
+        ((1, 2, 4), (1, 0, 4), False),  # no key: zeros
+        ((2, 4), (0, 4), False),
+        ((1, 0, 4), (1, 3, 4), False),  # no query: empty
+        ((1, 0, 4), (1, 0, 4), True),
+        ((0, 1, 3, 4), (0, 1, 3, 4), False),  # no batch
+        ((0, 1, 3, 4), (0, 1, 3, 4), True),
+        ((2, 0, 3, 4), (2, 0, 3, 4), True),  # no head
+    ],
+    ids=["no_key", "no_key_2d", "no_query", "no_token_causal", "no_batch", "no_batch_causal", "no_head"],
+)
+def test_blockwise_attention_on_an_empty_axis_gives_scaled_dot_product_attentions_result(
+    queries_shape, keys_shape, causal
+):
+    """Before: jax_attn raised 'slice slice_sizes must be less than or equal to operand shape' for
+    no key, query or head (numpy_attn gave the result), both packages 'cannot reshape array of
+    size 0' for no batch, and ``jax.jit`` a ZeroDivisionError."""
+    queries = RNG.standard_normal(queries_shape).astype(np.float32)
+    keys = RNG.standard_normal(keys_shape).astype(np.float32)
+    mask = numpy_attn.causal_mask(queries_shape[-2]) if causal and queries_shape[-2] else None
+    expected = numpy_attn.scaled_dot_product_attention(queries, keys, keys, mask)
+    padding_mask = np.zeros((queries_shape[0] if len(queries_shape) > 2 else 1, keys_shape[-2]), bool)
+    for kwargs in ({"causal": causal}, {"causal": causal, "padding_mask": padding_mask}):
+        outputs = [
+            numpy_attn.blockwise_attention(queries, keys, keys, **kwargs, block_size=2),
+            jax_attn.blockwise_attention(queries, keys, keys, **kwargs, block_size=2),
+            jax.jit(lambda q, k, kw=kwargs: jax_attn.blockwise_attention(q, k, k, **kw, block_size=2))(
+                queries, keys
+            ),
+        ]
+        for output in outputs:
+            assert output.shape == expected.shape and output.dtype == expected.dtype
+            np.testing.assert_array_equal(np.asarray(output), expected)
