@@ -24,6 +24,7 @@ from numpy_attn.validation import (
     check_linear_shapes,
     check_parts,
     check_qkv_pair,
+    padding_batch,
 )
 
 __all__ = ["attend", "attend_heads", "unchecked_attend", "unchecked_attend_heads"]
@@ -39,12 +40,14 @@ def attend(
     return_steps: bool = False,
 ) -> tuple[jax.Array, Steps]:
     """``unchecked_attend`` after ``scaled_dot_product_attention``'s checks of the queries, keys,
-    values, masks and dropout rate (TypeError for a non-array, another framework's tensor, a non-floating
-    dtype, float64 without 64-bit mode, different dtypes; ValueError for shapes that do not fit)."""
+    values, masks and dropout rate, and ``check_attend_options``' (``causal`` a bool, the padding
+    mask bool ``(B, S)`` on every path, a known implementation) (TypeError for a non-array,
+    another framework's tensor, a non-floating dtype, float64 without 64-bit mode, different
+    dtypes; ValueError for shapes that do not fit)."""
     check_jax_operands(queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
     check_option_types(masking, dropout, path)
-    check_attend_options(masking, dropout)
+    check_attend_options(masking, dropout, path, batch=padding_batch(queries.shape), num_keys=keys.shape[-2])
     return unchecked_attend(queries, keys, values, masking, dropout, path, return_steps)
 
 
@@ -61,7 +64,8 @@ def unchecked_attend(
     for arguments already checked (the layers'; ``dropout.rng`` is checked here).
 
     ``path.implementation="reference"`` builds the mask from ``masking`` (causal, OR the ``(B, S)``
-    padding mask, True = hidden) and runs ``scaled_dot_product_attention``; ``"blockwise"`` runs
+    padding mask, True = hidden, B the queries' first axis: 1 for ``(T, H)`` queries, as on the
+    blockwise path) and runs ``scaled_dot_product_attention``; ``"blockwise"`` runs
     ``blockwise_attention`` in O(T) memory; ``"auto"`` picks blockwise from
     ``implementation.AUTO_BLOCKWISE_TOKENS`` query tokens on. The (T, S) steps are materialised only
     with ``return_steps`` (then by the reference math; the context still comes from the chosen
@@ -77,9 +81,12 @@ def unchecked_attend(
     steps = Steps()
     if not blockwise or return_steps:
         mask = unchecked_causal_mask(queries.shape[-2], keys.shape[-2]) if masking.causal else None  # (T, S)
-        if masking.padding_mask is not None:
-            hidden_keys = masking.padding_mask[:, None, None, :]  # (B, 1, 1, S)
-            mask = hidden_keys if mask is None else mask | hidden_keys  # (B, 1, T, S)
+        if masking.padding_mask is not None:  # (B, S) -> (B, 1, ..., 1, S), the queries' rank
+            padding_mask = masking.padding_mask
+            hidden_keys = padding_mask.reshape(
+                padding_mask.shape[:1] + (1,) * (queries.ndim - 2) + padding_mask.shape[1:]
+            )
+            mask = hidden_keys if mask is None else mask | hidden_keys  # (B, 1, ..., T, S)
         attention = unchecked_scaled_dot_product_attention(
             queries, keys, values, mask,
             dropout=dropout.rate, key=key, attn_keep_mask=attn_keep_mask, return_steps=return_steps,
@@ -105,7 +112,8 @@ def attend_heads(
 ) -> tuple[jax.Array, Steps]:
     """``unchecked_attend_heads`` after ``linear``'s checks of x and ``qkv`` (named ``qkv[0]``,
     ``qkv[1]``), that the weight stacks 3 projections whose width ``num_heads`` divides, and
-    that the masks given are arrays NumPy can read and the dropout rate is in [0, 1)."""
+    ``check_attend_options``' (``causal`` a bool, the padding mask bool ``(B, T)``, the keep-mask
+    an array NumPy can read, the dropout rate in [0, 1), a known implementation)."""
     check_qkv_pair(qkv)
     check_jax_operands(x=x, **{"qkv[0]": qkv[0], "qkv[1]": qkv[1]}, optional=("qkv[1]",))
     check_input(x, layout="(B, T, D)", floating=JAX_FLOATS)
@@ -113,7 +121,7 @@ def attend_heads(
     check_parts(tuple(qkv[0].shape), 3)
     check_divisible("E", qkv[0].shape[0] // 3, num_heads)
     check_option_types(masking, dropout, path)
-    check_attend_options(masking, dropout)
+    check_attend_options(masking, dropout, path, batch=x.shape[0], num_keys=x.shape[-2])
     return unchecked_attend_heads(x, qkv, num_heads, masking, dropout, path, return_steps)
 
 

@@ -10,7 +10,12 @@ from jax_attn.dropout import unchecked_dropout
 from jax_attn.softmax import unchecked_softmax
 from numpy_attn.softmax import compute_dtype
 from numpy_attn.steps import Steps
-from numpy_attn.validation import check_attention_shapes, check_dropout, check_mask_operands
+from numpy_attn.validation import (
+    check_attention_shapes,
+    check_dropout,
+    check_mask_operands,
+    check_scores_mask,
+)
 
 __all__ = ["scaled_dot_product_attention", "unchecked_scaled_dot_product_attention"]
 
@@ -47,12 +52,14 @@ def scaled_dot_product_attention(
 
     TypeError for a non-array (masks included), another framework's tensor, a non-floating
     dtype, float64 without 64-bit mode or queries, keys and values of different dtypes;
-    ValueError for shapes that do not fit, ``dropout`` outside [0, 1); ``key`` is checked with
-    or without dropout.
+    ValueError for shapes that do not fit, a mask that is not bool or does not broadcast to the
+    scores' ``(..., T, S)``, ``dropout`` outside [0, 1); ``key`` is checked with or without
+    dropout.
     """
     check_jax_operands(queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
-    check_mask_operands(mask=mask, attn_keep_mask=attn_keep_mask)
+    check_scores_mask(mask, queries, keys)
+    check_mask_operands(attn_keep_mask=attn_keep_mask)
     check_key(key)
     if dropout is not None:
         check_dropout("dropout", dropout)

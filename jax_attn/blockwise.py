@@ -43,6 +43,7 @@ from numpy_attn.validation import (
     check_attention_shapes,
     check_mask_operands,
     check_self_attention_args,
+    padding_batch,
 )
 
 __all__ = [
@@ -81,18 +82,19 @@ def blockwise_attention(
 
     Shapes: queries ``(..., T, H)``, keys and values ``(..., S, H)``; returns ``(..., T, H)``.
     ``causal`` hides key s from query t when s > t (T = S); ``padding_mask`` is bool ``(B, S)``,
-    True = padding (hidden), for 4-D ``(B, N, T, H)`` inputs. A query whose every key is hidden
-    gets a zero output. Dropout on the (normalised) weights: ``attn_keep_mask`` (bool
-    ``(..., T, S)``, True = keep) is sliced per block; ``key`` draws a mask per block
-    (``fold_in(fold_in(key, head), block pair)``: other draws than the reference path's).
-    Half-precision inputs are computed in float32 and the context cast back to their dtype
+    True = padding (hidden), B the queries' first axis (1 for ``(T, H)`` queries). A query whose
+    every key is hidden, or that has no key (S = 0), gets a zero output, and an empty axis an
+    empty result, as in ``scaled_dot_product_attention``. Dropout on the (normalised) weights:
+    ``attn_keep_mask`` (bool ``(..., T, S)``, True = keep) is sliced per block; ``key`` draws a
+    mask per block (``fold_in(fold_in(key, head), block pair)``: other draws than the reference
+    path's). Half-precision inputs are computed in float32 and the context cast back to their dtype
     (``compute_dtype``).
 
     TypeError for a non-array (masks included), another framework's tensor, a non-floating
     dtype, float64 without 64-bit mode or queries, keys and values of different dtypes;
     ValueError for shapes that do not fit (``scaled_dot_product_attention``'s checks), a
     padding mask other than bool ``(B, S)``, ``causal`` with T != S, a bad ``block_size``,
-    ``dropout`` or ``attn_keep_mask``.
+    ``dropout`` or ``attn_keep_mask``; TypeError for a ``causal`` that is not a bool.
     """
     check_jax_operands(queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
@@ -121,11 +123,14 @@ def unchecked_blockwise_attention(
     ``key`` too); the blockwise arguments are checked here (``check_core_args``)."""
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     check_core_args(
-        batch=queries.shape[0] if queries.ndim > 2 else 1, num_queries=num_queries,
+        batch=padding_batch(queries.shape), num_queries=num_queries,
         num_keys=num_keys, causal=causal, padding_mask=padding_mask, dropout=dropout,
         attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
         block_size=block_size,
     )  # fmt: skip
+    context_shape = queries.shape[:-1] + values.shape[-1:]  # (..., T, Hv)
+    if num_keys == 0 or 0 in context_shape:  # no block to cut: scaled_dot_product_attention's zeros
+        return jnp.zeros(context_shape, queries.dtype)
     major_queries = token_major(queries)  # (B, T, N, H)
     major_keys = token_major(keys)  # (B, S, N, H)
     major_values = token_major(values)  # (B, S, N, Hv)
@@ -146,7 +151,7 @@ def unchecked_blockwise_attention(
         return context_vec[0, :, 0]
     if queries.ndim == 3:
         return context_vec[:, :, 0]
-    return jnp.swapaxes(context_vec, 1, 2).reshape(queries.shape[:-1] + values.shape[-1:])
+    return jnp.swapaxes(context_vec, 1, 2).reshape(context_shape)
 
 
 def blockwise_self_attention(

@@ -14,6 +14,7 @@ from numpy_attn.validation import (
     check_mask_operands,
     check_operands,
     check_rng,
+    check_scores_mask,
 )
 
 __all__ = ["scaled_dot_product_attention", "unchecked_scaled_dot_product_attention"]
@@ -51,11 +52,13 @@ def scaled_dot_product_attention(
 
     TypeError for a non-array (masks included), another framework's tensor, a non-floating
     dtype or queries, keys and values of different dtypes; ValueError for shapes that do
-    not fit, ``dropout`` outside [0, 1); ``rng`` is checked with or without dropout.
+    not fit, a mask that is not bool or does not broadcast to the scores' ``(..., T, S)``,
+    ``dropout`` outside [0, 1); ``rng`` is checked with or without dropout.
     """
     check_operands(NUMPY_FLOATS, queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
-    check_mask_operands(mask=mask, attn_keep_mask=attn_keep_mask)
+    check_scores_mask(mask, queries, keys)
+    check_mask_operands(attn_keep_mask=attn_keep_mask)
     check_rng(rng)
     if dropout is not None:
         check_dropout("dropout", dropout)

@@ -57,6 +57,7 @@ from numpy_attn.validation import (
     check_padding_mask,
     check_rng,
     check_self_attention_args,
+    padding_batch,
 )
 
 __all__ = [
@@ -155,16 +156,18 @@ def blockwise_attention(
 
     Shapes: queries ``(..., T, H)``, keys and values ``(..., S, H)``; returns ``(..., T, H)``.
     ``causal`` hides key s from query t when s > t (T = S); ``padding_mask`` is bool ``(B, S)``,
-    True = padding (hidden), for 4-D ``(B, N, T, H)`` inputs. A query whose every key is hidden
-    gets a zero output, as in ``scaled_dot_product_attention``. Dropout on the (normalised)
-    weights: ``attn_keep_mask`` (bool ``(..., T, S)``, True = keep) is sliced per block; ``rng``
+    True = padding (hidden), B the queries' first axis (1 for ``(T, H)`` queries). A query whose
+    every key is hidden, or that has no key (S = 0), gets a zero output, and an empty axis an
+    empty result, as in ``scaled_dot_product_attention``. Dropout on the (normalised) weights:
+    ``attn_keep_mask`` (bool ``(..., T, S)``, True = keep) is sliced per block; ``rng``
     draws a mask per block (other draws than the reference path's). Half-precision inputs are
     computed in float32 and the context cast back to their dtype (``compute_dtype``).
 
     TypeError for a non-array (masks included), another framework's tensor, a non-floating
     dtype or queries, keys and values of different dtypes; ValueError for shapes that do not
     fit (``scaled_dot_product_attention``'s checks), a padding mask other than bool ``(B, S)``,
-    ``causal`` with T != S, a bad ``block_size``, ``dropout`` or ``attn_keep_mask``.
+    ``causal`` with T != S, a bad ``block_size``, ``dropout`` or ``attn_keep_mask``; TypeError
+    for a ``causal`` that is not a bool.
     """
     check_operands(NUMPY_FLOATS, queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
@@ -193,11 +196,14 @@ def unchecked_blockwise_attention(
     ``rng`` too); the blockwise arguments are checked here (``check_core_args``)."""
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     check_core_args(
-        batch=queries.shape[0] if queries.ndim > 2 else 1, num_queries=num_queries,
+        batch=padding_batch(queries.shape), num_queries=num_queries,
         num_keys=num_keys, causal=causal, padding_mask=padding_mask, dropout=dropout,
         attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
         block_size=block_size,
     )  # fmt: skip
+    context_shape = queries.shape[:-1] + values.shape[-1:]  # (..., T, Hv)
+    if num_keys == 0 or 0 in context_shape:  # no block to cut: scaled_dot_product_attention's zeros
+        return np.zeros(context_shape, queries.dtype)
     major_queries = token_major(queries)  # (B, T, N, H)
     major_keys = token_major(keys)  # (B, S, N, H)
     major_values = token_major(values)  # (B, S, N, Hv)
@@ -216,7 +222,7 @@ def unchecked_blockwise_attention(
     if queries.ndim == 3:
         return context_vec[:, :, 0]
     # a view: the result is laid out in memory as heads split from (B, T, E) projections are
-    return np.swapaxes(context_vec, 1, 2).reshape(queries.shape[:-1] + values.shape[-1:])
+    return np.swapaxes(context_vec, 1, 2).reshape(context_shape)
 
 
 def blockwise_self_attention(

@@ -49,8 +49,10 @@ __all__ = [
     "check_parts",
     "check_qkv_pair",
     "check_rng",
+    "check_scores_mask",
     "check_self_attention_args",
     "check_size",
+    "padding_batch",
 ]
 
 # The dtypes NumPy computes in. JAX adds bfloat16 (NumPy has no bfloat16 arithmetic: ml_dtypes'
@@ -82,6 +84,7 @@ def check_blockwise_args(
 ) -> None:
     """The arguments of a blockwise core that no layer check has seen on a direct call. Causal
     blocks are skipped by their index, which needs as many queries as keys."""
+    check_flag("causal", causal)
     if causal and num_queries != num_keys:
         raise ValueError(f"causal blockwise attention needs T = S, got T={num_queries}, S={num_keys}")
     check_size("block_size", block_size)
@@ -201,13 +204,57 @@ def check_mask_operands(**masks: Any) -> None:
             check_numpy_dtype(name, mask)
 
 
-def check_attend_options(masking: Any, dropout: Any) -> None:
-    """``attend``'s and ``attend_heads``' ``Masking`` and ``AttnDropout``: the masks given are
-    arrays NumPy can read (their shapes and dtypes are checked where they are used), the rate,
-    if any, is in [0, 1) (named ``dropout.rate``)."""
-    check_mask_operands(padding_mask=masking.padding_mask, attn_keep_mask=dropout.keep_mask)
+def check_attend_options(masking: Any, dropout: Any, path: Any, *, batch: int, num_keys: int) -> None:
+    """``attend``'s and ``attend_heads``' ``Masking``, ``AttnDropout`` and ``ComputePath``, for
+    ``batch`` sequences of ``num_keys`` keys: ``causal`` is a bool, the padding mask, if any, bool
+    ``(B, S)`` (``check_padding_mask``, whatever the implementation), the keep-mask an array NumPy
+    can read (its shape is checked where it is used), the rate, if any, in [0, 1) (named
+    ``dropout.rate``), the implementation and block size ``check_implementation``'s."""
+    # here, not at the top: numpy_attn.implementation imports this module
+    from numpy_attn.implementation import check_implementation
+
+    check_flag("causal", masking.causal)
+    if masking.padding_mask is not None:
+        check_padding_mask(masking.padding_mask, batch, num_keys)
+    check_mask_operands(attn_keep_mask=dropout.keep_mask)
     if dropout.rate is not None:
         check_dropout("dropout.rate", dropout.rate)
+    check_implementation(path.implementation, path.block_size)
+
+
+def padding_batch(queries_shape: Sequence[int]) -> int:
+    """The B of the ``(B, S)`` padding mask of ``(..., T, H)`` queries: their first axis (1 for
+    ``(T, H)`` queries), on every path."""
+    return queries_shape[0] if len(queries_shape) > 2 else 1
+
+
+def check_flag(name: str, value: Any) -> None:
+    """A yes/no argument (``causal``, ``qkv_bias``, ``bias``...): a bool (a NumPy bool too);
+    TypeError naming ``name`` otherwise, where any truthy value (the string ``"no"``, 1) would
+    have meant yes."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+
+
+def check_scores_mask(mask: Any, queries: Any, keys: Any) -> None:
+    """``scaled_dot_product_attention``'s mask: None, or a bool array (True = hidden) NumPy can
+    read that broadcasts to the scores' shape ``(..., T, S)``: TypeError for a non-array,
+    ValueError naming the shapes for another dtype (a float mask, where Flax's 1 means attend,
+    would hide every key) or a shape that does not broadcast to the scores'."""
+    if mask is None:
+        return
+    shape = check_array("mask", mask)
+    check_numpy_dtype("mask", mask)
+    leading = np.broadcast_shapes(tuple(queries.shape[:-2]), tuple(keys.shape[:-2]))
+    scores_shape = (*leading, queries.shape[-2], keys.shape[-2])
+    fits = len(shape) <= len(scores_shape) and all(
+        n in (1, m) for n, m in zip(shape[::-1], scores_shape[::-1], strict=False)
+    )
+    if np.dtype(mask.dtype) != np.bool_ or not fits:
+        raise ValueError(
+            f"mask must be a bool array broadcastable to the scores' shape (..., T, S) = {scores_shape}, "
+            f"got {np.dtype(mask.dtype).name} array of shape {shape}"
+        )
 
 
 def check_qkv_pair(qkv: Any) -> None:
@@ -238,8 +285,10 @@ def check_linear_shapes(x: Any, weight: Any, bias: Any) -> None:
 
 
 def check_attention_shapes(queries: Any, keys: Any, values: Any) -> None:
-    """Queries ``(..., T, H)``, keys ``(..., S, H)`` and values ``(..., S, Hv)``: a ValueError
-    naming the shapes otherwise (JAX would broadcast a head size or a key count of 1)."""
+    """Queries ``(..., T, H)``, keys ``(..., S, H)`` and values ``(..., S, Hv)`` whose leading
+    axes ``...`` broadcast together, H at least 1: a ValueError naming the shapes otherwise (JAX
+    would broadcast a head size or a key count of 1; NumPy and JAX raised their own broadcast
+    errors, and H = 0 gave NaN or a ZeroDivisionError)."""
     q_shape, k_shape, v_shape = tuple(queries.shape), tuple(keys.shape), tuple(values.shape)
     for name, shape, layout in (
         ("queries", q_shape, "(..., T, H)"),
@@ -258,6 +307,19 @@ def check_attention_shapes(queries: Any, keys: Any, values: Any) -> None:
             f"values must have shape (..., S, Hv) with S={k_shape[-2]} (keys have shape {k_shape}), "
             f"got shape {v_shape}"
         )
+    if q_shape[-1] == 0:  # the scores' scale 1 / sqrt(H) would divide by zero
+        raise ValueError(f"queries must have a head size H of at least 1, got shape {q_shape}")
+    leading = q_shape[:-2]
+    for name, shape in (("keys", k_shape), ("values", v_shape)):
+        if shape[:-2] == leading:
+            continue
+        try:
+            leading = np.broadcast_shapes(leading, shape[:-2])
+        except ValueError:
+            raise ValueError(
+                f"{name} must have leading axes that broadcast with {leading} (queries have shape "
+                f"{q_shape}), got shape {shape}"
+            ) from None
 
 
 def check_mapping(params: Any) -> None:
@@ -335,13 +397,6 @@ def check_size(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
     if value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def check_flag(name: str, value: Any) -> None:
-    """A yes/no argument (``qkv_bias``, ``bias``...): a bool, a NumPy bool too; TypeError naming
-    ``name`` otherwise (``"no"`` or 0 would be taken by truth value)."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
 
 
 def check_array_size(what: str, shape: Sequence[int]) -> None:
