@@ -323,6 +323,8 @@ def _heads_blockwise(
     (float32 for half precision: the keys and values are cast with their column of ones, the
     queries as they are scaled), the context cast to ``dtype`` as it is written."""
     dropping = dropout is not None and (rng is not None or attn_keep_mask is not None)
+    if dropping:
+        dropout = float(dropout)  # a NumPy scalar would set the tiles' dtype, as in unchecked_dropout
     query_block_size, key_block_size = block_sides(block_size, batch, num_queries, num_keys)  # bq, bk
     hidden = None if padding_mask is None else padding_mask[:, None, :]  # (B, 1, S)
     keep_mask = None

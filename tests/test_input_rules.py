@@ -651,6 +651,12 @@ def test_a_numpy_scalar_dropout_rate_keeps_x_dtype_and_bits(package, dtype, rate
         ]
         assert attention[1].dtype == x.dtype
         np.testing.assert_array_equal(np.asarray(attention[1]), np.asarray(attention[0]))
+        blockwise = [
+            fn.blockwise_attention(x, x, x, dropout=p, attn_keep_mask=attn_keep, block_size=2)
+            for p in (rate, rate_type(rate))
+        ]  # numpy_attn's tiles scaled by 1 / (1 - np.float64(0.1)) in float64: 2e-7 off
+        assert blockwise[1].dtype == x.dtype
+        np.testing.assert_array_equal(np.asarray(blockwise[1]), np.asarray(blockwise[0]))
 
 
 def test_a_numpy_scalar_drop_rate_in_a_gpt_config_keeps_float32():
