@@ -168,8 +168,6 @@ def _checked_arrays(params: Mapping[str, Any], suffix: str) -> dict[str, np.ndar
     _check_count(len(params), "params")
     arrays = {}
     for name, value in params.items():
-        if not isinstance(name, str):
-            raise TypeError(f"params keys must be str, got {name!r} ({type(name).__name__})")
         if name in _RESERVED:
             raise ValueError(f"params[{name!r}]: the names {list(_RESERVED)} are reserved by weight files")
         if "\0" in name:

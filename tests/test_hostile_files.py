@@ -425,7 +425,7 @@ def test_files_that_are_not_regular_are_refused_without_blocking(tmp_path, kind)
         ({"__attn_parity__": W}, ValueError, "reserved"),
         ({"a\0b": W}, ValueError, "NUL"),
         ({"W": np.float32(1.0)}, ValueError, r"params\['W'\] is 0-d"),
-        ({1: W}, TypeError, "params keys must be str, got 1"),
+        ({1: W}, TypeError, r"params must be a mapping of str to arrays, got key 1 \(int\)"),
         ({}, ValueError, "params is empty"),
         ({"W": np.arange(3)}, TypeError, "has dtype int64"),
         ({"W": np.ones(3, bool)}, TypeError, "has dtype bool"),
