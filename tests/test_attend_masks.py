@@ -113,7 +113,7 @@ def test_a_head_size_of_zero_is_one_value_error():
 
 # ------------------------------------------------------------------ attend: one padding mask, every path
 
-PATHS = [ComputePath("reference"), ComputePath("blockwise", 2), ComputePath("auto")]
+PATHS = [ComputePath("reference"), ComputePath("blockwise", 2)]  # "auto" is one of them (uses_blockwise)
 
 
 @pytest.mark.parametrize("rank", [2, 3, 4, 5])
