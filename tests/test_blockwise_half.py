@@ -22,11 +22,19 @@ from numpy_attn.implementation import AUTO_BLOCKWISE_TOKENS
 from numpy_attn.spec import parameter_shapes
 from parity_tests.compare import compare_arrays
 
-# (package, jitted): numpy_attn, jax_attn eagerly and under jax.jit
-RUNNERS = [("numpy", False), ("jax", False), ("jax", True)]
+# (package, jitted, dtype): numpy_attn, jax_attn under jax.jit and eagerly. The eager runs compute
+# with the same jnp operations as the jitted ones, op by op (each compiled on its own: 10 s of the
+# suite): they run with the slow tests (`make test-slow`).
 SHORT = AUTO_BLOCKWISE_TOKENS - 12  # tokens: "auto" runs the reference math
-FLOAT16_RUNS = [(*runner, "float16") for runner in RUNNERS]
-HALF_RUNS = [*FLOAT16_RUNS, ("jax", False, "bfloat16"), ("jax", True, "bfloat16")]
+
+
+def runs(dtype: str, *, numpy: bool = True) -> list:
+    eager = pytest.param("jax", False, dtype, marks=pytest.mark.slow, id=f"jax-False-{dtype}")
+    return [*([("numpy", False, dtype)] if numpy else []), ("jax", True, dtype), eager]
+
+
+FLOAT16_RUNS = runs("float16")
+HALF_RUNS = [*FLOAT16_RUNS, *runs("bfloat16", numpy=False)]
 
 
 def call(package, jitted, function_name, arrays, **kwargs):
@@ -53,7 +61,7 @@ def assert_close(actual, expected):
 def test_the_example_of_the_issue_stays_finite():
     queries = np.full((1, 1, 3, 4), 182, np.float16)  # scaled scores 182 * 182 * 4 / 2 = 66248
     values = np.arange(12, dtype=np.float16).reshape(1, 1, 3, 4)
-    for package, jitted in RUNNERS:
+    for package, jitted in (("numpy", False), ("jax", False), ("jax", True)):  # the issue's example: all
         arrays = (queries, queries, values)
         expected = call(package, jitted, "scaled_dot_product_attention", arrays)
         actual = call(package, jitted, "blockwise_attention", arrays, block_size=2)
