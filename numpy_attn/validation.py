@@ -512,13 +512,13 @@ def check_finite(params: Mapping[str, Any]) -> None:
     one pass, flattened into one array whose finite entries are counted (a per-key test costs
     microseconds apiece, much of a small call); larger ones key by key, ``_FINITE_CHUNK`` values
     at a time, so that no copy of the weights is made (a 4 GiB file loads in 4 GiB, not 9)."""
-    values = [np.asarray(value) for value in params.values()]
-    if sum(value.size for value in values) <= _JOINED_ELEMENTS:
-        joined = np.concatenate([value.ravel() for value in values] or [np.empty(0)])
+    flat = [np.asarray(value).ravel() for value in params.values()]  # views of contiguous arrays
+    if sum(map(len, flat)) <= _JOINED_ELEMENTS:
+        joined = np.concatenate(flat or [np.empty(0)])
         if np.count_nonzero(np.isfinite(joined)) == joined.size:
             return
-    for key, value in zip(params, values, strict=True):
-        if not _all_finite(value):
+    for key, values in zip(params, flat, strict=True):
+        if not _all_finite(values):
             raise ValueError(f"params[{key!r}] has non-finite values (NaN or inf)")
 
 
@@ -526,9 +526,8 @@ _JOINED_ELEMENTS = 1 << 16
 _FINITE_CHUNK = 1 << 20
 
 
-def _all_finite(value: np.ndarray) -> bool:
-    """Whether every entry of ``value`` is finite, ``_FINITE_CHUNK`` entries at a time."""
-    flat = value.reshape(-1)  # a view of a contiguous array
+def _all_finite(flat: np.ndarray) -> bool:
+    """Whether every entry of the 1-D ``flat`` is finite, ``_FINITE_CHUNK`` entries at a time."""
     return all(
         np.isfinite(flat[start : start + _FINITE_CHUNK]).all() for start in range(0, flat.size, _FINITE_CHUNK)
     )
