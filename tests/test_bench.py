@@ -183,6 +183,7 @@ def test_the_small_call_is_timed_in_a_process_of_one_framework():
     command = ["-m", "parity_tests.bench.small", "--framework", "numpy", "--rounds", "2", "--calls", "3"]
     out = subprocess.run([sys.executable, *command], capture_output=True, text=True, check=True).stdout
     assert "| numpy layer (auto) |" in out and "<= 25 us" in out and "| numpy floor:" in out
+    assert "| numpy checks: the layer's check_layer call |" in out
     assert out.splitlines()[-1] == "frameworks imported: numpy"
     from parity_tests.bench.small import main
 

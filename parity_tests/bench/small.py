@@ -6,9 +6,10 @@ The bench table and the floor time the small call in a process that also runs to
 OpenMP threads stay awake after each of torch's calls and take the second core: there, NumPy's
 and JAX's small calls take up to twice their time in a process of their own. This times the
 call as a user of one framework runs it: the layer (``implementation="auto"``, jitted in JAX)
-and a baseline, round-robin in one process (``floor.round_robin_times``), each round timing
-``calls`` calls of each. The baseline is NumPy's floor (the layer's operations, no checks) or,
-in JAX, a jitted identity on the same weights and input (the dispatch alone). The last line
+and baselines, round-robin in one process (``floor.round_robin_times``), each round timing
+``calls`` calls of each. The baselines are NumPy's floor (the layer's operations, no checks)
+and the checks the layer makes on every call or, in JAX, a jitted identity on the same weights
+and input (the dispatch alone). The last line
 names the frameworks the process imported.
 
 ``--sync-dispatch`` sets JAX's ``jax_cpu_enable_async_dispatch`` to False before its first
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from parity_tests.bench.floor import SMALL, SMALL_TARGETS, numpy_small_floor, round_robin_times
-from parity_tests.bench.implementations import SHAPES, make_call, make_inputs
+from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
 
 __all__ = ["FRAMEWORKS", "markdown_small", "measure_small", "small_calls"]
@@ -43,6 +44,15 @@ def _jax_dispatch(params: dict[str, Any], x: Any) -> Callable[[], Any]:
     return lambda: identity(jax_params, jax_x).block_until_ready()
 
 
+def _numpy_checks(shape: Shape, params: dict[str, Any], x: Any) -> Callable[[], Any]:
+    """The checks the layer makes on every call: ``check_layer`` as ``multi_head_attention``
+    calls it (a remembered verdict on the shapes and arguments, then the finite weights)."""
+    from numpy_attn.spec import check_layer
+
+    arguments = {"num_heads": shape.num_heads, "context_length": shape.tokens, "dropouts": {"dropout": 0.0}}
+    return lambda: check_layer("MultiHeadAttention", params, x, **arguments, implementation="auto")
+
+
 def small_calls(framework: str) -> dict[str, Callable[[], Any]]:
     """The layer and the baseline that ``measure_small`` times in ``framework``."""
     shape = SHAPES[SMALL]
@@ -50,7 +60,8 @@ def small_calls(framework: str) -> dict[str, Callable[[], Any]]:
     layer = make_call(f"{framework}_auto", shape, params, x)
     if framework == "numpy":
         return {"numpy layer (auto)": layer, "numpy floor: the layer's operations, no checks":
-                numpy_small_floor(shape, params, x)}  # fmt: skip
+                numpy_small_floor(shape, params, x), "numpy checks: the layer's check_layer call":
+                _numpy_checks(shape, params, x)}  # fmt: skip
     return {"jax layer (auto, jitted)": layer, "jax dispatch: a jitted identity, same arguments":
             _jax_dispatch(params, x)}  # fmt: skip
 
