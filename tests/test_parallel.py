@@ -362,6 +362,68 @@ def test_ring_refuses_bad_arguments(case, error, message):
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda mesh: shard_batch([1.0, 2.0], mesh), TypeError, "x must be an array, got list"),
+        (
+            lambda mesh: shard_batch(np.float32(1), mesh),
+            ValueError,
+            "x must have a batch axis (B, ...), got shape ()",
+        ),
+        (
+            lambda mesh: shard_batch(np.ones(2), None),
+            TypeError,
+            "mesh must be a jax.sharding.Mesh, got NoneType",
+        ),
+        (
+            lambda mesh: shard_batch(np.ones(2), mesh, data_axis=None),
+            ValueError,
+            "data_axis None is not an axis of the mesh; its axes are ('data', 'model')",
+        ),
+        (
+            lambda mesh: shard_batch(np.ones(2), AbstractMesh((1, 1), ("data", "model"))),
+            TypeError,
+            "shard_batch places arrays on devices: mesh must be a jax.sharding.Mesh of devices "
+            "(jax.make_mesh), got an AbstractMesh",
+        ),
+        (
+            lambda mesh: shard_model(None, mesh, model_axis=None),
+            TypeError,
+            "model must be an nnx.Module, got NoneType",
+        ),
+        (
+            lambda mesh: shard_model(
+                MultiHeadAttention(6, 6, 4, 0.0, num_heads=2, rngs=nnx.Rngs(0)),
+                AbstractMesh((1, 1), ("data", "model")),
+            ),
+            TypeError,
+            "shard_model places arrays on devices: mesh must be a jax.sharding.Mesh of devices "
+            "(jax.make_mesh), got an AbstractMesh",
+        ),
+        (
+            lambda mesh: param_spec("Wo.kernel", (4, 4), None),
+            TypeError,
+            "mesh must be a jax.sharding.Mesh, got NoneType",
+        ),
+    ],
+    ids=[
+        "list",
+        "0-d",
+        "mesh None",
+        "data_axis None",
+        "abstract batch",
+        "model None",
+        "abstract model",
+        "spec",
+    ],
+)
+def test_sharding_refuses_bad_arguments(call, error, message):
+    """Before: AttributeError, IndexError, JAX's raw ValueError, or None returned silently."""
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        call(one_device_mesh("data", "model"))
+
+
 def test_sharding_refuses_axes_not_in_the_mesh_and_uneven_splits():
     mesh = AbstractMesh((2, 4), ("data", "model"))
     model = MultiHeadAttention(6, 6, 4, 0.0, num_heads=2, rngs=nnx.Rngs(0))

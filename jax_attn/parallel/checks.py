@@ -7,7 +7,7 @@ from typing import Any
 
 from jax.sharding import AbstractMesh, Mesh
 
-__all__ = ["check_axis", "check_divisible_by_axis", "check_mesh"]
+__all__ = ["check_axis", "check_devices", "check_divisible_by_axis", "check_mesh"]
 
 
 def check_mesh(mesh: Any) -> None:
@@ -15,6 +15,15 @@ def check_mesh(mesh: Any) -> None:
     names and sizes are all a check reads)."""
     if not isinstance(mesh, (Mesh, AbstractMesh)):
         raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+
+
+def check_devices(function: str, mesh: Mesh | AbstractMesh) -> None:
+    """TypeError for an ``AbstractMesh`` where ``function`` places arrays on the mesh's devices."""
+    if isinstance(mesh, AbstractMesh):
+        raise TypeError(
+            f"{function} places arrays on devices: mesh must be a jax.sharding.Mesh of devices "
+            "(jax.make_mesh), got an AbstractMesh"
+        )
 
 
 def check_axis(mesh: Mesh | AbstractMesh, argument: str, axis: Any, *, optional: bool = True) -> None:
