@@ -23,7 +23,7 @@ from flax import nnx
 from jax.sharding import AbstractMesh, AxisType
 from jax.sharding import PartitionSpec as P
 
-from jax_attn import GPTModel, Masking, MultiHeadAttention, attend
+from jax_attn import GPTModel, Masking, MultiHeadAttention, attend, scaled_dot_product_attention
 from jax_attn.parallel import param_spec, ring_attention, shard_batch, shard_model
 from parity_tests.tolerances import tolerance_for
 from tests import parallel_checks
@@ -231,9 +231,197 @@ def test_ring_refuses_mismatched_shapes():
     x = jnp.zeros(SHAPE)
     mesh = AbstractMesh((2,), ("seq",))
     with pytest.raises(ValueError, match=r"one \(B, N, T, H\) shape, got \(1, 2, 12, 4\), \(1, 2, 10, 4\)"):
-        ring_attention(x, jnp.zeros((1, 2, 10, 4)), x, mesh)
-    with pytest.raises(ValueError, match=r"padding_mask must be \(B, T\) = \(1, 12\), got \(1, 10\)"):
+        ring_attention(x, jnp.zeros((1, 2, 10, 4)), jnp.zeros((1, 2, 10, 4)), mesh)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "padding_mask must be a bool array of shape (B, S) = (1, 12), got bool array of shape (1, 10)"
+        ),
+    ):
         ring_attention(x, x, x, mesh, padding_mask=jnp.zeros((1, 10), bool))
+
+
+def _ring_arrays(case: str) -> tuple:
+    """Bad (queries, keys, values) of SHAPE, seeded, and the error they get."""
+    q = np.random.default_rng(3).standard_normal(SHAPE).astype(np.float32)
+    return {
+        "int32": (
+            (q.astype(np.int32),) * 3,
+            TypeError,
+            "queries must have a floating dtype (float16, float32, float64; bfloat16 in jax_attn), "
+            "got int32 with shape (1, 2, 12, 4)",
+        ),
+        "float64": (
+            (q.astype(np.float64),) * 3,
+            TypeError,
+            "queries has dtype float64, which JAX computes in float32 unless 64-bit mode is on: call "
+            "jax.config.update('jax_enable_x64', True) at start-up (or compute inside "
+            "`with jax.enable_x64(True):`), or pass float32 arrays",
+        ),
+        "mixed": (
+            (q, q.astype(np.float16), q),
+            TypeError,
+            "keys has dtype float16 but queries has dtype float32",
+        ),
+        "None": ((None, q, q), TypeError, "queries must be an array, got NoneType"),
+        "list": ((q.tolist(), q, q), TypeError, "queries must be an array, got list"),
+        "H=0": (
+            (q[..., :0],) * 3,
+            ValueError,
+            "queries must have a head size H of at least 1, got shape (1, 2, 12, 0)",
+        ),
+    }[case]
+
+
+@pytest.mark.parametrize("case", ["int32", "float64", "mixed", "None", "list", "H=0"])
+def test_ring_checks_its_arrays_as_scaled_dot_product_attention(case):
+    """The building blocks' shared checks, word for word (before: int32 attention, float64
+    computed in float32, mixed dtypes run; AttributeError, ZeroDivisionError)."""
+    arrays, error, message = _ring_arrays(case)
+    mesh = one_device_mesh("seq")
+    with jax.enable_x64(False):
+        for call in (lambda: ring_attention(*arrays, mesh), lambda: scaled_dot_product_attention(*arrays)):
+            with pytest.raises(error, match=f"^{re.escape(message)}$"):
+                call()
+
+
+def _bad_ring_call(case: str):
+    x = jnp.asarray(np.random.default_rng(4).standard_normal(SHAPE), jnp.float32)
+    empty = x[:, :, :0]
+    seq, data_model_seq = one_device_mesh("seq"), AbstractMesh((2, 2, 2), ("data", "model", "seq"))
+    uneven_batch, uneven_heads = jnp.zeros((3, 2, 8, 4)), jnp.zeros((2, 3, 8, 4))
+    return {
+        "T=0": lambda: ring_attention(empty, empty, empty, seq),
+        "causal": lambda: ring_attention(x, x, x, seq, causal="no"),
+        "load_balance": lambda: ring_attention(x, x, x, seq, load_balance=1),
+        "float padding": lambda: ring_attention(x, x, x, seq, padding_mask=jnp.ones((1, 12))),
+        "float padding, jit": lambda: jax.jit(lambda p: ring_attention(x, x, x, seq, padding_mask=p))(
+            jnp.ones((1, 12))
+        ),
+        "mesh None": lambda: ring_attention(x, x, x, None),
+        "axis_name None": lambda: ring_attention(x, x, x, seq, axis_name=None),
+        "batch_axis = axis_name": lambda: ring_attention(x, x, x, seq, batch_axis="seq"),
+        "head_axis = batch_axis": lambda: ring_attention(
+            x, x, x, data_model_seq, batch_axis="data", head_axis="data"
+        ),
+        "B uneven": lambda: ring_attention(
+            uneven_batch, uneven_batch, uneven_batch, data_model_seq, batch_axis="data"
+        ),
+        "N uneven": lambda: ring_attention(
+            uneven_heads, uneven_heads, uneven_heads, data_model_seq, head_axis="model"
+        ),
+    }[case]
+
+
+@pytest.mark.parametrize(
+    "case, error, message",
+    [
+        ("T=0", ValueError, "queries must have at least one token, got shape (1, 2, 0, 4) for (B, N, T, H)"),
+        ("causal", TypeError, "causal must be a bool, got 'no' (str)"),
+        ("load_balance", TypeError, "load_balance must be a bool, got 1 (int)"),
+        (
+            "float padding",
+            ValueError,
+            "padding_mask must be a bool array of shape (B, S) = (1, 12), got float32 array of shape (1, 12)",
+        ),
+        (
+            "float padding, jit",
+            ValueError,
+            "padding_mask must be a bool array of shape (B, S) = (1, 12), got float32 array of shape (1, 12)",
+        ),
+        ("mesh None", TypeError, "mesh must be a jax.sharding.Mesh, got NoneType"),
+        ("axis_name None", ValueError, "axis_name None is not an axis of the mesh; its axes are ('seq',)"),
+        (
+            "batch_axis = axis_name",
+            ValueError,
+            "batch_axis 'seq' is axis_name too: a mesh axis can split only one of B, N and T",
+        ),
+        (
+            "head_axis = batch_axis",
+            ValueError,
+            "head_axis 'data' is batch_axis too: a mesh axis can split only one of B, N and T",
+        ),
+        (
+            "B uneven",
+            ValueError,
+            "B = 3 (queries.shape[0]) is not divisible by the size 2 of mesh axis 'data'",
+        ),
+        (
+            "N uneven",
+            ValueError,
+            "N = 3 (queries.shape[1]) is not divisible by the size 2 of mesh axis 'model'",
+        ),
+    ],
+)
+def test_ring_refuses_bad_arguments(case, error, message):
+    """Before: causal="no" ran causal, a float mask, T = 0, a repeated axis and mesh=None gave
+    JAX's raw errors, and an uneven B or N shard_map's. (``str``: under ``jax.jit`` JAX adds a
+    note on its traceback filtering, which ``match`` would read too.)"""
+    with pytest.raises(error) as raised:
+        _bad_ring_call(case)()
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda mesh: shard_batch([1.0, 2.0], mesh), TypeError, "x must be an array, got list"),
+        (
+            lambda mesh: shard_batch(np.float32(1), mesh),
+            ValueError,
+            "x must have a batch axis (B, ...), got shape ()",
+        ),
+        (
+            lambda mesh: shard_batch(np.ones(2), None),
+            TypeError,
+            "mesh must be a jax.sharding.Mesh, got NoneType",
+        ),
+        (
+            lambda mesh: shard_batch(np.ones(2), mesh, data_axis=None),
+            ValueError,
+            "data_axis None is not an axis of the mesh; its axes are ('data', 'model')",
+        ),
+        (
+            lambda mesh: shard_batch(np.ones(2), AbstractMesh((1, 1), ("data", "model"))),
+            TypeError,
+            "shard_batch places arrays on devices: mesh must be a jax.sharding.Mesh of devices "
+            "(jax.make_mesh), got an AbstractMesh",
+        ),
+        (
+            lambda mesh: shard_model(None, mesh, model_axis=None),
+            TypeError,
+            "model must be an nnx.Module, got NoneType",
+        ),
+        (
+            lambda mesh: shard_model(
+                MultiHeadAttention(6, 6, 4, 0.0, num_heads=2, rngs=nnx.Rngs(0)),
+                AbstractMesh((1, 1), ("data", "model")),
+            ),
+            TypeError,
+            "shard_model places arrays on devices: mesh must be a jax.sharding.Mesh of devices "
+            "(jax.make_mesh), got an AbstractMesh",
+        ),
+        (
+            lambda mesh: param_spec("Wo.kernel", (4, 4), None),
+            TypeError,
+            "mesh must be a jax.sharding.Mesh, got NoneType",
+        ),
+    ],
+    ids=[
+        "list",
+        "0-d",
+        "mesh None",
+        "data_axis None",
+        "abstract batch",
+        "model None",
+        "abstract model",
+        "spec",
+    ],
+)
+def test_sharding_refuses_bad_arguments(call, error, message):
+    """Before: AttributeError, IndexError, JAX's raw ValueError, or None returned silently."""
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        call(one_device_mesh("data", "model"))
 
 
 def test_sharding_refuses_axes_not_in_the_mesh_and_uneven_splits():

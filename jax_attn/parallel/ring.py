@@ -26,6 +26,10 @@ from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jax_attn.checks import check_jax_operands
+from jax_attn.parallel.checks import check_axis, check_divisible_by_axis, check_mesh
+from numpy_attn.validation import check_attention_shapes, check_flag, check_mask_operands, check_padding_mask
+
 __all__ = ["ring_attention"]
 
 
@@ -54,9 +58,15 @@ def ring_attention(
     (keys and values travel at their own precision) and the output has their dtype.
     ``load_balance`` deals the tokens out in zigzag order (needs T divisible by twice the axis
     size) so that causal work is even across the ring.
+
+    The arrays are checked as ``scaled_dot_product_attention``'s (one floating dtype, float64
+    only in 64-bit mode), ``causal`` and ``load_balance`` must be bools, and ``mesh`` a
+    ``jax.sharding.Mesh`` (an ``AbstractMesh`` too) with the named axes, each naming a different
+    one, whose sizes divide T (``axis_name``), B (``batch_axis``) and N (``head_axis``):
+    TypeError or ValueError naming the argument otherwise.
     """
     _check_ring_args(
-        queries, keys, values, mesh, axis_name, padding_mask, load_balance, batch_axis, head_axis
+        queries, keys, values, mesh, axis_name, causal, padding_mask, load_balance, batch_axis, head_axis
     )
     hidden = jnp.zeros(queries.shape[:1] + queries.shape[2:3], bool) if padding_mask is None else padding_mask
     return _sharded_ring(
@@ -86,27 +96,44 @@ def _sharded_ring(
 
 
 def _check_ring_args(
-    queries, keys, values, mesh, axis_name, padding_mask, load_balance, batch_axis, head_axis
+    queries, keys, values, mesh, axis_name, causal, padding_mask, load_balance, batch_axis, head_axis
 ):
-    """ValueError naming the argument and the shapes; the mesh's axes when a name is not one."""
-    for name, axis in (("axis_name", axis_name), ("batch_axis", batch_axis), ("head_axis", head_axis)):
-        if axis is not None and axis not in mesh.axis_names:
-            raise ValueError(f"{name} {axis!r} is not an axis of the mesh; its axes are {mesh.axis_names}")
-    if queries.ndim != 4 or keys.shape != queries.shape or values.shape != queries.shape:
+    """The building blocks' checks of the arrays (``check_jax_operands``,
+    ``check_attention_shapes``), flags and padding mask, then the ring's own: one ``(B, N, T, H)``
+    shape with T at least 1, a mesh with the named axes, one array axis per mesh axis, and B, N
+    and T divisible by their axes' sizes."""
+    check_jax_operands(queries=queries, keys=keys, values=values)
+    check_attention_shapes(queries, keys, values)
+    shape = tuple(queries.shape)
+    if len(shape) != 4 or tuple(keys.shape) != shape or tuple(values.shape) != shape:
         raise ValueError(
             "queries, keys and values must have one (B, N, T, H) shape, got "
-            f"{queries.shape}, {keys.shape}, {values.shape}"
+            f"{shape}, {tuple(keys.shape)}, {tuple(values.shape)}"
         )
-    if padding_mask is not None and padding_mask.shape != (queries.shape[0], queries.shape[2]):
-        raise ValueError(
-            f"padding_mask must be (B, T) = {(queries.shape[0], queries.shape[2])}, got {padding_mask.shape}"
-        )
-    chunks = mesh.shape[axis_name] * (2 if load_balance else 1)
-    if queries.shape[2] % chunks:
-        what = f"twice the size {mesh.shape[axis_name]}" if load_balance else f"the size {chunks}"
-        raise ValueError(
-            f"T = {queries.shape[2]} (queries.shape[2]) is not divisible by {what} of mesh axis {axis_name!r}"
-        )
+    if shape[2] == 0:
+        raise ValueError(f"queries must have at least one token, got shape {shape} for (B, N, T, H)")
+    check_flag("causal", causal)
+    check_flag("load_balance", load_balance)
+    if padding_mask is not None:
+        check_mask_operands(padding_mask=padding_mask)
+        check_padding_mask(padding_mask, shape[0], shape[2])
+    check_mesh(mesh)
+    axes = {"axis_name": axis_name, "batch_axis": batch_axis, "head_axis": head_axis}
+    splitting = {}  # mesh axis -> the argument that names it
+    for name, axis in axes.items():
+        check_axis(mesh, name, axis, optional=name != "axis_name")
+        if axis in splitting:
+            raise ValueError(
+                f"{name} {axis!r} is {splitting[axis]} too: a mesh axis can split only one of B, N and T"
+            )
+        if axis is not None:
+            splitting[axis] = name
+    check_divisible_by_axis(
+        f"T = {shape[2]} (queries.shape[2])", shape[2], mesh, axis_name, twice=load_balance
+    )
+    for letter, dim, axis in (("B", 0, batch_axis), ("N", 1, head_axis)):
+        if axis is not None:
+            check_divisible_by_axis(f"{letter} = {shape[dim]} (queries.shape[{dim}])", shape[dim], mesh, axis)
 
 
 def _ring_shard(queries, keys, values, hidden, *, axis_name, ring_size, causal, load_balance):

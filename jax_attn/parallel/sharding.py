@@ -19,6 +19,9 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jax_attn.parallel.checks import check_axis, check_devices, check_divisible_by_axis, check_mesh
+from numpy_attn.validation import check_array, check_numpy_dtype
+
 __all__ = ["COLUMN_PARALLEL", "ROW_PARALLEL", "param_spec", "shard_batch", "shard_model"]
 
 # parameter paths ("trf_blocks.0.att.W_query.kernel", ...) of the layers split over "model"
@@ -26,17 +29,13 @@ COLUMN_PARALLEL = re.compile(r"(^|\.)(W_query|W_key|W_value|Wqkv|ff\.layers\.0)(
 ROW_PARALLEL = re.compile(r"(^|\.)(out_proj|Wo|ff\.layers\.2)\.kernel$")
 
 
-def _check_axis(mesh: Mesh, argument: str, axis: str | None) -> None:
-    if axis is not None and axis not in mesh.axis_names:
-        raise ValueError(f"{argument} {axis!r} is not an axis of the mesh; its axes are {mesh.axis_names}")
-
-
 def param_spec(path: str, shape: tuple[int, ...], mesh: Mesh, model_axis: str | None = "model") -> P:
     """The ``PartitionSpec`` of the parameter at ``path`` (dotted, Flax layout: kernels are
     ``(in, out)``): column parallel layers split their kernel's out axis and their bias over
     ``model_axis``, row parallel layers their kernel's in axis; anything else is replicated.
     A split dimension must divide by the axis size (ValueError naming the path and shapes)."""
-    _check_axis(mesh, "model_axis", model_axis)
+    check_mesh(mesh)
+    check_axis(mesh, "model_axis", model_axis)
     if model_axis is None:
         return P()
     if COLUMN_PARALLEL.search(path):
@@ -45,12 +44,9 @@ def param_spec(path: str, shape: tuple[int, ...], mesh: Mesh, model_axis: str | 
         split = 0  # kernel (in, out): in
     else:
         return P()
-    size = mesh.shape[model_axis]
-    if shape[split] % size:
-        raise ValueError(
-            f"{path} of shape {shape}: dimension {split} ({shape[split]}) is not divisible by "
-            f"the size {size} of mesh axis {model_axis!r}"
-        )
+    check_divisible_by_axis(
+        f"{path} of shape {shape}: dimension {split} ({shape[split]})", shape[split], mesh, model_axis
+    )
     return P(*(model_axis if axis == split else None for axis in range(len(shape))))
 
 
@@ -63,10 +59,16 @@ def shard_model(
     every other variable (dropout streams...) is replicated. Then run the model under
     ``nnx.jit`` (or ``jax.jit`` of ``nnx.split``/``nnx.merge``) on a batch placed by
     ``shard_batch``: XLA partitions the computation. ``data_axis`` is only checked here (it is
-    the batch's); None for either axis means that kind of parallelism is not used.
+    the batch's); None for either axis means that kind of parallelism is not used. ``model``
+    must be an ``nnx.Module`` and ``mesh`` a ``jax.sharding.Mesh`` of devices with the named
+    axes: TypeError or ValueError naming the argument otherwise.
     """
-    _check_axis(mesh, "data_axis", data_axis)
-    _check_axis(mesh, "model_axis", model_axis)
+    if not isinstance(model, nnx.Module):
+        raise TypeError(f"model must be an nnx.Module, got {type(model).__name__}")
+    check_mesh(mesh)
+    check_axis(mesh, "data_axis", data_axis)
+    check_axis(mesh, "model_axis", model_axis)
+    check_devices("shard_model", mesh)
     for path, node in nnx.iter_graph(model):
         if not isinstance(node, nnx.Variable):
             continue
@@ -87,11 +89,16 @@ def _place(value: jax.Array, sharding: NamedSharding) -> jax.Array:
 
 
 def shard_batch(x: jax.Array, mesh: Mesh, *, data_axis: str = "data") -> jax.Array:
-    """``x`` with its first (batch) axis split over ``data_axis``; B must divide by its size."""
-    _check_axis(mesh, "data_axis", data_axis)
-    if x.shape[0] % mesh.shape[data_axis]:
-        raise ValueError(
-            f"batch of shape {x.shape}: B = {x.shape[0]} is not divisible by the size "
-            f"{mesh.shape[data_axis]} of mesh axis {data_axis!r}"
-        )
+    """``x`` with its first (batch) axis split over ``data_axis``; B must divide by its size.
+    ``x`` is an array (NumPy or JAX, of any dtype: token ids too) with at least one axis, ``mesh``
+    a ``jax.sharding.Mesh`` of devices with an axis ``data_axis``: TypeError or ValueError naming
+    the argument otherwise."""
+    shape = check_array("x", x)
+    check_numpy_dtype("x", x)
+    if not shape:
+        raise ValueError("x must have a batch axis (B, ...), got shape ()")
+    check_mesh(mesh)
+    check_axis(mesh, "data_axis", data_axis, optional=False)
+    check_divisible_by_axis(f"batch of shape {shape}: B = {shape[0]}", shape[0], mesh, data_axis)
+    check_devices("shard_batch", mesh)
     return jax.device_put(x, NamedSharding(mesh, P(data_axis)))
