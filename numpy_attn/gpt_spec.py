@@ -27,6 +27,7 @@ from numpy_attn.validation import (
     check_input,
     check_kv_cache,
     check_mapping,
+    check_numpy_dtype,
     check_params,
     check_size,
 )
@@ -181,9 +182,12 @@ def check_gpt_params(
 def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, check_values: bool = True) -> None:
     """``token_ids``: an integer array ``(B, T)``, B >= 1, 1 <= T <= context_length, whose dtype
     holds every id of the vocabulary (up to ``vocab_size - 1``: ``generate`` writes the new ids in
-    it, a narrower one would wrap them; TypeError), every id in [0, vocab_size) (ValueError)."""
+    it, a narrower one would wrap them; TypeError), every id in [0, vocab_size) (ValueError). A
+    torch tensor is refused as the layers refuse one (``check_numpy_dtype``: how to convert it)."""
     shape = getattr(token_ids, "shape", None)
     dtype = getattr(token_ids, "dtype", None)
+    if shape is not None and dtype is not None:
+        check_numpy_dtype("token_ids", token_ids)
     if shape is None or not np.issubdtype(np.dtype(dtype), np.integer):
         raise TypeError(f"token_ids must be an integer array (B, T), got {type(token_ids).__name__} {dtype}")
     vocab_size = config["vocab_size"]
