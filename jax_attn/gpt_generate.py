@@ -74,7 +74,8 @@ def unchecked_gpt_model_decode(
 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
     """``gpt_model_decode`` without its checks: ``generate``'s step, checked once per call."""
     start, num_tokens = caches[0].length, token_ids.shape[1]
-    tok_embeds = params["tok_emb.weight"][token_ids]  # (B, t, D)
+    # jnp: a NumPy table (load_weights') cannot be indexed by ids that jax.jit or jax.vmap traces
+    tok_embeds = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, t, D)
     pos_embeds = jax.lax.dynamic_slice_in_dim(params["pos_emb.weight"], start, num_tokens)  # (t, D)
     x = tok_embeds + pos_embeds  # (B, t, D)
     blocks, new_caches = [], []
