@@ -39,15 +39,18 @@ def attend(
     path: ComputePath = ComputePath(),
     return_steps: bool = False,
 ) -> tuple[jax.Array, Steps]:
-    """``unchecked_attend`` after ``scaled_dot_product_attention``'s checks of the queries, keys,
-    values, masks and dropout rate, and ``check_attend_options``' (``causal`` a bool, the padding
-    mask bool ``(B, S)`` on every path, a known implementation) (TypeError for a non-array,
-    another framework's tensor, a non-floating dtype, float64 without 64-bit mode, different
-    dtypes; ValueError for shapes that do not fit)."""
+    """``unchecked_attend`` after ``scaled_dot_product_attention``'s checks of the queries, keys, values,
+    masks and dropout rate, and ``check_attend_options``' (``causal`` a bool, and T = S with it, the padding
+    mask bool ``(B, S)`` on every path, a known implementation) (TypeError for a non-array, another
+    framework's tensor, a non-floating dtype, float64 without 64-bit mode, different dtypes; ValueError for
+    shapes that do not fit)."""
     check_jax_operands(queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
     check_option_types(masking, dropout, path)
-    check_attend_options(masking, dropout, path, batch=padding_batch(queries.shape), num_keys=keys.shape[-2])
+    check_attend_options(
+        masking, dropout, path,
+        batch=padding_batch(queries.shape), num_queries=queries.shape[-2], num_keys=keys.shape[-2],
+    )  # fmt: skip
     return unchecked_attend(queries, keys, values, masking, dropout, path, return_steps)
 
 
@@ -121,7 +124,9 @@ def attend_heads(
     check_parts(tuple(qkv[0].shape), 3)
     check_divisible("E", qkv[0].shape[0] // 3, num_heads)
     check_option_types(masking, dropout, path)
-    check_attend_options(masking, dropout, path, batch=x.shape[0], num_keys=x.shape[-2])
+    check_attend_options(
+        masking, dropout, path, batch=x.shape[0], num_queries=x.shape[-2], num_keys=x.shape[-2]
+    )
     return unchecked_attend_heads(x, qkv, num_heads, masking, dropout, path, return_steps)
 
 

@@ -256,7 +256,8 @@ def _gpt_model(
         if key is None
         else list(jax.random.split(key, config["n_layers"] + 1))
     )
-    tok_embeds = params["tok_emb.weight"][token_ids]  # (B, T, D)
+    # jnp: a NumPy table (load_weights') cannot be indexed by ids that jax.jit or jax.vmap traces
+    tok_embeds = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, T, D)
     pos_embeds = params["pos_emb.weight"][:num_tokens]  # (T, D)
     x = unchecked_dropout(tok_embeds + pos_embeds, rate, key=keys[0])  # (B, T, D)
     blocks = [

@@ -74,7 +74,8 @@ def unchecked_gpt_model_decode(
 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
     """``gpt_model_decode`` without its checks: ``generate``'s step, checked once per call."""
     start, num_tokens = caches[0].length, token_ids.shape[1]
-    tok_embeds = params["tok_emb.weight"][token_ids]  # (B, t, D)
+    # jnp: a NumPy table (load_weights') cannot be indexed by ids that jax.jit or jax.vmap traces
+    tok_embeds = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, t, D)
     pos_embeds = jax.lax.dynamic_slice_in_dim(params["pos_emb.weight"], start, num_tokens)  # (t, D)
     x = tok_embeds + pos_embeds  # (B, t, D)
     blocks, new_caches = [], []
@@ -101,13 +102,15 @@ def _next_tokens(
     """The next token per row of ``logits`` (B, V): argmax, or a sample. The logits kept (the
     ``top_k`` largest), less their maximum, are divided by ``temperature``: each is <= 0 and the
     largest 0, so no temperature overflows them; where a tiny one takes the others to -inf, the
-    sample is the argmax (greedy; ties shared)."""
+    sample is the argmax (greedy; ties shared). A temperature past the logits' dtype's range
+    (float16's 65504) divides as that largest value: the tokens cut by ``top_k`` stay at -inf."""
     if temperature == 0.0:
         return jnp.argmax(logits, axis=-1)  # (B,)
     if top_k is not None:
         kth_largest = jax.lax.top_k(logits, top_k)[0][:, -1:]  # (B, 1)
         logits = jnp.where(logits < kth_largest, -jnp.inf, logits)
     shifted = logits - logits.max(axis=-1, keepdims=True)  # (B, V), <= 0
+    temperature = min(temperature, float(jnp.finfo(logits.dtype).max))  # as inf, -inf / it would be NaN
     scaled = jnp.where(shifted == 0, 0, shifted / temperature)  # 0 / 0 where temperature rounds to 0
     return jax.random.categorical(key, scaled, axis=-1)  # (B,)
 
@@ -139,6 +142,7 @@ def generate(
     check_token_ids(token_ids, config)
     check_key(rng, "rng")  # a jax.random key, under numpy_attn's argument name
     check_generate_args(token_ids.shape, max_new_tokens, config, temperature, top_k, rng is not None)
+    temperature = float(temperature)  # checked within float64's range: an int past int64's divides too
     token_ids = jnp.asarray(token_ids)
     caches = init_gpt_cache(config, token_ids.shape[0], params["tok_emb.weight"].dtype)
     keys = jax.random.split(rng, max_new_tokens) if rng is not None else [None] * max_new_tokens

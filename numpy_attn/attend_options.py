@@ -15,7 +15,8 @@ __all__ = ["AttnDropout", "ComputePath", "Masking", "check_option_types"]
 
 @dataclass(frozen=True)
 class Masking:
-    """What hides keys from queries: ``causal`` hides key s from query t when s > t;
+    """What hides keys from queries: ``causal`` hides key s from query t when s > t (self-attention:
+    ``attend`` refuses it with T != S);
     ``padding_mask`` is bool ``(B, S)``, True = padding (hidden from every query), or None."""
 
     causal: bool = False

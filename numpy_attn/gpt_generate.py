@@ -130,6 +130,7 @@ def generate(
     check_token_ids(token_ids, config)
     check_rng(rng)
     check_generate_args(token_ids.shape, max_new_tokens, config, temperature, top_k, rng is not None)
+    temperature = float(temperature)  # checked within float64's range: an int past int64's divides too
     caches = init_gpt_cache(config, token_ids.shape[0], params["tok_emb.weight"].dtype)
     new_tokens, step_input = [], token_ids
     for _ in range(max_new_tokens):

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-import math
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,6 +27,7 @@ from numpy_attn.validation import (
     check_input,
     check_kv_cache,
     check_mapping,
+    check_numpy_dtype,
     check_params,
     check_size,
 )
@@ -181,9 +182,12 @@ def check_gpt_params(
 def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, check_values: bool = True) -> None:
     """``token_ids``: an integer array ``(B, T)``, B >= 1, 1 <= T <= context_length, whose dtype
     holds every id of the vocabulary (up to ``vocab_size - 1``: ``generate`` writes the new ids in
-    it, a narrower one would wrap them; TypeError), every id in [0, vocab_size) (ValueError)."""
+    it, a narrower one would wrap them; TypeError), every id in [0, vocab_size) (ValueError). A
+    torch tensor is refused as the layers refuse one (``check_numpy_dtype``: how to convert it)."""
     shape = getattr(token_ids, "shape", None)
     dtype = getattr(token_ids, "dtype", None)
+    if shape is not None and dtype is not None:
+        check_numpy_dtype("token_ids", token_ids)
     if shape is None or not np.issubdtype(np.dtype(dtype), np.integer):
         raise TypeError(f"token_ids must be an integer array (B, T), got {type(token_ids).__name__} {dtype}")
     vocab_size = config["vocab_size"]
@@ -257,9 +261,11 @@ def check_generate_args(
     has_rng: bool,
 ) -> None:
     """``generate``'s arguments: the prompt (``shape`` (B, T)) and ``max_new_tokens`` fit the
-    context; ``temperature`` a finite number >= 0; ``top_k`` None or in [1, vocab_size];
-    sampling has a random source. A bool, or another type where a number is due, is a
-    TypeError (as for every size); a number out of range a ValueError."""
+    context; ``temperature`` a finite number >= 0 (at most float64's largest: it divides the
+    logits as a float; compared exactly, an int of any size too, which ``float()`` would
+    overflow); ``top_k`` None or in [1, vocab_size]; sampling has a random source. A bool, or
+    another type where a number is due, is a TypeError (as for every size); a number out of
+    range a ValueError."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer):
         raise TypeError(
             f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r} "
@@ -276,8 +282,17 @@ def check_generate_args(
         raise TypeError(
             f"temperature must be a finite number >= 0, got {temperature!r} ({type(temperature).__name__})"
         )
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    # a Python int exactly (float() overflows past float64's range), a NumPy number as a float (against
+    # it, float64's largest would be cast to float16 or float32, overflowing); NaN fails too
+    number = temperature if isinstance(temperature, int) else float(temperature)
+    if not 0 <= number <= sys.float_info.max:
+        huge = isinstance(temperature, int) and abs(temperature) > sys.float_info.max
+        shown = (
+            f"an int of {temperature.bit_length()} bits, beyond float64's range"
+            if huge
+            else repr(temperature)
+        )
+        raise ValueError(f"temperature must be a finite number >= 0, got {shown}")
     vocab_size = config["vocab_size"]
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int | np.integer)):
         raise TypeError(

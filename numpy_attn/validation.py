@@ -204,21 +204,37 @@ def check_mask_operands(**masks: Any) -> None:
             check_numpy_dtype(name, mask)
 
 
-def check_attend_options(masking: Any, dropout: Any, path: Any, *, batch: int, num_keys: int) -> None:
+def check_attend_options(
+    masking: Any, dropout: Any, path: Any, *, batch: int, num_queries: int, num_keys: int
+) -> None:
     """``attend``'s and ``attend_heads``' ``Masking``, ``AttnDropout`` and ``ComputePath``, for
-    ``batch`` sequences of ``num_keys`` keys: ``causal`` is a bool, the padding mask, if any, bool
-    ``(B, S)`` (``check_padding_mask``, whatever the implementation), the keep-mask an array NumPy
-    can read (its shape is checked where it is used), the rate, if any, in [0, 1) (named
-    ``dropout.rate``), the implementation and block size ``check_implementation``'s."""
+    ``batch`` sequences of ``num_queries`` queries and ``num_keys`` keys: ``causal`` a bool, and
+    with causal T = S, on every path (ValueError: causal attention is self-attention, query t
+    sees keys 0..t. The blockwise path cuts its blocks on that diagonal and cannot do otherwise;
+    for T != S the reference path's top-left (T, S) corner is one alignment of several, a KV
+    cache's new queries need the bottom rows, so ``"auto"`` accepted or refused one call by its
+    length. No layer or decode path attends causally with T != S: the decode functions build
+    their mask at the cache's offset, as ``causal_mask(T, S, offset)`` does for
+    ``scaled_dot_product_attention``); the padding mask, if any, bool ``(B, S)``
+    (``check_padding_mask``, whatever the implementation); the keep-mask an array NumPy can
+    read (its shape is checked where it is used); the rate, if any, in [0, 1) (named
+    ``dropout.rate``); ``path.fused_qkv`` a bool; the implementation and block size
+    ``check_implementation``'s."""
     # here, not at the top: numpy_attn.implementation imports this module
     from numpy_attn.implementation import check_implementation
 
     check_flag("causal", masking.causal)
+    if masking.causal and num_queries != num_keys:
+        raise ValueError(
+            f"causal attention needs T = S (self-attention), got T={num_queries}, S={num_keys}; for "
+            "queries at other positions pass causal_mask(T, S, offset) to scaled_dot_product_attention"
+        )
     if masking.padding_mask is not None:
         check_padding_mask(masking.padding_mask, batch, num_keys)
     check_mask_operands(attn_keep_mask=dropout.keep_mask)
     if dropout.rate is not None:
         check_dropout("dropout.rate", dropout.rate)
+    check_flag("path.fused_qkv", path.fused_qkv)
     check_implementation(path.implementation, path.block_size)
 
 

@@ -197,6 +197,11 @@ BAD_OPTIONS = {
         ValueError,
         "block_size must be a positive int, got 0",
     ),
+    "fused_qkv_str": (
+        (Masking(), AttnDropout(), ComputePath("reference", 512, "no")),
+        TypeError,
+        "path.fused_qkv must be a bool, got 'no' (str)",
+    ),
     "block_size_float": (
         (Masking(), AttnDropout(), ComputePath("reference", 2.0)),
         TypeError,
@@ -214,6 +219,21 @@ def test_attend_refuses_a_causal_that_is_not_a_bool_and_an_unknown_path(package,
     options, error, message = BAD_OPTIONS[name]
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         attend_calls(PACKAGES[package])[block](*options)
+
+
+@pytest.mark.parametrize("implementation", ["reference", "blockwise", "auto"])
+@pytest.mark.parametrize("num_queries", [2, 4, 511, 512])
+def test_causal_attend_needs_as_many_queries_as_keys_on_every_path(implementation, num_queries):
+    """Before: the reference path ran a causal call with T != S (the top-left corner of the mask),
+    the blockwise path refused it, so ``"auto"`` took 511 queries against 256 keys and refused 512."""
+    queries = RNG.standard_normal((1, num_queries, 4)).astype(np.float32)
+    keys = RNG.standard_normal((1, 3, 4)).astype(np.float32)
+    message = (
+        f"causal attention needs T = S (self-attention), got T={num_queries}, S=3; for queries at "
+        "other positions pass causal_mask(T, S, offset) to scaled_dot_product_attention"
+    )
+    found = errors("attend", queries, keys, keys, Masking(causal=True), path=ComputePath(implementation))
+    assert found == [(ValueError, message)] * 3
 
 
 @pytest.mark.parametrize("package", list(PACKAGES))

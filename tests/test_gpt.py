@@ -134,3 +134,19 @@ def test_from_params_draws_no_weight_and_has_no_dropout_stream_without_rngs(monk
     model.train()  # no stream to draw masks from
     with pytest.raises(ValueError, match=r"has no dropout stream|no `rngs` argument was provided"):
         model(jnp.asarray(token_ids()))
+
+
+def test_the_jax_gpt_with_numpy_weights_jits_and_vmaps_over_the_ids():
+    """NumPy weights, as load_weights returns them, closed over: the ids traced by ``jax.jit`` or
+    ``jax.vmap`` used to index the NumPy embedding table (TracerArrayConversionError)."""
+    params = torch_ref.to_params(torch_model())  # NumPy arrays
+    ids = token_ids(2, 5)
+    expected = numpy_attn.gpt_model(params, ids, TINY)  # (B, T, V)
+    for actual in (
+        jax.jit(lambda i: jax_attn.gpt_model(params, i, TINY))(ids),
+        jax.vmap(lambda i: jax_attn.gpt_model(params, i[None], TINY)[0])(ids),
+    ):
+        assert compare_arrays("logits", expected, np.asarray(actual)).ok
+    caches = jax_attn.init_gpt_cache(TINY, 2)
+    logits, _ = jax.jit(lambda i, c: jax_attn.gpt_model_decode(params, i, c, TINY))(ids, caches)
+    assert compare_arrays("decode logits", expected, np.asarray(logits)).ok

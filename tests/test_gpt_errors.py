@@ -361,3 +361,31 @@ def test_a_batch_of_keys_is_refused_naming_its_shape(call, keys):
         call(keys)
     with pytest.raises(ValueError, match=f"^{re.escape(message)}"):  # JAX adds a note
         jax.jit(call)(keys)
+
+
+def test_torch_token_ids_are_refused_as_the_layers_refuse_a_torch_tensor(params):
+    """Before: NumPy's "Cannot interpret 'torch.int64' as a data type" from every GPT entry point."""
+    ids = torch.tensor(token_ids(1, 3))
+    message = (
+        "token_ids is a torch.Tensor with dtype torch.int64, which NumPy cannot read: pass a NumPy or "
+        "JAX array (a torch tensor t: t.detach().cpu().numpy(), bfloat16 after .float(); a torch "
+        "module's weights: torch_ref.to_params(module))"
+    )
+    model = jax_attn.GPTModel.from_params(params, TINY)
+    calls = {
+        "numpy gpt_model": lambda: numpy_attn.gpt_model(params, ids, TINY),
+        "jax gpt_model": lambda: jax_attn.gpt_model(params, ids, TINY),
+        "nnx GPTModel": lambda: model(ids),
+        "numpy decode": lambda: numpy_attn.gpt_model_decode(
+            params, ids, numpy_attn.init_gpt_cache(TINY, 1), TINY
+        ),
+        "jax decode": lambda: jax_attn.gpt_model_decode(params, ids, jax_attn.init_gpt_cache(TINY, 1), TINY),
+        "numpy generate": lambda: numpy_attn.generate(params, ids, TINY, 1),
+        "jax generate": lambda: jax_attn.generate(model, ids, 1),
+    }
+    for call in calls.values():
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+            call()
+    with pytest.raises(TypeError) as layer:  # the layers' text, but for the name
+        numpy_attn.gelu(ids.float())
+    assert str(layer.value) == message.replace("token_ids", "x").replace("int64", "float32")

@@ -98,6 +98,15 @@ def test_sampling_is_reproducible_and_top_k_1_is_greedy(params, model):
         ({"temperature": 1.0}, r"sampling \(temperature > 0\) needs rng"),
         ({"temperature": -1.0}, "temperature must be a finite number >= 0, got -1.0"),
         ({"temperature": float("inf")}, "temperature must be a finite number >= 0, got inf"),
+        (
+            {"temperature": 10**400},
+            "temperature must be a finite number >= 0, got an int of 1329 bits, beyond float64's range",
+        ),
+        (
+            {"temperature": -(10**400)},
+            "temperature must be a finite number >= 0, got an int of 1329 bits, beyond float64's range",
+        ),
+        ({"temperature": float("nan")}, "temperature must be a finite number >= 0, got nan"),
         ({"top_k": 0}, r"top_k must be None or an integer in \[1, 61\], got 0"),
     ],
 )
@@ -349,3 +358,25 @@ def test_jax_generate_takes_a_bfloat16_model_as_gpt_model_does(params):
     logits, _ = jax_attn.gpt_model_decode(weights, prompt, caches, TINY)
     np.testing.assert_array_equal(actual[:, 3], jnp.argmax(logits[:, -1], axis=-1))
     assert actual.shape == (2, 7)
+
+
+def test_a_temperature_past_the_int64_or_the_logits_range_samples_in_both_packages(params):
+    """Before: jax_attn raised JAX's OverflowError for an int temperature past int64 (2**70, a
+    float64 of 1.2e21) and, with float16 logits, divided the tokens cut by ``top_k`` (-inf) by
+    the temperature cast to inf: NaN, and token 0 sampled whatever it was. Now an int temperature
+    is a float, and one past the logits' range divides as their largest value: ``top_k=1`` is
+    greedy, whatever the temperature."""
+    prompt = token_ids(2, 3, seed=6)
+    half = {name: value.astype(np.float16) for name, value in params.items()}
+    model = jax_attn.GPTModel.from_params(half, TINY)
+    greedy = jax_attn.generate(model, jnp.asarray(prompt), 3)
+    for temperature in (2**70, 1e5):
+        actual = jax_attn.generate(
+            model, jnp.asarray(prompt), 3, temperature=temperature, top_k=1, rng=jax.random.key(0)
+        )
+        np.testing.assert_array_equal(actual, greedy)
+    expected = numpy_attn.generate(half, prompt, TINY, 3)
+    actual = numpy_attn.generate(
+        half, prompt, TINY, 3, temperature=2**70, top_k=1, rng=np.random.default_rng(0)
+    )
+    np.testing.assert_array_equal(actual, expected)
