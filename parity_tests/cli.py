@@ -28,6 +28,7 @@ from parity_tests.cases import SHAPES
 from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS
 from parity_tests.locate.cli import add_diff_parser
 from parity_tests.train_parity_cli import add_train_parity_parser
+from parity_tests.usage import UsageError, png_path
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -37,22 +38,11 @@ EXTRAS = {
 }  # fmt: skip
 
 
-class UsageError(Exception):
-    """Bad usage found after parsing: reported as one line, exit code 2."""
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``attn-parity trace: error: ...``), exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _check_folder_of(path: str) -> None:
-    """The folder that is to hold the file ``path`` must exist."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UsageError(f"the folder {folder} does not exist")
 
 
 def _console(args: argparse.Namespace):
@@ -184,10 +174,10 @@ def _walkthrough(args: argparse.Namespace) -> int:
 def _heatmap(args: argparse.Namespace) -> int:
     from parity_tests.heatmap import write_heatmap
 
-    _check_folder_of(args.out)
-    maps = write_heatmap(args.layer, args.out)
+    path = png_path(args.out, "heatmap.png")
+    maps = write_heatmap(args.layer, path)
     print(
-        f"wrote {args.out}: {args.layer}, {maps['torch'].shape[0]} head(s), "
+        f"wrote {path}: {args.layer}, {maps['torch'].shape[0]} head(s), "
         f"max |difference| {maps['difference'].max():.1e}"
     )
     return 0
@@ -249,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     heatmap = commands.add_parser("heatmap", help="a PNG of the attention weights per head")
     heatmap.add_argument("layer", choices=list(SPECS), metavar="CLASS")
-    heatmap.add_argument("--out", default="heatmap.png", help="the PNG to write")
+    heatmap.add_argument("--out", default="heatmap.png", help="the PNG to write (heatmap.png in a folder)")
     heatmap.set_defaults(run=_heatmap)
 
     from parity_tests.bench.implementations import IMPLEMENTATIONS, SHAPES

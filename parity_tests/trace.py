@@ -6,10 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from numpy_attn.spec import check_sizes
+from numpy_attn.spec import check_sizes as check_layer_sizes
 from parity_tests.cases import SHAPES, Case
 from parity_tests.compare import StepReport, compare_steps
 from parity_tests.frameworks import DTYPES, RUNNERS, run_torch
+from parity_tests.usage import check_sizes
 
 __all__ = ["Trace", "parse_shape", "trace_case"]
 
@@ -27,7 +28,8 @@ class Trace:
 
 def parse_shape(layer: str, shape: str, dtype: str) -> Case:
     """A named shape of the parity table (``full_context``, ...) or ``B,T,D_IN,D_OUT,N``;
-    ValueError for sizes the class refuses (heads that do not divide the width)."""
+    ValueError for a size below 1, an array past ``MAX_ENTRIES`` entries (the input, a weight, the
+    scores) and sizes the class refuses (heads that do not divide the width)."""
     if shape in SHAPES:
         batch, tokens, ctx, d_in, d_out, heads = SHAPES[shape]
     else:
@@ -37,9 +39,11 @@ def parse_shape(layer: str, shape: str, dtype: str) -> Case:
             raise ValueError(
                 f"--shape must be one of {list(SHAPES)} or B,T,D_IN,D_OUT,N (five integers), got {shape!r}"
             ) from None
+        arrays = [(batch, tokens, d_in), (d_in, d_out), (batch, heads, tokens, tokens)]  # x, W, scores
+        check_sizes("--shape", shape, (batch, tokens, d_in, d_out, heads), arrays)
         ctx = tokens
     case = Case(layer, batch, tokens, d_in, d_out, heads, True, True, ctx, dtype)
-    check_sizes(layer, case.constructor_arguments())
+    check_layer_sizes(layer, case.constructor_arguments())
     return case
 
 

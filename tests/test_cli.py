@@ -150,6 +150,16 @@ def test_heatmap_writes_a_png(tmp_path, capsys, layer):
     assert matplotlib.image.imread(path).shape[:2] == (380 * heads, 1600)
 
 
+def test_heatmap_writes_where_it_says(tmp_path, capsys):
+    """A folder gets heatmap.png inside it, a name without extension gets .png (as matplotlib adds
+    it): the line printed names the file written."""
+    for out, written in [(tmp_path, tmp_path / "heatmap.png"), (tmp_path / "map", tmp_path / "map.png")]:
+        code, printed = run(capsys, "heatmap", "SelfAttentionV1", "--out", str(out))
+        assert code == 0 and printed.startswith(f"wrote {written}: ")
+        assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heatmap.png", "map.png"]
+
+
 def test_module_entry_point():
     out = subprocess.run(
         [sys.executable, "-m", "parity_tests", "walkthrough", "--list"],
@@ -183,6 +193,16 @@ def usage_error(capsys, *argv):
         (["trace", "FusedCausalAttention", "--shape", "2,4,3,6,4"], "hidden_size=6 is not divisible by"),
         (["trace", "MultiHeadAttention", "--dtype", "float16"], "argument --dtype: invalid choice"),
         (["trace", "MultiHeadAttention", "--shape", "x"], "--shape must be one of"),
+        *[(["trace", "MultiHeadAttention", "--shape", shape],
+           f"--shape '{shape}': every size must be at least 1")
+          for shape in ("0,4,8,8,2", "2,-1,8,8,2", "2,4,8,8,0")],
+        (["trace", "MultiHeadAttention", "--shape", "1,100000000000,8,8,2"],
+         "--shape '1,100000000000,8,8,2': an array of shape (1, 100000000000, 8) would hold "
+         "800000000000 entries, more than the 134217728 a command line may ask for"),
+        (["trace", "MultiHeadAttention", "--shape", "1,20000,8,8,2"],
+         "array of shape (1, 2, 20000, 20000) would hold"),
+        (["heatmap", "CausalAttention", "--out", "map.jpg"],
+         "map.jpg: expected a .png file, a name without extension or a folder"),
         (["report", "--framework", "numpy", "--dtype", "bfloat16"], "numpy compute(s) in none of the dtypes"),
         (["report", "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
         (["report", "--layer", "Attention"], "argument --layer: invalid choice: 'Attention'"),

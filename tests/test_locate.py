@@ -2,6 +2,7 @@
 
 import functools
 import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +71,40 @@ def test_causes_are_read_from_the_data(bug, step, cause, tmp_path):
     assert any(cause in c for c in report.causes), report.causes
 
 
+def test_a_wrong_last_line_is_the_first_divergence_not_the_reference_mask(tmp_path):
+    """Every value before the output is right: the reference's mask buffer (16 x 16, no candidate
+    value of its size) is not the divergence, the output is, and it has a heatmap."""
+    source = (PORTS_DIR / "numpy_mha.py").read_text().replace("    return out\n", "    return out * 1.01\n")
+    line = source.splitlines().index("    return out * 1.01") + 1
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    report = locate(ref, load("scaled_out", source, tmp_path).mha, inputs(), params=params)
+    assert (report.first_divergence, report.candidate_location) == (
+        "linear",
+        f"{tmp_path / 'scaled_out.py'}:{line}",
+    )
+    assert report.reference_location.endswith("torch_ref/multi_head.py:78")  # the output projection
+    np.testing.assert_allclose(report.actual_value, 1.01 * report.expected_value, rtol=1e-5)
+    assert any("1.01 times the reference" in cause for cause in report.causes), report.causes
+    assert report.write_heatmap(tmp_path / "out.png").max() >= 0
+
+
+def test_rich_rendering_keeps_brackets_of_the_index_and_the_source():
+    from rich.console import Console
+
+    from parity_tests.locate.report import LocateReport
+
+    report = LocateReport(
+        False, "attn_scores", "port.py:3", "ref.py:4", "s = q[b] @ k[i].T", "matmul",
+        worst_index=(1, 2), axes=("query", "key"), expected=1.0, actual=2.0,
+        expected_dtype="float32", actual_dtype="float32", causes=["x[b] is wrong"],
+    )  # fmt: skip
+    console = Console(width=300, record=True)
+    console.print(report)
+    text = console.export_text()
+    assert "s = q[b] @ k[i].T" in text and "[query=1, key=2] expected 1" in text and "x[b] is wrong" in text
+
+
 def test_text_and_rich_renderings_name_both_lines(tmp_path):
     from rich.console import Console
 
@@ -105,6 +140,14 @@ def test_a_correct_port_reports_ok_and_refuses_a_heatmap(tmp_path):
     assert "ok: the outputs match" in str(report)
     with pytest.raises(ValueError, match="outputs match"):
         report.write_heatmap(tmp_path / "x.png")
+
+
+def test_a_diverging_value_without_the_reference_layout_refuses_a_heatmap(tmp_path):
+    from parity_tests.locate.report import NO_HEATMAP, LocateReport
+
+    with pytest.raises(ValueError, match=f"^{re.escape(f'write_heatmap: {NO_HEATMAP}')}$"):
+        LocateReport(False, "linear").write_heatmap(tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
 
 
 # --- captures -------------------------------------------------------------------------------------

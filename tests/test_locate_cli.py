@@ -1,5 +1,7 @@
 """``attn-parity diff`` on a user's files, and ``locate_shapes`` for bugs that show only at some shapes."""
 
+import pytest
+
 from parity_tests.cli import main
 from parity_tests.locate import locate_shapes
 from tests.ports.catalogue import HERE, load, reference
@@ -61,3 +63,98 @@ def test_diff_gradients_names_the_line_stopping_them(tmp_path, capsys):
     numpy_port = ["diff", REFERENCE, f"{HERE / 'numpy_fused.py'}:attention", *INIT, "--shape", "2,5,8"]
     assert main([*numpy_port, "--gradients"]) == 2
     assert "no gradients" in capsys.readouterr().err
+
+
+def book_reference(tmp_path):
+    """A reference file building the book's MultiHeadAttention (context 16, two heads)."""
+    (tmp_path / "ref.py").write_text(
+        "from torch_ref import MultiHeadAttention\n"
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "ref = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2, qkv_bias=True)\n"
+    )
+    return f"{tmp_path / 'ref.py'}:ref"
+
+
+def test_diff_names_a_wrong_last_line_and_draws_its_heatmap(tmp_path, capsys):
+    source = (HERE / "numpy_mha.py").read_text().replace("    return out\n", "    return out * 1.01\n")
+    (tmp_path / "port.py").write_text(source)
+    line = source.splitlines().index("    return out * 1.01") + 1
+    args = [
+        "diff",
+        book_reference(tmp_path),
+        f"{tmp_path / 'port.py'}:mha",
+        "--shape",
+        "2,5,8",
+        "--width",
+        "400",
+    ]
+    assert main([*args, "--heatmap", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'port.py'}:{line}" in out and "first divergence  linear" in out
+    assert "masked_scores" not in out
+    assert f"heatmap of the first diverging tensor: {tmp_path / 'first_divergence.png'}" in out
+    assert (tmp_path / "first_divergence.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_diff_without_a_diverging_layout_says_there_is_no_heatmap(tmp_path, capsys):
+    from parity_tests.locate.report import NO_HEATMAP
+
+    source = (HERE / "numpy_mha.py").read_text().replace("    return out\n", "    return out[..., :4]\n")
+    (tmp_path / "port.py").write_text(source)
+    args = ["diff", book_reference(tmp_path), f"{tmp_path / 'port.py'}:mha", "--shape", "2,5,8"]
+    assert main([*args, "--heatmap", str(tmp_path / "h.png"), "--width", "400"]) == 1
+    captured = capsys.readouterr()
+    assert f"no heatmap: {NO_HEATMAP}" in captured.out and captured.err == ""
+    assert not (tmp_path / "h.png").exists()
+
+
+def diff_usage_error(capsys, *argv):
+    try:
+        code = main(["diff", *argv])
+    except SystemExit as exit:
+        code = exit.code
+    return code, capsys.readouterr().err
+
+
+PORT = f"{HERE / 'numpy_fused.py'}:attention"
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["--shape", "2,-5,8"], "argument --shape: --shape '2,-5,8': every size must be at least 1"),
+        (["--shape", "0,5,8"], "argument --shape: --shape '0,5,8': every size must be at least 1"),
+        (["--shape", "2,100000,8"],
+         "argument --shape: --shape '2,100000,8': an array of shape (2, 100000, 100000) would hold "
+         "20000000000 entries, more than the 134217728 a command line may ask for"),
+        (["--shape", "2,5,8", "--seeds", "-1"],
+         "argument --seeds: --seeds '-1': expected a non-negative integer"),
+        (["--shape", "2,5"], "the reference fails on an input of shape (2, 5): "
+         "ValueError: not enough values to unpack (expected 3, got 2)"),
+    ],
+)  # fmt: skip
+def test_diff_bad_sizes_and_seeds_are_one_line_and_exit_code_2(capsys, argv, line):
+    code, err = diff_usage_error(capsys, REFERENCE, PORT, *INIT, *argv)
+    assert code == 2
+    assert err == f"attn-parity diff: error: {line}\n"
+
+
+@pytest.mark.parametrize("side", ["reference", "candidate"])
+def test_diff_a_file_that_does_not_load_is_one_line_and_exit_code_2(tmp_path, capsys, side):
+    (tmp_path / "bad.py").write_text("def f(:\n")
+    bad = f"{tmp_path / 'bad.py'}:f"
+    files = [bad, PORT] if side == "reference" else [REFERENCE, bad]
+    code, err = diff_usage_error(capsys, *files, *INIT, "--shape", "2,5,8")
+    assert code == 2
+    assert err == (
+        f"attn-parity diff: error: {bad!r}: {tmp_path / 'bad.py'} does not load: "
+        "SyntaxError: invalid syntax (bad.py, line 1)\n"
+    )
+
+
+def test_diff_a_reference_class_refusing_its_init_is_one_line_and_exit_code_2(capsys):
+    code, err = diff_usage_error(capsys, REFERENCE, PORT, "--init", "d_model=8", "--shape", "2,5,8")
+    assert code == 2
+    assert err.startswith(f"attn-parity diff: error: {REFERENCE} d_model=8: ") and "n_head" in err
+    assert len(err.splitlines()) == 1

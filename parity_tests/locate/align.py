@@ -379,8 +379,10 @@ def _input_classes(result: Alignment, record: Record, classes: list[int]) -> set
 def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list[int]) -> int:
     """The reference value the blamed candidate value should have equalled: among the diverging
     reference values it can be laid out as, the one computed from most of the same values, the
-    earliest on ties; else the first diverging reference value. A value computed from one that
-    holds a reference value unscaled (the candidate scales later) should equal that value."""
+    earliest on ties; else the reference's output for the candidate's output (which should equal
+    it, whatever values before it were found equal), the first diverging reference value for any
+    other. A value computed from one that holds a reference value unscaled (the candidate scales
+    later) should equal that value."""
     record = result.candidate.records[blamed]
     unscaled = [
         m.reference
@@ -398,7 +400,11 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
         if in_layout(result.reference.records[r].value, record.shape, result.rules) is not None
     ]
     if not compatible:
-        return (bad_r or [result.reference.output])[0]
+        return (
+            result.reference.output
+            if blamed == result.candidate.output
+            else (bad_r or [result.reference.output])[0]
+        )
     ours = _input_classes(result, record, classes)
     shared = [len(ours & {classes[s] for s in result.reference.records[r].inputs}) for r in compatible]
     chosen = result.reference.records[compatible[shared.index(max(shared))]]

@@ -6,7 +6,9 @@
 are keyword arguments for the candidate; ``--gradients`` compares the gradients (the first
 diverging backward operation), ``--train`` runs the reference in train mode with its dropout
 keep-masks given to a JAX candidate. Exit 0 when every shape matches, 1 when one does not, 2 for
-bad usage (a NumPy port with ``--gradients`` included).
+bad usage, with one line on stderr: a file that does not load, a name it lacks, a size below 1, a
+negative seed, a reference that fails on an input of the shape asked for, a NumPy port with
+``--gradients``.
 """
 
 from __future__ import annotations
@@ -18,12 +20,18 @@ import os
 import sys
 from typing import Any
 
+import numpy as np
+
+from parity_tests.usage import UsageError, check_sizes, png_path
+
 __all__ = ["add_diff_parser", "load_object"]
 
 
 def load_object(spec: str) -> Any:
     """``path/to/file.py:NAME`` -> the object ``NAME`` of that file (its folder importable while it
-    loads, so that it can import its neighbours)."""
+    loads, so that it can import its neighbours). ValueError for a file that does not exist or
+    fails to load (a syntax error, an exception while it runs) and for a name it lacks; a module
+    it imports that is not installed raises ModuleNotFoundError (the CLI names the extra)."""
     path, _, name = spec.rpartition(":")
     if not path.endswith(".py") or not name:
         raise ValueError(f"{spec!r}: expected FILE.py:NAME")
@@ -35,6 +43,10 @@ def load_object(spec: str) -> Any:
         module_spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
         module = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(module)
+    except ModuleNotFoundError:
+        raise
+    except Exception as error:
+        raise ValueError(f"{spec!r}: {path} does not load: {type(error).__name__}: {error}") from None
     finally:
         sys.path.remove(folder)
     if not hasattr(module, name):
@@ -56,29 +68,51 @@ def _pairs(items: list[str], flag: str) -> dict[str, Any]:
 
 
 def _shape(text: str) -> tuple[int, ...]:
+    """``B,T,D`` -> the input shape: sizes of at least 1, neither the input nor one head's scores
+    ``(B, T, T)`` past ``MAX_ENTRIES`` entries."""
     try:
-        return tuple(int(part) for part in text.split(","))
+        shape = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--shape {text!r}: expected sizes like 2,5,8") from None
+    try:
+        check_sizes("--shape", text, shape, [shape, (*shape[:-1], shape[-2]) if len(shape) > 1 else shape])
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return shape
+
+
+def _seed(text: str) -> int:
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: expected a non-negative integer")
+    return seed
 
 
 def _diff(args: argparse.Namespace) -> int:
     import functools
 
     from parity_tests.locate.check import locate_shapes
+    from parity_tests.locate.report import NO_HEATMAP
 
+    heatmap = args.heatmap and png_path(args.heatmap, "first_divergence.png")
     try:
         reference, candidate = load_object(args.reference), load_object(args.candidate)
         init, options = _pairs(args.init, "--init"), _pairs(args.option, "--option")
     except ValueError as error:
-        print(f"attn-parity diff: {error}", file=sys.stderr)
-        return 2
+        raise UsageError(error) from None
     if isinstance(reference, type):
         import torch
 
         torch.manual_seed(args.seed)
-        reference = reference(**init)
+        try:
+            reference = reference(**init)
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"{args.reference} {' '.join(args.init)}: {error}") from None
     params = _weights(reference)
+    _check_reference_runs(reference, args.shape, params)
     if options:
         candidate = functools.partial(candidate, **options)
     try:
@@ -87,8 +121,7 @@ def _diff(args: argparse.Namespace) -> int:
             train=args.train, gradients=args.gradients,
         )  # fmt: skip
     except TypeError as error:  # NumPy has no gradients
-        print(f"attn-parity diff: {error}", file=sys.stderr)
-        return 2
+        raise UsageError(error) from None
     from rich.console import Console
 
     console = Console(width=args.width or (None if sys.stdout.isatty() else 150), highlight=False)
@@ -97,10 +130,27 @@ def _diff(args: argparse.Namespace) -> int:
         console.print(f"[bold]shape {shape}, seed {seed}[/bold]")
         console.print(report)
         failed = failed or (None if report.ok else report)
-    if failed is not None and args.heatmap:
-        failed.write_heatmap(args.heatmap)
-        console.print(f"heatmap of the first diverging tensor: {args.heatmap}")
+    if failed is not None and heatmap:
+        if failed.expected_value is None:
+            console.print(f"no heatmap: {NO_HEATMAP}")
+        else:
+            failed.write_heatmap(heatmap)
+            console.print(f"heatmap of the first diverging tensor: {heatmap}")
     return 0 if failed is None else 1
+
+
+def _check_reference_runs(reference: Any, shapes: list[tuple[int, ...]], params: dict | None) -> None:
+    """UsageError when the reference fails on an input of one of ``shapes`` (a width it does not
+    take, an axis missing): the shapes asked for are wrong, not the port."""
+    from parity_tests.locate.run import capture
+
+    for shape in shapes:
+        try:
+            capture(reference, (np.zeros(shape, np.float32),), params)
+        except Exception as error:
+            raise UsageError(
+                f"the reference fails on an input of shape {shape}: {type(error).__name__}: {error}"
+            ) from None
 
 
 def _weights(reference: Any) -> dict[str, Any] | None:
@@ -120,12 +170,14 @@ def add_diff_parser(commands: Any) -> None:
     diff.add_argument("reference", help="FILE.py:NAME of the reference (a torch module, class or function)")
     diff.add_argument("candidate", help="FILE.py:NAME of your port (NumPy, JAX, NNX or torch)")
     diff.add_argument("--shape", type=_shape, action="append", required=True, help="input shape, e.g. 2,5,8")
-    diff.add_argument("--seeds", type=int, nargs="+", default=[0], help="input seeds (default: 0)")
+    diff.add_argument("--seeds", type=_seed, nargs="+", default=[0], help="input seeds (default: 0)")
     diff.add_argument("--seed", type=int, default=0, help="torch seed for building a reference class")
     diff.add_argument("--init", action="append", default=[], help="KEY=VALUE for the reference class")
     diff.add_argument("--option", action="append", default=[], help="KEY=VALUE for the candidate")
     diff.add_argument("--gradients", action="store_true", help="compare the gradients")
     diff.add_argument("--train", action="store_true", help="reference in train mode, its dropout masks given")
-    diff.add_argument("--heatmap", help="PNG of the first diverging tensor's error")
+    diff.add_argument(
+        "--heatmap", help="PNG of the first diverging tensor's error (first_divergence.png in a folder)"
+    )
     diff.add_argument("--width", type=int, help="console width")
     diff.set_defaults(run=_diff)

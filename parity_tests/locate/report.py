@@ -8,7 +8,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LocateReport"]
+__all__ = ["NO_HEATMAP", "LocateReport"]
+
+# why a report that does not match may have no heatmap
+NO_HEATMAP = "the first diverging value has no layout of the reference's value: there is no error to draw"
 
 
 @dataclass
@@ -60,6 +63,8 @@ class LocateReport:
         return "\n".join(lines)
 
     def __rich__(self) -> Any:
+        """The report as a rich panel; the lines, ops and causes escaped (``x[b]`` is not markup)."""
+        from rich.markup import escape
         from rich.panel import Panel
         from rich.table import Table
 
@@ -74,18 +79,24 @@ class LocateReport:
         if self.ok:
             table.add_row("result", "[green]ok: the outputs match[/green]")
             return Panel(table, title="locate", border_style="green")
-        table.add_row("first divergence", f"[red]{self.first_divergence}[/red]")
-        table.add_row("candidate", f"{self.candidate_location}  [dim]{self.candidate_op}[/dim]")
-        table.add_row("reference", f"{self.reference_location}  [dim]{self.reference_op}[/dim]")
+        table.add_row("first divergence", f"[red]{escape(str(self.first_divergence))}[/red]")
+        table.add_row(
+            "candidate",
+            f"{escape(str(self.candidate_location))}  [dim]{escape(str(self.candidate_op))}[/dim]",
+        )
+        table.add_row(
+            "reference",
+            f"{escape(str(self.reference_location))}  [dim]{escape(str(self.reference_op))}[/dim]",
+        )
         if self.worst_index is not None:
             where = ", ".join(f"{a}={i}" for a, i in zip(self.axes, self.worst_index, strict=False))
             table.add_row(
                 "worst entry",
-                f"[{where}] expected {self.expected:.6g} ({self.expected_dtype}), "
+                f"{escape(f'[{where}]')} expected {self.expected:.6g} ({self.expected_dtype}), "
                 f"got {self.actual:.6g} ({self.actual_dtype})",
             )
         for cause in self.causes:
-            table.add_row("likely cause", cause)
+            table.add_row("likely cause", escape(cause))
         return Panel(table, title="locate", border_style="red")
 
     def write_heatmap(self, path: str | os.PathLike) -> np.ndarray:
@@ -97,8 +108,10 @@ class LocateReport:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        if self.ok or self.expected_value is None:
+        if self.ok:
             raise ValueError("write_heatmap: the outputs match, there is no diverging tensor to draw")
+        if self.expected_value is None:
+            raise ValueError(f"write_heatmap: {NO_HEATMAP}")
         expected, actual = np.asarray(self.expected_value), np.asarray(self.actual_value)
         error = np.abs(np.nan_to_num(actual - expected, nan=np.inf, posinf=np.inf, neginf=np.inf))
         scale = self.atol + self.rtol * float(np.abs(expected[np.isfinite(expected)]).max(initial=0.0))

@@ -1,0 +1,50 @@
+"""Bad command-line usage, shared by the ``attn-parity`` commands: one line on stderr, exit code 2."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+
+__all__ = ["MAX_ENTRIES", "UsageError", "check_folder_of", "check_sizes", "png_path"]
+
+MAX_ENTRIES = 2**27  # the largest array a command line may ask for (512 MiB of float32)
+
+
+class UsageError(Exception):
+    """Bad usage found after parsing: reported as one line, exit code 2."""
+
+
+def check_folder_of(path: str) -> None:
+    """The folder that is to hold the file ``path`` must exist."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"the folder {folder} does not exist")
+
+
+def png_path(path: str, name: str) -> str:
+    """The PNG file that ``path`` names: ``name`` inside it when it is an existing folder, with
+    ``.png`` added when it has no extension (as matplotlib adds it); UsageError for another
+    extension or a folder that does not exist."""
+    if os.path.isdir(path):
+        path = os.path.join(path, name)
+    extension = os.path.splitext(path)[1]
+    if not extension:
+        path += ".png"
+    elif extension.lower() != ".png":
+        raise UsageError(f"{path}: expected a .png file, a name without extension or a folder")
+    check_folder_of(path)
+    return path
+
+
+def check_sizes(flag: str, text: str, sizes: Sequence[int], arrays: Sequence[Sequence[int]]) -> None:
+    """ValueError unless every one of ``sizes`` (read from ``flag text``) is at least 1 and each
+    array they make (of the shapes ``arrays``) holds at most ``MAX_ENTRIES`` entries."""
+    if min(sizes) < 1:
+        raise ValueError(f"{flag} {text!r}: every size must be at least 1")
+    for shape in arrays:
+        if math.prod(shape) > MAX_ENTRIES:
+            raise ValueError(
+                f"{flag} {text!r}: an array of shape {tuple(shape)} would hold {math.prod(shape)} "
+                f"entries, more than the {MAX_ENTRIES} a command line may ask for"
+            )
