@@ -13,6 +13,7 @@ from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from jax_attn.linear import unchecked_split_projection
 from jax_attn.masks import unchecked_causal_mask
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking, check_option_types
+from numpy_attn.blockwise import check_leading_axes
 from numpy_attn.implementation import uses_blockwise
 from numpy_attn.steps import Steps
 from numpy_attn.validation import (
@@ -46,6 +47,7 @@ def attend(
     shapes that do not fit)."""
     check_jax_operands(queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
+    check_leading_axes(queries, keys, values)  # on every path: blockwise cannot broadcast them
     check_option_types(masking, dropout, path)
     check_attend_options(
         masking, dropout, path,

@@ -7,7 +7,11 @@ import numpy as np
 
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking, check_option_types
 from numpy_attn.attention import unchecked_scaled_dot_product_attention
-from numpy_attn.blockwise import unchecked_blockwise_attention, unchecked_blockwise_self_attention
+from numpy_attn.blockwise import (
+    check_leading_axes,
+    unchecked_blockwise_attention,
+    unchecked_blockwise_self_attention,
+)
 from numpy_attn.dropout import draw_keep_mask
 from numpy_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from numpy_attn.implementation import uses_blockwise
@@ -46,6 +50,7 @@ def attend(
     framework's tensor, a non-floating dtype, different dtypes; ValueError for shapes that do not fit)."""
     check_operands(NUMPY_FLOATS, queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
+    check_leading_axes(queries, keys, values)  # on every path: blockwise cannot broadcast them
     check_option_types(masking, dropout, path)
     check_attend_options(
         masking, dropout, path,

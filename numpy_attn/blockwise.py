@@ -130,13 +130,14 @@ def check_leading_axes(queries: Any, keys: Any, values: Any) -> None:
     """Keys and values with the queries' leading axes (the ``...`` of ``(..., T, H)``): the blocks
     are cut per batch and head, where ``scaled_dot_product_attention`` broadcasts an axis of 1. A
     ValueError naming the shapes otherwise, not an error from inside the loop (numpy_attn) or a
-    broadcast result (jax_attn)."""
+    broadcast result (jax_attn). ``attend`` checks it on every path, so that its answer does not
+    depend on the implementation."""
     leading = tuple(queries.shape[:-2])
     for name, value in (("keys", keys), ("values", values)):
         if tuple(value.shape[:-2]) != leading:
             raise ValueError(
-                f"{name} must have the leading axes {leading} of queries on the blockwise path, "
-                f"got shape {tuple(value.shape)}"
+                f"{name} must have the leading axes {leading} of queries (the blockwise path cuts "
+                f"its blocks per batch and head), got shape {tuple(value.shape)}"
             )
 
 

@@ -3,6 +3,7 @@ building blocks do (``scaled_dot_product_attention``'s checks and words), the sa
 jax_attn and under ``jax.jit``; the layers call the unchecked cores and pay for no check."""
 
 import importlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -127,9 +128,14 @@ def test_blockwise_attention_refuses_keys_or_values_of_other_leading_axes_alike(
     arguments = {"queries": QUERIES, "keys": QUERIES, "values": QUERIES}
     arguments[changed] = np.broadcast_to(QUERIES[:1, :1], shape).copy() if len(shape) == 4 else QUERIES[0]
     message = (
-        f"{changed} must have the leading axes (2, 2) of queries on the blockwise path, got shape {shape}"
+        f"{changed} must have the leading axes (2, 2) of queries (the blockwise path cuts its blocks "
+        f"per batch and head), got shape {shape}"
     )
     assert errors_alike("blockwise_attention", arguments) == [(ValueError, message)] * 3
+    for package in (numpy_attn, jax_attn):  # attend, on every path: one answer whatever the implementation
+        for implementation in ("reference", "blockwise", "auto"):
+            with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+                package.attend(*arguments.values(), path=package.ComputePath(implementation))
 
 
 @pytest.mark.parametrize("name", list(PADDING_ERRORS))
