@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from parity_tests.usage import png_path
+
 __all__ = ["TOY_CONFIG", "add_train_parity_parser", "write_loss_plot"]
 
 # a tiny GPT whose vocabulary holds the toy corpus' characters (36 distinct)
@@ -52,6 +54,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from parity_tests.training import Hyperparameters, train_parity
 
+    out = png_path(args.out, "train_parity.png")  # before training: a bad path is a usage error
     hp = Hyperparameters(
         steps=args.steps, learning_rate=args.learning_rate, weight_decay=args.weight_decay, seed=args.seed
     )
@@ -74,8 +77,8 @@ def _run(args: argparse.Namespace) -> int:
         else f"[bold red]differ (first: {result.weights.first_divergence})"
     )
     console.print(f"final weights {verdict}[/]: worst relative error {worst.max_rel_err:.1e} ({worst.step})")
-    write_loss_plot(result.torch.losses, result.jax.losses, args.out)
-    console.print(f"wrote {args.out}")
+    write_loss_plot(result.torch.losses, result.jax.losses, out)
+    console.print(f"wrote {out}")
     return 0 if result.ok else 1
 
 
@@ -88,5 +91,7 @@ def add_train_parity_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--learning-rate", type=float, default=3e-3, help="AdamW learning rate")
     parser.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
     parser.add_argument("--seed", type=int, default=0, help="seeds the initial weights and the batches")
-    parser.add_argument("--out", default="train_parity.png", help="the PNG of both loss curves")
+    parser.add_argument(
+        "--out", default="train_parity.png", help="the loss curves, a PNG (in a folder: train_parity.png)"
+    )
     parser.set_defaults(run=_run)

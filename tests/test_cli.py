@@ -203,6 +203,8 @@ def usage_error(capsys, *argv):
          "array of shape (1, 2, 20000, 20000) would hold"),
         (["heatmap", "CausalAttention", "--out", "map.jpg"],
          "map.jpg: expected a .png file, a name without extension or a folder"),
+        (["train-parity", "--steps", "1", "--out", "losses.jpg"],
+         "losses.jpg: expected a .png file, a name without extension or a folder"),
         (["report", "--framework", "numpy", "--dtype", "bfloat16"], "numpy compute(s) in none of the dtypes"),
         (["report", "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
         (["report", "--layer", "Attention"], "argument --layer: invalid choice: 'Attention'"),
