@@ -134,7 +134,8 @@ def test_attend_hides_the_padding_of_each_batch_row_whatever_the_queries_rank_an
             numpy_attn.scaled_dot_product_attention(q, k, v, np.broadcast_to(hidden, (*q.shape[:-1], 3)))
             for q, k, v, hidden in zip(*rows, hidden_by_row, strict=True)
         ]).reshape(shape)  # fmt: skip
-        for package in PACKAGES.values():
+        # jax_attn's reshape is numpy_attn's line for line: its eager compiles (1 s a rank) at 2 ranks
+        for package in [numpy_attn, jax_attn] if rank <= 3 else [numpy_attn]:
             for path in PATHS:
                 actual, _ = package.attend(queries, keys, values, Masking(causal, padding_mask), path=path)
                 assert actual.shape == shape
