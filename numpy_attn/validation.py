@@ -607,8 +607,7 @@ def check_kv_cache(
     if padding != np.bool_:
         raise TypeError(f"cache.padding must be bool (True = padding), got {padding.name}")
     length = cache.length
-    integer_array = isinstance(length, array_type) and length.ndim == 0 and length.dtype.kind in "iu"
-    if isinstance(length, bool) or not (isinstance(length, (int, np.integer)) or integer_array):
+    if not _is_int_scalar(length, array_type):
         raise TypeError(
             "cache.length must be an int or a 0-d integer array (the tokens cached so far), "
             f"got {length!r} ({type(length).__name__})"
@@ -640,10 +639,16 @@ def check_causal_mask_args(
         check_size("num_keys", num_keys)
     shape = (num_queries, num_queries if num_keys is None else num_keys)
     check_array_size("the mask (num_queries, num_keys)", shape)
-    if isinstance(offset, array_offsets) and offset.shape == () and np.issubdtype(offset.dtype, np.integer):
-        return
-    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+    if not _is_int_scalar(offset, array_offsets):
         raise TypeError(f"offset must be an int, got {offset!r} ({type(offset).__name__})")
+
+
+def _is_int_scalar(value: Any, array_types: type | tuple[type, ...]) -> bool:
+    """An int (a NumPy int too, not a bool) or a 0-d integer array of ``array_types`` (jax_attn: a
+    cache length or offset, traced under jit)."""
+    if isinstance(value, array_types) and value.shape == () and np.issubdtype(value.dtype, np.integer):
+        return True
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def check_axis(shape: tuple[int, ...], axis: Any, name: str = "x") -> None:
