@@ -66,9 +66,11 @@ def cache_length(cache: KVCache) -> int | None:
     return None if isinstance(cache.length, jax.core.Tracer) else int(cache.length)
 
 
-def _check_room(cache: KVCache, num_tokens: int) -> None:
-    """Checked where the length is concrete; under jax.jit the caller keeps within the cache."""
-    check_cache_room(cache_length(cache), cache.keys.shape[-2], num_tokens)
+def _check_cache(cache: KVCache, x: jax.Array, num_heads: int, head_dim: int) -> None:
+    """A decode function's ``cache`` for new tokens ``x``: ``check_kv_cache``, then room for x's
+    tokens where the length is concrete (under jax.jit the caller keeps within the cache)."""
+    check_kv_cache(cache, KVCache, jax.Array, x, num_heads, head_dim)
+    check_cache_room(cache_length(cache), cache.keys.shape[-2], x.shape[1])
 
 
 def _decode(
@@ -106,8 +108,7 @@ def multi_head_attention_decode(
     prompt, then call with one token.
     """
     check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
-    check_kv_cache(cache, KVCache, jax.Array, x, num_heads, params["out_proj.weight"].shape[1] // num_heads)
-    _check_room(cache, x.shape[1])
+    _check_cache(cache, x, num_heads, params["out_proj.weight"].shape[1] // num_heads)
     return unchecked_multi_head_attention_decode(params, x, cache, num_heads=num_heads)
 
 
@@ -144,8 +145,7 @@ def fused_causal_attention_decode(
                 context_name="context_size")  # fmt: skip
     if padding_mask is not None:
         check_padding_mask(padding_mask, x.shape[0], x.shape[1])
-    check_kv_cache(cache, KVCache, jax.Array, x, num_heads, params["Wo.weight"].shape[1] // num_heads)
-    _check_room(cache, x.shape[1])
+    _check_cache(cache, x, num_heads, params["Wo.weight"].shape[1] // num_heads)
     x = jnp.asarray(x)  # arrays from any framework compute here
     qkv = unchecked_linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3 * D)
     queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, t, D)
