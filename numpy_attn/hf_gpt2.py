@@ -34,6 +34,7 @@ __all__ = ["HF_NAMES", "load_hf_gpt2", "save_hf_gpt2"]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 _MAX_CONFIG = 1 << 20  # bytes of config.json read at most (GPT-2's has about 1 kB)
+_SIZES = ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer")  # config.json's required sizes
 QKV = ("W_query", "W_key", "W_value")
 # GPTModel block name -> GPT-2 block name (Conv1D weights transposed, LayerNorm renamed)
 HF_NAMES = {
@@ -75,12 +76,10 @@ def _read_config(directory: str) -> dict[str, Any]:
     if not isinstance(hf_config, dict) or hf_config.get("model_type") != "gpt2":
         model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
         raise ValueError(f"{directory} holds a {model_type!r} model, not 'gpt2'")
-    missing = [
-        key for key in ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer") if key not in hf_config
-    ]
+    missing = [key for key in _SIZES if key not in hf_config]
     if missing:
         raise ValueError(f"{name} is missing keys {missing}")
-    for key in ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer"):
+    for key in _SIZES:
         check_size(f"{name}: {key}", hf_config[key])
     check_dropout(f"{name}: resid_pdrop", hf_config.get("resid_pdrop", 0.1))
     n_layer, per_block = hf_config["n_layer"], len(_hf_block_shapes("", 1))
