@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_attn.checks import check_key, check_x64, is_concrete
+from jax_attn.checks import check_jax_operands, check_key, check_x64, is_concrete
 from jax_attn.convert import flax_path, flax_value, torch_name, torch_value
 from jax_attn.dropout import unchecked_dropout
 from jax_attn.linear import unchecked_linear
@@ -52,7 +52,7 @@ from numpy_attn.gpt_spec import (
 )
 from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.steps import Steps
-from numpy_attn.validation import JAX_FLOATS, check_floating
+from numpy_attn.validation import JAX_FLOATS
 
 __all__ = [
     "BLOCK_STEPS",
@@ -77,18 +77,11 @@ __all__ = [
 EMBEDDINGS = ("tok_emb.weight", "pos_emb.weight")  # nnx.Embed keeps torch's (V, D) layout
 
 
-def _check_x(x: Any) -> None:
-    """x a floating array JAX computes in: float64 refused as such (``check_x64``) before a
-    weight's dtype is named against it."""
-    check_floating(x, JAX_FLOATS)
-    check_x64("x", x)
-
-
 def layer_norm(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
     """``unchecked_layer_norm`` of a floating x ``(..., D)`` with ``params`` exactly
     ``{"scale": (D,), "shift": (D,)}`` in x's dtype (TypeError or ValueError otherwise; float64
     needs 64-bit mode)."""
-    _check_x(x)
+    check_jax_operands(x=x)  # float64 refused as such before a weight is named against it
     check_part("LayerNorm", params, x, floating=JAX_FLOATS)
     return unchecked_layer_norm(params, jnp.asarray(x))
 
@@ -106,7 +99,7 @@ def unchecked_layer_norm(params: Mapping[str, jax.Array], x: jax.Array) -> jax.A
 def gelu(x: jax.Array) -> jax.Array:
     """``unchecked_gelu`` of a floating array (TypeError otherwise: an integer one would give
     ``0.5 * x``; float64 needs 64-bit mode)."""
-    _check_x(x)
+    check_jax_operands(x=x)  # float64 refused as such before a weight is named against it
     return unchecked_gelu(jnp.asarray(x))
 
 
@@ -120,7 +113,7 @@ def feed_forward(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
     """``unchecked_feed_forward`` of a floating x ``(..., D)`` with ``params`` exactly
     ``layers.0`` (``weight`` (4D, D), ``bias`` (4D,)) and ``layers.2`` (``weight`` (D, 4D),
     ``bias`` (D,)) in x's dtype (TypeError or ValueError otherwise; float64 needs 64-bit mode)."""
-    _check_x(x)
+    check_jax_operands(x=x)  # float64 refused as such before a weight is named against it
     check_part("FeedForward", params, x, floating=JAX_FLOATS)
     return unchecked_feed_forward(params, jnp.asarray(x))
 
@@ -172,7 +165,7 @@ def transformer_block(
     ``(B, T, D)``, T <= context_length; the weights exactly a block's for D, in x's dtype;
     ``num_heads`` dividing D; ``dropout_rate`` in [0, 1)) and of ``key``; float64 needs 64-bit
     mode."""
-    _check_x(x)
+    check_jax_operands(x=x)  # float64 refused as such before a weight is named against it
     check_block(
         params, x, num_heads=num_heads, context_length=context_length, dropout_rate=dropout_rate,
         floating=JAX_FLOATS,

@@ -155,7 +155,7 @@ BLOCK_CHECKS = [
     ("numpy_attn.softmax", "check_operands"),
     ("jax_attn.gpt", "check_block"),
     ("jax_attn.gpt", "check_part"),
-    ("jax_attn.gpt", "_check_x"),
+    ("jax_attn.gpt", "check_jax_operands"),
 ]
 
 
