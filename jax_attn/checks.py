@@ -10,9 +10,9 @@ import jax
 import numpy as np
 
 from numpy_attn.spec import check_layer as _check_layer
-from numpy_attn.validation import JAX_FLOATS, check_floating, check_operands
+from numpy_attn.validation import JAX_FLOATS, check_dtype_argument, check_floating, check_operands
 
-__all__ = ["check_jax_operands", "check_key", "check_layer", "check_x64", "is_concrete"]
+__all__ = ["check_dtype", "check_jax_operands", "check_key", "check_layer", "check_x64", "is_concrete"]
 
 
 def is_concrete(params: Mapping[str, Any]) -> bool:
@@ -61,6 +61,15 @@ def check_x64(name: str, value: Any) -> None:
             "call jax.config.update('jax_enable_x64', True) at start-up (or compute inside "
             "`with jax.enable_x64(True):`), or pass float32 arrays"
         )
+
+
+def check_dtype(dtype: Any) -> np.dtype:
+    """A ``dtype`` argument of jax_attn (a constructor's, ``init_kv_cache``'s):
+    ``check_dtype_argument`` with JAX's floats, then float64 only in 64-bit mode (``check_x64``,
+    the functions' error); returned as a NumPy dtype."""
+    resolved = check_dtype_argument(dtype, JAX_FLOATS)
+    check_x64("dtype", np.empty(0, resolved))
+    return resolved
 
 
 def check_jax_operands(*, optional: tuple[str, ...] = (), **arrays: Any) -> None:

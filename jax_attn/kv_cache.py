@@ -15,17 +15,14 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jax_attn.attention import unchecked_scaled_dot_product_attention
-from jax_attn.checks import check_layer, check_x64
+from jax_attn.checks import check_dtype, check_layer
 from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from jax_attn.linear import qkv_projections, unchecked_linear
 from jax_attn.masks import unchecked_causal_mask
 from numpy_attn.validation import (
-    JAX_FLOATS,
     check_cache_room,
-    check_dtype_argument,
     check_kv_cache,
     check_kv_cache_sizes,
     check_padding_mask,
@@ -52,8 +49,7 @@ def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dt
     """An empty cache for ``max_length`` tokens (the layer's ``context_length``/``context_size``),
     in the dtype of the x and weights it will be used with (the decode functions check it)."""
     check_kv_cache_sizes(batch, num_heads, max_length, head_dim)
-    check_dtype_argument(dtype, JAX_FLOATS)
-    check_x64("dtype", np.empty(0, dtype))  # float64 only in 64-bit mode, as the layers' x
+    check_dtype(dtype)  # float64 only in 64-bit mode, as the layers' x
     shape = (batch, num_heads, max_length, head_dim)
     return KVCache(
         jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch, max_length), bool),

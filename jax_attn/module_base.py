@@ -15,7 +15,7 @@ import numpy as np
 from flax import nnx
 
 from jax_attn.attend import attend
-from jax_attn.checks import check_x64
+from jax_attn.checks import check_dtype, check_x64
 from jax_attn.convert import as_jax, flax_path, flax_value, torch_name, torch_value
 from jax_attn.draws import merged_draw
 from jax_attn.heads import merge_heads, split_heads
@@ -37,7 +37,6 @@ from numpy_attn.validation import (
     check_array_size,
     check_context_length,
     check_dropout,
-    check_dtype_argument,
     check_finite,
     check_flag,
     check_input,
@@ -146,7 +145,7 @@ def check_weights_to_draw(shapes: Mapping[str, tuple[int, ...]], dtype: Any) -> 
     ``dtype``: a floating dtype in the machine's byte order (``check_dtype_argument``), float64
     only with JAX's 64-bit mode (the functions' error), and no weight past ``MAX_ELEMENTS``
     elements (``check_array_size``: XLA would abort the process)."""
-    check_x64("dtype", np.empty(0, check_dtype_argument(dtype, JAX_FLOATS)))
+    check_dtype(dtype)
     for name, shape in shapes.items():
         check_array_size(f"weight {name!r}", shape)
 
