@@ -11,6 +11,7 @@ imports no jax.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -107,6 +108,13 @@ def main(out: pathlib.Path) -> None:
     padding_mask[1, 5] = False  # batch row 1 sees only key 5: causal queries 0..4 see nothing
     padding_mask = jnp.asarray(padding_mask)
     weights = jnp.asarray(rng.normal(size=shape), jnp.float32)
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def forward_and_grads(fn, q, k, v):
+        """``fn``'s output and the gradients of a weighted sum of it, in one program."""
+        output, pullback = jax.vjp(fn, q, k, v)
+        return output, *pullback(weights)  # d (output * weights).sum() / d (q, k, v)
+
     ring_cases = [
         (name, auto_mesh(shape, names), axes, variants)
         for name, (shape, names, axes, variants) in RING_MESHES.items()
@@ -130,18 +138,12 @@ def main(out: pathlib.Path) -> None:
 
             explicit = AxisType.Explicit in mesh.axis_types
             name = f"ring{'_explicit' if explicit else ''}/{mesh_name}/{variant}"
-            actual = sharded(queries, keys, values)
-            record(f"{name}/forward", single(queries, keys, values), actual)
-            measures[f"{name}/spec"] = str(actual.sharding.spec)
-            expected_grads = jax.grad(lambda q, k, v: (single(q, k, v) * weights).sum(), argnums=(0, 1, 2))(
-                queries, keys, values
-            )
+            measures[f"{name}/spec"] = str(sharded(queries, keys, values).sharding.spec)
+            expected = forward_and_grads(single, queries, keys, values)
             with jax.set_mesh(mesh):  # needed by Explicit axes (the sum's output sharding)
-                actual_grads = jax.grad(
-                    lambda q, k, v: (sharded(q, k, v) * weights).sum(), argnums=(0, 1, 2)
-                )(queries, keys, values)
-            for part, expected, actual in zip(RING_PARTS[1:], expected_grads, actual_grads, strict=True):
-                record(f"{name}/{part}", expected, actual)
+                actual = forward_and_grads(sharded, queries, keys, values)
+            for part, expected_part, actual_part in zip(RING_PARTS, expected, actual, strict=True):
+                record(f"{name}/{part}", expected_part, actual_part)
 
     # memory and shapes of the compiled per-device program as the ring grows, T fixed
     def largest_dims(compiled) -> list[int]:
@@ -173,15 +175,19 @@ def main(out: pathlib.Path) -> None:
     # a dropout keep-mask with its batch and heads sharded: the same bits, each device drawing its own
     mesh = auto_mesh(MODEL_MESHES[KEEP_MASK_MESH], ("data", "model"))
     key = jax.random.key(0)
-    draw = jax.jit(
-        lambda key: draw_keep_mask(key, 0.5, KEEP_MASK_SHAPE),
-        out_shardings=NamedSharding(mesh, P("data", "model")),
+    draw = (
+        jax.jit(
+            lambda key: draw_keep_mask(key, 0.5, KEEP_MASK_SHAPE),
+            out_shardings=NamedSharding(mesh, P("data", "model")),
+        )
+        .lower(key)
+        .compile()
     )
     expected, actual = (
         np.asarray(mask, np.uint8) for mask in (draw_keep_mask(key, 0.5, KEEP_MASK_SHAPE), draw(key))
     )
     record(f"keep_mask/{KEEP_MASK_MESH}/mask", expected, actual)
-    bits = re.findall(r"u32\[([0-9,]+)\]", draw.lower(key).compile().as_text())  # the random bits' arrays
+    bits = re.findall(r"u32\[([0-9,]+)\]", draw.as_text())  # the random bits' arrays
     measures["keep_mask/bits_shapes"] = sorted({tuple(map(int, dims.split(","))) for dims in bits})
 
     # models: the same weights and batch on one device and on ("data", "model") meshes
