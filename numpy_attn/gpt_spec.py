@@ -42,6 +42,7 @@ __all__ = [
     "check_generate_args",
     "check_gpt_caches",
     "check_gpt_params",
+    "check_logits_finite",
     "check_part",
     "check_token_ids",
     "gpt_param_shapes",
@@ -252,6 +253,19 @@ def check_gpt_caches(
     for index, (cache, length) in enumerate(zip(caches, lengths, strict=True)):
         room = min(cache.keys.shape[2], config["context_length"])
         check_cache_room(length, room, num_tokens, name=f"caches[{index}]")
+
+
+def check_logits_finite(step: int, finite: bool, max_new_tokens: int, dtype: Any) -> None:
+    """``generate``'s ``step`` (1 to ``max_new_tokens``; 1 is the prompt's pass): ValueError
+    unless the model's logits for the next token were all ``finite``. The weights are finite
+    (``check_gpt_params``), so NaN or inf come from activations that overflow their ``dtype``
+    (float16's largest is 65504); sampling from them would raise NumPy's error or pick a
+    meaningless token (argmax of NaN)."""
+    if not finite:
+        raise ValueError(
+            f"generate: the model's logits at step {step} of {max_new_tokens} are not finite (NaN or "
+            f"inf): its {np.dtype(dtype).name} activations overflow; compute in float32"
+        )
 
 
 def sub_params(params: Mapping[str, Any], prefix: str) -> dict[str, Any]:

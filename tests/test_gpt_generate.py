@@ -394,3 +394,39 @@ def test_a_temperature_past_the_int64_or_the_logits_range_samples_in_both_packag
         half, prompt, TINY, 3, temperature=2**70, top_k=1, rng=np.random.default_rng(0)
     )
     np.testing.assert_array_equal(actual, expected)
+
+
+def overflowing_float16_params(params):
+    """TINY's weights in float16, all finite, whose activations overflow at the first new token's
+    position (1 after a 1-token prompt: jax_attn compiles one step for both): its position
+    embedding is +-65504 (float16's largest), and the first block's feed-forward adds 1000 to
+    every position, which takes it to inf there; the prompt's position stays finite."""
+    weights = {name: value.astype(np.float16) for name, value in params.items()}
+    weights["pos_emb.weight"][1] = np.where(np.arange(TINY["emb_dim"]) % 2, 65504, -65504)
+    weights["trf_blocks.0.ff.layers.2.bias"][:] = 1000
+    return weights
+
+
+OVERFLOW_MESSAGE = (
+    "generate: the model's logits at step 2 of 4 are not finite (NaN or inf): its float16 "
+    "activations overflow; compute in float32"
+)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_numpy_generate_refuses_logits_that_overflow_naming_the_step(params, temperature):
+    """A float16 model whose activations overflow gave NaN logits: sampling raised NumPy's
+    "probabilities contain NaN", greedy picked the argmax of NaN without a word. Now a
+    ValueError names the step (the prompt's logits, step 1, are finite)."""
+    weights, prompt = overflowing_float16_params(params), np.array([[5]])
+    with pytest.raises(ValueError, match=f"^{re.escape(OVERFLOW_MESSAGE)}$"):
+        numpy_attn.generate(weights, prompt, TINY, 4, temperature=temperature, rng=np.random.default_rng(0))
+    assert numpy_attn.generate(weights, prompt, TINY, 1).shape == (1, 2)
+
+
+def test_jax_generate_refuses_logits_that_overflow_naming_the_step(params):
+    """jax_attn's generate returned tokens picked from NaN logits: now numpy_attn's error, read
+    from the flags its jitted steps return, after the last step (greedy: one compile pair)."""
+    model = jax_attn.GPTModel.from_params(overflowing_float16_params(params), TINY)
+    with pytest.raises(ValueError, match=f"^{re.escape(OVERFLOW_MESSAGE)}$"):
+        jax_attn.generate(model, jnp.asarray([[5]]), 4)
