@@ -27,6 +27,7 @@ from numpy_attn.gpt_spec import (
     check_config,
     check_generate_args,
     check_gpt_caches,
+    check_logits_finite,
     check_token_ids,
     sub_params,
 )
@@ -117,9 +118,11 @@ def _next_tokens(
 
 @functools.partial(jax.jit, static_argnames=("config_items", "temperature", "top_k"))
 def _step(params, token_ids, caches, key, config_items, temperature, top_k):
-    """One jitted step: decode ``token_ids`` (B, t), pick the next token from the last logits."""
+    """One jitted step: decode ``token_ids`` (B, t), pick the next token from the last logits;
+    with it, whether those logits were all finite (a () bool)."""
     logits, caches = unchecked_gpt_model_decode(params, token_ids, caches, dict(config_items))
-    return _next_tokens(logits[:, -1], key, temperature, top_k), caches
+    last = logits[:, -1]  # (B, V)
+    return _next_tokens(last, key, temperature, top_k), caches, jnp.isfinite(last).all()
 
 
 def generate(
@@ -135,6 +138,11 @@ def generate(
 
     ``T + max_new_tokens`` may not exceed ``context_length`` (the cache holds that many).
     ``temperature > 0`` samples and needs ``rng``; ``top_k`` keeps the k likeliest tokens.
+    Logits that are not finite (a float16 model whose activations overflow) raise
+    numpy_attn's ValueError naming the first such step (``check_logits_finite``): each jitted
+    step returns whether its logits were finite, and the flags are read once, after the last
+    step (reading one per step would wait for the device at every token), so the tokens
+    drawn from them are never returned.
     """
     config = model.config
     params = model.torch_params()  # the weights format, converted once per call
@@ -146,9 +154,14 @@ def generate(
     token_ids = jnp.asarray(token_ids)
     caches = init_gpt_cache(config, token_ids.shape[0], params["tok_emb.weight"].dtype)
     keys = jax.random.split(rng, max_new_tokens) if rng is not None else [None] * max_new_tokens
-    config_items, new_tokens, step_input = tuple(config.items()), [], token_ids
+    config_items, new_tokens, step_input, finite = tuple(config.items()), [], token_ids, []
     for key in keys:
-        next_tokens, caches = _step(params, step_input, caches, key, config_items, temperature, top_k)
+        next_tokens, caches, step_finite = _step(
+            params, step_input, caches, key, config_items, temperature, top_k
+        )
         step_input = next_tokens[:, None].astype(token_ids.dtype)  # (B, 1)
         new_tokens.append(step_input)
+        finite.append(step_finite)
+    for step, step_finite in enumerate(jax.device_get(finite), start=1):
+        check_logits_finite(step, bool(step_finite), max_new_tokens, params[FIRST_WEIGHT].dtype)
     return jnp.concatenate([token_ids, *new_tokens], axis=1)  # (B, T + new)

@@ -23,6 +23,7 @@ from numpy_attn.gpt_spec import (
     check_generate_args,
     check_gpt_caches,
     check_gpt_params,
+    check_logits_finite,
     check_token_ids,
     sub_params,
 )
@@ -125,6 +126,8 @@ def generate(
 
     ``T + max_new_tokens`` may not exceed ``context_length`` (the cache holds that many).
     ``temperature > 0`` samples and needs ``rng``; ``top_k`` keeps the k likeliest tokens.
+    Logits that are not finite (a float16 model whose activations overflow) raise a ValueError
+    naming the step (``check_logits_finite``), before any token is picked from them.
     """
     check_gpt_params(params, config)
     check_token_ids(token_ids, config)
@@ -133,10 +136,11 @@ def generate(
     temperature = float(temperature)  # checked within float64's range: an int past int64's divides too
     caches = init_gpt_cache(config, token_ids.shape[0], params["tok_emb.weight"].dtype)
     new_tokens, step_input = [], token_ids
-    for _ in range(max_new_tokens):
-        logits, caches = unchecked_gpt_model_decode(params, step_input, caches, config)
-        step_input = _next_tokens(logits[:, -1], rng, temperature, top_k)[:, None].astype(
-            token_ids.dtype
-        )  # (B, 1)
+    for step in range(1, max_new_tokens + 1):
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is check_logits_finite's error
+            logits, caches = unchecked_gpt_model_decode(params, step_input, caches, config)
+        last = logits[:, -1]  # (B, V)
+        check_logits_finite(step, bool(np.isfinite(last).all()), max_new_tokens, params[FIRST_WEIGHT].dtype)
+        step_input = _next_tokens(last, rng, temperature, top_k)[:, None].astype(token_ids.dtype)  # (B, 1)
         new_tokens.append(step_input)
     return np.concatenate([token_ids, *new_tokens], axis=1)  # (B, T + new)

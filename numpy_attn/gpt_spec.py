@@ -28,6 +28,7 @@ from numpy_attn.validation import (
     check_kv_cache,
     check_mapping,
     check_numpy_dtype,
+    check_param_dtypes,
     check_params,
     check_size,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "check_generate_args",
     "check_gpt_caches",
     "check_gpt_params",
+    "check_logits_finite",
     "check_part",
     "check_token_ids",
     "gpt_param_shapes",
@@ -171,10 +173,11 @@ def check_gpt_params(
     ones."""
     check_mapping(params)
     shapes = gpt_param_shapes(config)
-    check_params(params, shapes, layer="GPTModel")
+    check_params(params, shapes, layer="GPTModel")  # the shapes; the dtypes once the first's is known
     first = f"params[{FIRST_WEIGHT!r}]"
     check_floating(params[FIRST_WEIGHT], floating, first)
-    check_params(params, shapes, layer="GPTModel", dtype=params[FIRST_WEIGHT].dtype, dtype_of=first)
+    others = [name for name in shapes if name != FIRST_WEIGHT]
+    check_param_dtypes(params, others, params[FIRST_WEIGHT].dtype, first)
     if check_values:
         check_finite(params)
 
@@ -222,7 +225,8 @@ def check_gpt_caches(
     """``gpt_model_decode``'s ``caches`` for token ids of ``shape`` (B, t) and weights of
     ``dtype``: a tuple (or list) of ``cache_type`` caches (TypeError otherwise), one per block
     (ValueError naming both numbers), each checked as the decode functions check theirs
-    (``check_kv_cache``, against the blocks' input ``(B, t, emb_dim)``), all holding the same
+    (``check_kv_cache``, against the blocks' input ``(B, t, emb_dim)``; the errors name the block's
+    cache, ``caches[i]``), all holding the same
     number of tokens (``cache_length``: None where it is not concrete, under jax.jit) with room
     for t more within the cache and the context (``check_cache_room``); ValueError otherwise."""
     if isinstance(caches, cache_type) or not isinstance(caches, tuple | list):
@@ -238,13 +242,30 @@ def check_gpt_caches(
     batch, num_tokens = shape
     x = np.broadcast_to(np.zeros((), dtype), (batch, num_tokens, config["emb_dim"]))  # the blocks' input
     num_heads = config["n_heads"]
-    for cache in caches:
-        check_kv_cache(cache, cache_type, array_type, x, num_heads, config["emb_dim"] // num_heads)
+    for index, cache in enumerate(caches):
+        check_kv_cache(
+            cache, cache_type, array_type, x, num_heads, config["emb_dim"] // num_heads,
+            name=f"caches[{index}]", x_name="the blocks' input",
+        )  # fmt: skip
     lengths = [cache_length(cache) for cache in caches]
     if len({length for length in lengths if length is not None}) > 1:
         raise ValueError(f"the caches hold {lengths} tokens: every block's cache must hold the same tokens")
-    for cache, length in zip(caches, lengths, strict=True):
-        check_cache_room(length, min(cache.keys.shape[2], config["context_length"]), num_tokens)
+    for index, (cache, length) in enumerate(zip(caches, lengths, strict=True)):
+        room = min(cache.keys.shape[2], config["context_length"])
+        check_cache_room(length, room, num_tokens, name=f"caches[{index}]")
+
+
+def check_logits_finite(step: int, finite: bool, max_new_tokens: int, dtype: Any) -> None:
+    """``generate``'s ``step`` (1 to ``max_new_tokens``; 1 is the prompt's pass): ValueError
+    unless the model's logits for the next token were all ``finite``. The weights are finite
+    (``check_gpt_params``), so NaN or inf come from activations that overflow their ``dtype``
+    (float16's largest is 65504); sampling from them would raise NumPy's error or pick a
+    meaningless token (argmax of NaN)."""
+    if not finite:
+        raise ValueError(
+            f"generate: the model's logits at step {step} of {max_new_tokens} are not finite (NaN or "
+            f"inf): its {np.dtype(dtype).name} activations overflow; compute in float32"
+        )
 
 
 def sub_params(params: Mapping[str, Any], prefix: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import numpy as np
 from numpy_attn.gpt import LAYER_NORM_EPS
 from numpy_attn.gpt_spec import check_gpt_params
 from numpy_attn.validation import check_dropout, check_params, check_size
-from numpy_attn.weights_file import _MAX_TENSORS, _open_regular_file, load_weights, save_weights
+from numpy_attn.weights_file import MAX_TENSORS, load_weights, open_regular_file, save_weights
 
 __all__ = ["HF_NAMES", "load_hf_gpt2", "save_hf_gpt2"]
 
@@ -64,7 +64,7 @@ def _read_config(directory: str) -> dict[str, Any]:
         if not os.path.isfile(os.path.join(directory, file)):
             raise ValueError(f"{directory} is not a GPT-2 checkpoint folder: {file} is missing")
     name = f"{directory}/{CONFIG_FILE}"
-    with _open_regular_file(os.path.join(directory, CONFIG_FILE)) as file:
+    with open_regular_file(os.path.join(directory, CONFIG_FILE)) as file:
         text = file.read(_MAX_CONFIG + 1)
     if len(text) > _MAX_CONFIG:
         raise ValueError(f"{name} holds more than {_MAX_CONFIG} bytes; a GPT-2 config.json holds about 1 kB")
@@ -83,10 +83,10 @@ def _read_config(directory: str) -> dict[str, Any]:
         check_size(f"{name}: {key}", hf_config[key])
     check_dropout(f"{name}: resid_pdrop", hf_config.get("resid_pdrop", 0.1))
     n_layer, per_block = hf_config["n_layer"], len(_hf_block_shapes("", 1))
-    if n_layer * per_block > _MAX_TENSORS:
+    if n_layer * per_block > MAX_TENSORS:
         raise ValueError(
             f"{name}: n_layer={n_layer} needs {n_layer * per_block} tensors ({per_block} a block), more "
-            f"than the {_MAX_TENSORS} a weight file holds"
+            f"than the {MAX_TENSORS} a weight file holds"
         )
     for key, allowed in _SUPPORTED.items():
         if hf_config.get(key, allowed[0]) not in allowed:

@@ -10,7 +10,7 @@ where they are concrete.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ __all__ = [
     "check_axis",
     "check_blockwise_args",
     "check_cache_room",
+    "check_causal_lengths",
     "check_causal_mask_args",
     "check_context_length",
     "check_divisible",
@@ -45,6 +46,7 @@ __all__ = [
     "check_numpy_dtype",
     "check_operands",
     "check_padding_mask",
+    "check_param_dtypes",
     "check_params",
     "check_parts",
     "check_qkv_pair",
@@ -85,13 +87,24 @@ def check_blockwise_args(
     """The arguments of a blockwise core that no layer check has seen on a direct call. Causal
     blocks are skipped by their index, which needs as many queries as keys."""
     check_flag("causal", causal)
-    if causal and num_queries != num_keys:
-        raise ValueError(f"causal blockwise attention needs T = S, got T={num_queries}, S={num_keys}")
+    if causal:
+        check_causal_lengths(num_queries, num_keys)
     check_size("block_size", block_size)
     if dropout is not None:
         check_dropout("dropout", dropout)
     if attn_keep_mask is not None:
         check_keep_mask("attn_keep_mask", attn_keep_mask, keep_shape)
+
+
+def check_causal_lengths(num_queries: int, num_keys: int) -> None:
+    """Causal attention is self-attention: query t sees keys 0..t, which needs as many queries as
+    keys (T = S); ValueError naming both otherwise, on every path (``attend``'s and the blockwise
+    functions'), pointing to ``causal_mask(T, S, offset)`` for queries at other positions."""
+    if num_queries != num_keys:
+        raise ValueError(
+            f"causal attention needs T = S (self-attention), got T={num_queries}, S={num_keys}; for "
+            "queries at other positions pass causal_mask(T, S, offset) to scaled_dot_product_attention"
+        )
 
 
 def check_self_attention_args(
@@ -224,11 +237,8 @@ def check_attend_options(
     from numpy_attn.implementation import check_implementation
 
     check_flag("causal", masking.causal)
-    if masking.causal and num_queries != num_keys:
-        raise ValueError(
-            f"causal attention needs T = S (self-attention), got T={num_queries}, S={num_keys}; for "
-            "queries at other positions pass causal_mask(T, S, offset) to scaled_dot_product_attention"
-        )
+    if masking.causal:
+        check_causal_lengths(num_queries, num_keys)
     if masking.padding_mask is not None:
         check_padding_mask(masking.padding_mask, batch, num_keys)
     check_mask_operands(attn_keep_mask=dropout.keep_mask)
@@ -490,8 +500,8 @@ def check_params(
 
     One ValueError names every missing, unexpected and mis-shaped key at once. With ``dtype``,
     every weight must have that dtype, that of ``dtype_of`` (the input, or the model's first
-    weight), TypeError otherwise: so that the input and the weights never silently promote to
-    another precision.
+    weight), TypeError otherwise (``check_param_dtypes``): so that the input and the weights
+    never silently promote to another precision.
     """
     check_mapping(params)
     missing = [k for k in expected if k not in params]
@@ -512,14 +522,21 @@ def check_params(
     if problems:
         raise ValueError(f"params do not fit {layer}: " + "; ".join(problems))
     if dtype is not None:
-        for key in expected:
-            check_numpy_dtype(f"params[{key!r}]", params[key])
-            check_native_byte_order(f"params[{key!r}]", params[key])
-            got = np.dtype(params[key].dtype)
-            if got != np.dtype(dtype):
-                raise TypeError(
-                    f"params[{key!r}] has dtype {got.name} but {dtype_of} has dtype {np.dtype(dtype).name}"
-                )
+        check_param_dtypes(params, expected, dtype, dtype_of)
+
+
+def check_param_dtypes(params: Mapping[str, Any], names: Iterable[str], dtype: Any, dtype_of: str) -> None:
+    """Each of the weights ``names`` (arrays, as ``check_params`` found them) readable by NumPy, in
+    the machine's byte order and of ``dtype``, that of ``dtype_of``: TypeError naming the first
+    that is not."""
+    for key in names:
+        check_numpy_dtype(f"params[{key!r}]", params[key])
+        check_native_byte_order(f"params[{key!r}]", params[key])
+        got = np.dtype(params[key].dtype)
+        if got != np.dtype(dtype):
+            raise TypeError(
+                f"params[{key!r}] has dtype {got.name} but {dtype_of} has dtype {np.dtype(dtype).name}"
+            )
 
 
 def check_finite(params: Mapping[str, Any]) -> None:
@@ -562,7 +579,14 @@ def check_kv_cache_sizes(batch: Any, num_heads: Any, max_length: Any, head_dim: 
 
 
 def check_kv_cache(
-    cache: Any, cache_type: type, array_type: type | tuple[type, ...], x: Any, num_heads: int, head_dim: int
+    cache: Any,
+    cache_type: type,
+    array_type: type | tuple[type, ...],
+    x: Any,
+    num_heads: int,
+    head_dim: int,
+    name: str = "cache",
+    x_name: str = "x",
 ) -> None:
     """A decode function's ``cache``: the ``KVCache`` of its own package's ``init_kv_cache(...)``
     (``cache_type``, whose arrays are ``array_type``; another package's cache is refused with a
@@ -571,59 +595,61 @@ def check_kv_cache(
     the shapes otherwise), keys and values in the machine's byte order and in x's dtype (that of
     the weights too, once ``check_params`` has run: another one would round them silently;
     TypeError), a bool padding and a ``length`` that is an int or a 0-d integer array
-    (TypeError; its value is ``check_cache_room``'s)."""
+    (TypeError; its value is ``check_cache_room``'s). The messages call the cache ``name`` and x
+    ``x_name`` (the GPT's decode: ``caches[i]`` and the blocks' input)."""
     package = cache_type.__module__.split(".")[0]
     if type(cache) is not cache_type or not all(
         isinstance(field, array_type) for field in (cache.keys, cache.values, cache.padding)
     ):
         given = type(cache)
         raise TypeError(
-            f"cache must be the KVCache of {package}.init_kv_cache(...), "
+            f"{name} must be the KVCache of {package}.init_kv_cache(...), "
             f"got {given.__module__}.{given.__qualname__}"
         )
     batch = x.shape[0]
-    for name in ("keys", "values"):
-        shape = tuple(getattr(cache, name).shape)
+    for field in ("keys", "values"):
+        shape = tuple(getattr(cache, field).shape)
         if len(shape) != 4 or shape[:2] != (batch, num_heads) or shape[3] != head_dim:
             raise ValueError(
-                f"cache.{name} has shape {shape}, but x of shape {tuple(x.shape)} with "
+                f"{name}.{field} has shape {shape}, but {x_name} of shape {tuple(x.shape)} with "
                 f"num_heads={num_heads} needs (B, N, L, H) = ({batch}, {num_heads}, L, {head_dim})"
             )
     expected = (batch, cache.keys.shape[2])
     if tuple(cache.padding.shape) != expected or tuple(cache.values.shape) != tuple(cache.keys.shape):
         raise ValueError(
-            f"cache.padding has shape {tuple(cache.padding.shape)} and cache.values "
-            f"{tuple(cache.values.shape)}, but cache.keys {tuple(cache.keys.shape)} needs "
+            f"{name}.padding has shape {tuple(cache.padding.shape)} and {name}.values "
+            f"{tuple(cache.values.shape)}, but {name}.keys {tuple(cache.keys.shape)} needs "
             f"{expected} and {tuple(cache.keys.shape)}"
         )
-    for name in ("keys", "values"):
-        stored = getattr(cache, name)
-        check_native_byte_order(f"cache.{name}", stored)
+    for field in ("keys", "values"):
+        stored = getattr(cache, field)
+        check_native_byte_order(f"{name}.{field}", stored)
         if np.dtype(stored.dtype) != np.dtype(x.dtype):
             raise TypeError(
-                f"cache has dtype {np.dtype(stored.dtype).name} but x has dtype {np.dtype(x.dtype).name}"
+                f"{name} has dtype {np.dtype(stored.dtype).name} but {x_name} has dtype "
+                f"{np.dtype(x.dtype).name}"
             )
     padding = np.dtype(cache.padding.dtype)
     if padding != np.bool_:
-        raise TypeError(f"cache.padding must be bool (True = padding), got {padding.name}")
+        raise TypeError(f"{name}.padding must be bool (True = padding), got {padding.name}")
     length = cache.length
     if not _is_int_scalar(length, array_type):
         raise TypeError(
-            "cache.length must be an int or a 0-d integer array (the tokens cached so far), "
+            f"{name}.length must be an int or a 0-d integer array (the tokens cached so far), "
             f"got {length!r} ({type(length).__name__})"
         )
 
 
-def check_cache_room(length: int | None, max_length: int, num_tokens: int) -> None:
-    """A cache of ``max_length`` tokens holding ``length`` (None where it is not concrete: under
-    jax.jit the caller keeps within the cache) has room for ``num_tokens`` more: ValueError
-    naming the numbers otherwise, or for a length outside [0, max_length]."""
+def check_cache_room(length: int | None, max_length: int, num_tokens: int, name: str = "cache") -> None:
+    """A cache (``name``) of ``max_length`` tokens holding ``length`` (None where it is not
+    concrete: under jax.jit the caller keeps within the cache) has room for ``num_tokens`` more:
+    ValueError naming the numbers otherwise, or for a length outside [0, max_length]."""
     if length is None:
         return
     if not 0 <= length <= max_length:
-        raise ValueError(f"cache.length is {length}, outside [0, {max_length}]: not a cache's length")
+        raise ValueError(f"{name}.length is {length}, outside [0, {max_length}]: not a cache's length")
     if length + num_tokens > max_length:
-        raise ValueError(f"the cache holds {length} of {max_length} tokens; {num_tokens} more do not fit")
+        raise ValueError(f"{name} holds {length} of {max_length} tokens; {num_tokens} more do not fit")
 
 
 def check_causal_mask_args(

@@ -14,7 +14,7 @@ file holds:
   directory (no encryption, sizes that can be true, members that do not overlap) and every
   member's ``.npy`` header (no pickle, a float dtype, a shape whose size is the member's). Data
   is then read straight into the arrays, never past the size a member claims;
-* bounds keep any refusal within about a second: a file holds at most ``_MAX_TENSORS`` (10,000)
+* bounds keep any refusal within about a second: a file holds at most ``MAX_TENSORS`` (10,000)
   tensors (an ``.npz``'s zip directory entries are counted, not its end record's claim), and its
   safetensors header or zip directory at most ``_MAX_HEADER`` (8 MiB);
 * an ``.npz``'s members together inflate to at most ``_MAX_NPZ_EXPANSION`` (10) times the
@@ -64,7 +64,7 @@ import numpy as np
 from numpy_attn.spec import check_weights
 from numpy_attn.validation import check_array, check_finite, check_mapping, check_numpy_dtype
 
-__all__ = ["load_weights", "save_weights"]
+__all__ = ["MAX_TENSORS", "load_weights", "open_regular_file", "save_weights"]
 
 # safetensors dtype codes <-> NumPy dtype names (BF16 needs ml_dtypes, see _numpy_dtype)
 _CODES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
@@ -76,7 +76,8 @@ _FORMAT = {"format": "pt"}  # safetensors __metadata__: torch's layout and names
 _NPZ_RECORD = "__attn_parity__"  # the .npz member holding the key list and the digest
 _RESERVED = ("__metadata__", _NPZ_RECORD)
 # Bounds that keep any refusal within about a second, whatever the file (docs/hardening.md):
-_MAX_TENSORS = 10_000  # tensors in one file (GPT-2 XL has 580)
+# the most tensors one weight file holds (GPT-2 XL has 580); load_hf_gpt2 bounds a config by it
+MAX_TENSORS = 10_000
 _MAX_HEADER = 8 << 20  # bytes of safetensors header or zip directory (the format allows 100 MB)
 _NPY_HEAD = 12 + 10_000  # a .npy header's magic, version and length, and NumPy's bound on the rest
 _MAX_ZIP_NAME = 0xFFFF - len(".npy")  # a zip member's name is at most 65535 bytes
@@ -135,7 +136,7 @@ def load_weights(
     """
     suffix = _suffix(path)
     name = os.fspath(path)
-    with _open_regular_file(path) as file:
+    with open_regular_file(path) as file:
         size = file.seek(0, os.SEEK_END)
         file.seek(0)
         params = _parse_npz(file, size, name) if suffix == ".npz" else _parse_safetensors(file, size, name)
@@ -287,9 +288,10 @@ def _check_still_regular(file: BinaryIO, path: str | os.PathLike) -> None:
         raise ValueError(f"{os.fspath(path)} is not a regular file (it was replaced while being opened)")
 
 
-def _open_regular_file(path: str | os.PathLike) -> BinaryIO:
-    """``path`` opened for reading, which must be a regular file (checked before opening, so
-    that a FIFO or a device cannot block, and again on the open descriptor)."""
+def open_regular_file(path: str | os.PathLike) -> BinaryIO:
+    """``path`` opened for reading (binary), which must be a regular file (checked before opening,
+    so that a FIFO or a device cannot block, and again on the open descriptor): a ValueError
+    otherwise. Every file numpy_attn reads (weights, a checkpoint's config) is opened so."""
     _check_regular_file(path)
     file = os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb")
     try:
@@ -362,8 +364,8 @@ class _TooManyTensors(ValueError):
 
 
 def _check_count(count: int, where: str) -> None:
-    if count > _MAX_TENSORS:
-        raise _TooManyTensors(f"{where} holds more than {_MAX_TENSORS} tensors, the most a weight file holds")
+    if count > MAX_TENSORS:
+        raise _TooManyTensors(f"{where} holds more than {MAX_TENSORS} tensors, the most a weight file holds")
 
 
 def _check_header_size(size: int, where: str, what: str) -> None:
@@ -479,8 +481,8 @@ def _parse_safetensors(file: BinaryIO, size: int, path: str) -> dict[str, np.nda
 
 def _parse_npz(file: BinaryIO, size: int, path: str) -> dict[str, np.ndarray]:
     try:
-        _check_zip_directory(file, path)
-        with zipfile.ZipFile(file) as archive:
+        start, directory = _check_zip_directory(file, path)
+        with zipfile.ZipFile(_DirectoryServed(file, start, directory)) as archive:
             infos = _members(archive, size, path)
             layouts = {info.filename: _member_layout(archive, info, path) for info in infos}  # first
             params = {
@@ -531,35 +533,56 @@ def _head_digest(file: BinaryIO, count: int, path: str) -> bytes:
     return digest.hexdigest().encode()
 
 
-def _check_zip_directory(file: BinaryIO, path: str) -> None:
+def _check_zip_directory(file: BinaryIO, path: str) -> tuple[int, bytes]:
     """Bound the central directory before ``zipfile`` reads it (in one read of the size it
-    claims): at most ``_MAX_HEADER`` bytes and ``_MAX_TENSORS`` members (and the record), both
-    as the end record claims and as the directory's entries count."""
+    claims): at most ``_MAX_HEADER`` bytes and ``MAX_TENSORS`` members (and the record), both
+    as the end record claims and as the directory's entries count. Returns where the directory
+    starts and its bytes (``_DirectoryServed`` gives them to ``ZipFile``: read once)."""
     end = zipfile._EndRecData(file)  # the record ZipFile itself reads, found the same way
     if end is None:
         raise zipfile.BadZipFile("File is not a zip file")
     _check_count(end[zipfile._ECD_ENTRIES_TOTAL] - 1, path)
     _check_header_size(end[zipfile._ECD_SIZE], path, "zip directory")
-    _check_count(_directory_entries(file, end) - 1, path)
-    file.seek(0)
-
-
-def _directory_entries(file: BinaryIO, end: list[Any]) -> int:
-    """The entries of the zip directory, stepped through as ``ZipFile`` reads them (it reads
-    entries until the directory's size is used up, whatever the end record's count says), up
-    to one more than a weight file may have: the count stops there, so it takes milliseconds."""
     size = end[zipfile._ECD_SIZE]
     start = end[zipfile._ECD_LOCATION] - size  # ZipFile's start_dir (its offset plus "concat")
     if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
         start -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
     file.seek(max(start, 0))  # a negative start: ZipFile refuses the file itself
     directory = file.read(size)
+    _check_count(_directory_entries(directory, size) - 1, path)
+    file.seek(0)
+    return start, directory
+
+
+def _directory_entries(directory: bytes, size: int) -> int:
+    """The entries of the zip ``directory`` (``size`` bytes claimed), stepped through as
+    ``ZipFile`` reads them (it reads entries until the directory's size is used up, whatever
+    the end record's count says), up to one more than a weight file may have: the count stops
+    there, so it takes milliseconds."""
     count = position = 0
-    while position + zipfile.sizeCentralDir <= min(size, len(directory)) and count <= _MAX_TENSORS + 1:
+    while position + zipfile.sizeCentralDir <= min(size, len(directory)) and count <= MAX_TENSORS + 1:
         # the entry's name, extra field and comment lengths follow its 28 fixed bytes
         position += zipfile.sizeCentralDir + sum(struct.unpack_from("<3H", directory, position + 28))
         count += 1
     return count
+
+
+class _DirectoryServed:
+    """``file`` as ``zipfile.ZipFile`` reads it, its read of the zip directory (``directory``'s
+    length at ``start``) served from the bytes ``_check_zip_directory`` read, so that the
+    directory is read from the file once; every other call goes to ``file``."""
+
+    def __init__(self, file: BinaryIO, start: int, directory: bytes) -> None:
+        self._file, self._start, self._directory = file, start, directory
+
+    def read(self, count: int = -1) -> bytes:
+        if count == len(self._directory) and self._file.tell() == self._start:
+            self._file.seek(count, os.SEEK_CUR)
+            return self._directory
+        return self._file.read(count)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
 
 
 def _members(archive: zipfile.ZipFile, size: int, path: str) -> list[zipfile.ZipInfo]:

@@ -285,12 +285,18 @@ def caches_of(package, batch=1, **changes):
         ("a_kv_cache", TypeError,
          "caches must be a tuple of KVCache, one per block (init_gpt_cache(config, batch)), got KVCache"),
         ("other_batch", ValueError,
-         "cache.keys has shape (2, 2, 16, 16), but x of shape (1, 3, 32) with num_heads=2 needs "
-         "(B, N, L, H) = (1, 2, L, 16)"),
-        ("float16_caches", TypeError, "cache has dtype float16 but x has dtype float32"),
+         "caches[0].keys has shape (2, 2, 16, 16), but the blocks' input of shape (1, 3, 32) with "
+         "num_heads=2 needs (B, N, L, H) = (1, 2, L, 16)"),
+        ("second_other_batch", ValueError,
+         "caches[1].keys has shape (2, 2, 16, 16), but the blocks' input of shape (1, 3, 32) with "
+         "num_heads=2 needs (B, N, L, H) = (1, 2, L, 16)"),
+        ("float16_caches", TypeError, "caches[0] has dtype float16 but the blocks' input has dtype float32"),
+        ("second_float16", TypeError, "caches[1] has dtype float16 but the blocks' input has dtype float32"),
+        ("second_not_a_cache", TypeError,
+         "caches[1] must be the KVCache of {package}.init_kv_cache(...), got builtins.tuple"),
         ("lengths_differ", ValueError,
          "the caches hold [3, 0] tokens: every block's cache must hold the same tokens"),
-        ("full", ValueError, "the cache holds 15 of 16 tokens; 3 more do not fit"),
+        ("full", ValueError, "caches[0] holds 15 of 16 tokens; 3 more do not fit"),
         ("id_minus_one", ValueError, "token_ids hold ids in [-1, 2], outside the vocabulary [0, 61)"),
         ("id_vocab_size", ValueError, "token_ids hold ids in [1, 61], outside the vocabulary [0, 61)"),
         ("float_ids", TypeError, "token_ids must be an integer array (B, T), got "),  # ndarray float64, ...
@@ -305,7 +311,8 @@ def caches_of(package, batch=1, **changes):
 def test_gpt_model_decode_checks_its_input(params, package, convert, case, error, message):
     """gpt_model_decode checked nothing: a cache short ran one block of two without a word, ids
     out of the vocabulary were read as others or raised IndexError. Now it makes gpt_model's and
-    the decode functions' checks, with one text in both packages."""
+    the decode functions' checks, with one text in both packages. A bad cache is named by its
+    block (``caches[1]``): the decode functions' texts said ``cache`` and ``x``, whichever block."""
     ids, caches, config = np.array([[1, 2, 3]]), caches_of(package), TINY
     weights = {name: convert(value) for name, value in params.items()}
     if case == "one_cache_for_two_blocks":
@@ -316,8 +323,14 @@ def test_gpt_model_decode_checks_its_input(params, package, convert, case, error
         caches = caches[0]
     elif case == "other_batch":
         caches = caches_of(package, batch=2)
+    elif case == "second_other_batch":
+        caches = (caches[0], caches_of(package, batch=2)[1])
     elif case == "float16_caches":
         caches = package.init_gpt_cache(TINY, 1, np.float16)
+    elif case == "second_float16":
+        caches = (caches[0], package.init_gpt_cache(TINY, 1, np.float16)[1])
+    elif case == "second_not_a_cache":
+        caches = (caches[0], tuple(caches[1]))
     elif case == "lengths_differ":
         _, advanced = package.gpt_model_decode(weights, convert(ids), caches, config)
         caches = (advanced[0], caches[1])
@@ -333,6 +346,7 @@ def test_gpt_model_decode_checks_its_input(params, package, convert, case, error
         config = {key: value for key, value in TINY.items() if key != "n_heads"}
     elif case == "missing_weight":
         weights = {name: value for name, value in weights.items() if name != "final_norm.scale"}
+    message = message.format(package=package.__name__)
     with pytest.raises(error, match=f"^{re.escape(message)}"):
         package.gpt_model_decode(weights, convert(ids), caches, config)
 
@@ -380,3 +394,39 @@ def test_a_temperature_past_the_int64_or_the_logits_range_samples_in_both_packag
         half, prompt, TINY, 3, temperature=2**70, top_k=1, rng=np.random.default_rng(0)
     )
     np.testing.assert_array_equal(actual, expected)
+
+
+def overflowing_float16_params(params):
+    """TINY's weights in float16, all finite, whose activations overflow at the first new token's
+    position (1 after a 1-token prompt: jax_attn compiles one step for both): its position
+    embedding is +-65504 (float16's largest), and the first block's feed-forward adds 1000 to
+    every position, which takes it to inf there; the prompt's position stays finite."""
+    weights = {name: value.astype(np.float16) for name, value in params.items()}
+    weights["pos_emb.weight"][1] = np.where(np.arange(TINY["emb_dim"]) % 2, 65504, -65504)
+    weights["trf_blocks.0.ff.layers.2.bias"][:] = 1000
+    return weights
+
+
+OVERFLOW_MESSAGE = (
+    "generate: the model's logits at step 2 of 4 are not finite (NaN or inf): its float16 "
+    "activations overflow; compute in float32"
+)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_numpy_generate_refuses_logits_that_overflow_naming_the_step(params, temperature):
+    """A float16 model whose activations overflow gave NaN logits: sampling raised NumPy's
+    "probabilities contain NaN", greedy picked the argmax of NaN without a word. Now a
+    ValueError names the step (the prompt's logits, step 1, are finite)."""
+    weights, prompt = overflowing_float16_params(params), np.array([[5]])
+    with pytest.raises(ValueError, match=f"^{re.escape(OVERFLOW_MESSAGE)}$"):
+        numpy_attn.generate(weights, prompt, TINY, 4, temperature=temperature, rng=np.random.default_rng(0))
+    assert numpy_attn.generate(weights, prompt, TINY, 1).shape == (1, 2)
+
+
+def test_jax_generate_refuses_logits_that_overflow_naming_the_step(params):
+    """jax_attn's generate returned tokens picked from NaN logits: now numpy_attn's error, read
+    from the flags its jitted steps return, after the last step (greedy: one compile pair)."""
+    model = jax_attn.GPTModel.from_params(overflowing_float16_params(params), TINY)
+    with pytest.raises(ValueError, match=f"^{re.escape(OVERFLOW_MESSAGE)}$"):
+        jax_attn.generate(model, jnp.asarray([[5]]), 4)

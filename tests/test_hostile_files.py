@@ -699,8 +699,29 @@ def test_the_members_zipfile_read_are_counted_too(tmp_path, monkeypatch):
     zipfile read are held to the same bound."""
     path = tmp_path / "w.npz"
     path.write_bytes(npz_claiming_one_member(10_002, False, monkeypatch))
-    monkeypatch.setattr(weights_file, "_directory_entries", lambda file, end: 1)
+    monkeypatch.setattr(weights_file, "_directory_entries", lambda directory, size: 1)
     check_refused(path, ValueError, f"^{re.escape(str(path))} holds more than 10000 tensors")
+
+
+def test_an_npz_zip_directory_is_read_from_the_file_once(tmp_path, monkeypatch):
+    """The early count read the directory, then zipfile read it again; now zipfile is given the
+    bytes the count read."""
+    path = tmp_path / "w.npz"
+    save_weights(path, {"a": W, "b": B})
+    data = path.read_bytes()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        start = archive.start_dir
+    reads = []
+
+    class CountingFile(io.BytesIO):
+        def read(self, count=-1):
+            reads.append(self.tell())
+            return super().read(count)
+
+    monkeypatch.setattr(weights_file, "open_regular_file", lambda _: CountingFile(data))
+    loaded = load_weights(path)
+    np.testing.assert_array_equal(loaded["a"], W)
+    assert reads.count(start) == 1
 
 
 def test_saving_refuses_names_longer_than_the_bounds(tmp_path):
@@ -715,7 +736,7 @@ def test_saving_refuses_names_longer_than_the_bounds(tmp_path):
 
 
 def test_the_bounds_are_the_documented_ones():
-    assert (weights_file._MAX_TENSORS, weights_file._MAX_HEADER) == (10_000, 8 * 2**20)
+    assert (weights_file.MAX_TENSORS, weights_file._MAX_HEADER) == (10_000, 8 * 2**20)
     assert (weights_file._MAX_NPZ_EXPANSION, weights_file._NPZ_EXPANSION_FLOOR) == (10, 64 * 2**20)
 
 

@@ -86,7 +86,7 @@ def test_a_full_cache_refuses_more_tokens(framework):
     package = PACKAGES[framework]
     cache = package.init_kv_cache(2, 2, 12, 4, np.float32)
     _, cache = package.multi_head_attention_decode(params, x, cache, num_heads=2, context_length=12)
-    with pytest.raises(ValueError, match="the cache holds 12 of 12 tokens; 1 more do not fit"):
+    with pytest.raises(ValueError, match=r"^cache holds 12 of 12 tokens; 1 more do not fit$"):
         package.multi_head_attention_decode(params, x[:, :1], cache, num_heads=2, context_length=12)
 
 
