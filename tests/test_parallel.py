@@ -241,6 +241,22 @@ def test_ring_refuses_mismatched_shapes():
         ring_attention(x, x, x, mesh, padding_mask=jnp.zeros((1, 10), bool))
 
 
+def test_ring_refuses_an_abstract_mesh_of_more_devices_than_jax_has():
+    """XLA failed at run time (JaxRuntimeError: no implementation of xla.sdy.GlobalToLocalShape);
+    an AbstractMesh that fits runs as a Mesh of devices does."""
+    x = jnp.asarray(np.random.default_rng(6).standard_normal(SHAPE), jnp.float32)
+    message = (
+        f"mesh is an AbstractMesh of 2 devices ({{'seq': 2}}), but JAX has {jax.device_count()}: "
+        "pass a mesh of devices (jax.make_mesh) or one that fits"
+    )
+    assert jax.device_count() == 1  # the in-process tests see one device
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        ring_attention(x, x, x, AbstractMesh((2,), ("seq",)))
+    np.testing.assert_array_equal(
+        ring_attention(x, x, x, AbstractMesh((1,), ("seq",))), ring_attention(x, x, x, one_device_mesh("seq"))
+    )
+
+
 def _ring_arrays(case: str) -> tuple:
     """Bad (queries, keys, values) of SHAPE, seeded, and the error they get."""
     q = np.random.default_rng(3).standard_normal(SHAPE).astype(np.float32)

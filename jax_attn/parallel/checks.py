@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 from jax.sharding import AbstractMesh, Mesh
 
-__all__ = ["check_axis", "check_devices", "check_divisible_by_axis", "check_mesh"]
+__all__ = ["check_axis", "check_devices", "check_divisible_by_axis", "check_mesh", "check_mesh_fits"]
 
 
 def check_mesh(mesh: Any) -> None:
@@ -23,6 +24,17 @@ def check_devices(function: str, mesh: Mesh | AbstractMesh) -> None:
         raise TypeError(
             f"{function} places arrays on devices: mesh must be a jax.sharding.Mesh of devices "
             "(jax.make_mesh), got an AbstractMesh"
+        )
+
+
+def check_mesh_fits(mesh: Mesh | AbstractMesh) -> None:
+    """ValueError for an ``AbstractMesh`` of more devices than JAX has: XLA would fail at run time
+    (``JaxRuntimeError``, no implementation of ``xla.sdy.GlobalToLocalShape``). A ``Mesh`` holds
+    its devices, so it always fits."""
+    if isinstance(mesh, AbstractMesh) and mesh.size > jax.device_count():
+        raise ValueError(
+            f"mesh is an AbstractMesh of {mesh.size} devices ({dict(mesh.shape)}), but JAX has "
+            f"{jax.device_count()}: pass a mesh of devices (jax.make_mesh) or one that fits"
         )
 
 

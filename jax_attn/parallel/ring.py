@@ -27,7 +27,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_attn.checks import check_jax_operands
-from jax_attn.parallel.checks import check_axis, check_divisible_by_axis, check_mesh
+from jax_attn.parallel.checks import check_axis, check_divisible_by_axis, check_mesh, check_mesh_fits
 from numpy_attn.validation import check_attention_shapes, check_flag, check_mask_operands, check_padding_mask
 
 __all__ = ["ring_attention"]
@@ -134,6 +134,7 @@ def _check_ring_args(
     for letter, dim, axis in (("B", 0, batch_axis), ("N", 1, head_axis)):
         if axis is not None:
             check_divisible_by_axis(f"{letter} = {shape[dim]} (queries.shape[{dim}])", shape[dim], mesh, axis)
+    check_mesh_fits(mesh)
 
 
 def _ring_shard(queries, keys, values, hidden, *, axis_name, ring_size, causal, load_balance):
