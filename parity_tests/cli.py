@@ -6,11 +6,13 @@
     attn-parity heatmap CLASS [--out PATH]
     attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--out DIR] [--readme FILE]
     attn-parity train-parity [--steps N] [--out PNG]
-    attn-parity diff REF.py:NAME CAND.py:NAME --shape B,T,D [--seeds N] [--init K=V] [--heatmap PNG]
+    attn-parity diff REF.py:NAME CAND.py:NAME --shape B,T,D [--seeds N ...] [--init K=V] [--heatmap PNG]
 
-Exit codes: 0 when everything compared matches, 1 when something does not, 2 for bad usage
-(one line on stderr, no traceback): a bad argument, heads that do not divide the width, an
-output folder that does not exist, a dtype no chosen framework computes in, or a command that
+Exit codes: 0 when everything compared matches, 1 when something does not (``diff``: a candidate
+that raises, too), 2 for bad usage (one line on stderr, no traceback): a bad argument (an integer
+option out of its range included: --seeds and --seed 0 to 2**32 - 1, --rounds 1 to 1000, --steps
+1 to 10000, --width 40 to 1000), heads that do not divide the width, an output folder that does
+not exist, a dtype no chosen framework computes in, or a command that
 needs a framework that is not installed (torch, jax: install the extra it names).
 """
 
@@ -28,7 +30,7 @@ from parity_tests.cases import SHAPES
 from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS
 from parity_tests.locate.cli import add_diff_parser
 from parity_tests.train_parity_cli import add_train_parity_parser
-from parity_tests.usage import UsageError, png_path
+from parity_tests.usage import UsageError, console_width, integer, png_path
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -213,7 +215,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attn-parity", description="Check attention ports between PyTorch, NumPy and JAX.")
-    parser.add_argument("--width", type=int, default=None, help="terminal width for tables")
+    parser.add_argument("--width", type=console_width, default=None, help="terminal width for tables")
     commands = parser.add_subparsers(dest="command", required=True)
 
     report = commands.add_parser(
@@ -249,7 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--implementation", nargs="+", default=list(IMPLEMENTATIONS), choices=list(IMPLEMENTATIONS)
     )
-    bench.add_argument("--rounds", type=int, default=5, help="round-robin rounds (medians)")
+    bench.add_argument(
+        "--rounds", type=integer("--rounds", 1, 1000), default=5, help="round-robin rounds (medians)"
+    )
     bench.add_argument("--no-memory", action="store_true", help="skip the fresh-process memory runs")
     bench.add_argument("--no-decode", action="store_true", help="skip the KV-cache decoding runs")
     bench.add_argument(

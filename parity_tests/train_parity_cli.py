@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from parity_tests.usage import png_path
+from parity_tests.usage import MAX_SEED, integer, png_path
 
 __all__ = ["TOY_CONFIG", "add_train_parity_parser", "write_loss_plot"]
 
@@ -87,10 +87,15 @@ def add_train_parity_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "train-parity", help="train the GPT in torch and JAX on the same batches; compare losses and weights"
     )
-    parser.add_argument("--steps", type=int, default=20, help="training steps")
+    parser.add_argument("--steps", type=integer("--steps", 1, 10_000), default=20, help="training steps")
     parser.add_argument("--learning-rate", type=float, default=3e-3, help="AdamW learning rate")
     parser.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the initial weights and the batches")
+    parser.add_argument(
+        "--seed",
+        type=integer("--seed", 0, MAX_SEED),
+        default=0,
+        help="seeds the initial weights and the batches",
+    )
     parser.add_argument(
         "--out", default="train_parity.png", help="the loss curves, a PNG (in a folder: train_parity.png)"
     )

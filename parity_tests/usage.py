@@ -2,17 +2,44 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-__all__ = ["MAX_ENTRIES", "UsageError", "check_folder_of", "check_sizes", "png_path"]
+__all__ = [
+    "MAX_ENTRIES",
+    "MAX_SEED",
+    "UsageError",
+    "check_folder_of",
+    "check_sizes",
+    "console_width",
+    "integer",
+    "png_path",
+]
 
 MAX_ENTRIES = 2**27  # the largest array a command line may ask for (512 MiB of float32)
+MAX_SEED = 2**32 - 1  # seeds are unsigned 32-bit integers (NumPy's legacy seeds, JAX's keys)
 
 
 class UsageError(Exception):
     """Bad usage found after parsing: reported as one line, exit code 2."""
+
+
+def integer(flag: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type`` for the integer option ``flag``: ``low`` to ``high`` (both included),
+    else the one line ``FLAG 'TEXT': expected an integer from LOW to HIGH`` (exit code 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected an integer from {low} to {high}")
+        return value
+
+    return parse
 
 
 def check_folder_of(path: str) -> None:
@@ -48,3 +75,6 @@ def check_sizes(flag: str, text: str, sizes: Sequence[int], arrays: Sequence[Seq
                 f"{flag} {text!r}: an array of shape {tuple(shape)} would hold {math.prod(shape)} "
                 f"entries, more than the {MAX_ENTRIES} a command line may ask for"
             )
+
+
+console_width = integer("--width", 40, 1000)  # the --width of the commands printing tables

@@ -283,3 +283,39 @@ def test_bench_writes_the_committed_results_only_when_out_names_them(tmp_path, m
     assert json.loads(pathlib.Path(written).read_text())
     assert main([*argv, "--out", "benchmarks"]) == 0
     assert (tmp_path / "benchmarks" / "results.json").read_text() != "committed"
+
+
+DIFF = [
+    "diff",
+    f"{PORTS}/torch_user_block.py:Attention",
+    f"{PORTS}/numpy_fused.py:attention",
+    "--shape",
+    "2,5,8",
+]
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        ([*DIFF, "--seeds", "0", "-1"], "attn-parity diff: error: argument --seeds: --seeds '-1': "
+         "expected an integer from 0 to 4294967295"),
+        ([*DIFF, "--seeds", str(2**32)], f"attn-parity diff: error: argument --seeds: --seeds '{2**32}': "
+         "expected an integer from 0 to 4294967295"),
+        ([*DIFF, "--seed", "-3"], "attn-parity diff: error: argument --seed: --seed '-3': "
+         "expected an integer from 0 to 4294967295"),
+        ([*DIFF, "--width", "0"], "attn-parity diff: error: argument --width: --width '0': "
+         "expected an integer from 40 to 1000"),
+        (["--width", "10**9", "walkthrough"], "attn-parity: error: argument --width: --width '10**9': "
+         "expected an integer from 40 to 1000"),
+        (["bench", "--rounds", "0"], "attn-parity bench: error: argument --rounds: --rounds '0': "
+         "expected an integer from 1 to 1000"),
+        (["train-parity", "--steps", "-2"], "attn-parity train-parity: error: argument --steps: "
+         "--steps '-2': expected an integer from 1 to 10000"),
+        (["train-parity", "--steps", "1000000000"], "attn-parity train-parity: error: argument --steps: "
+         "--steps '1000000000': expected an integer from 1 to 10000"),
+        (["train-parity", "--seed", "-1"], "attn-parity train-parity: error: argument --seed: "
+         "--seed '-1': expected an integer from 0 to 4294967295"),
+    ],
+)  # fmt: skip
+def test_integer_options_out_of_range_are_one_line_and_exit_code_2(capsys, argv, line):
+    assert usage_error(capsys, *argv) == (2, f"{line}\n")

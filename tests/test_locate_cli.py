@@ -1,9 +1,11 @@
 """``attn-parity diff`` on a user's files, and ``locate_shapes`` for bugs that show only at some shapes."""
 
+import numpy as np
 import pytest
 
 from parity_tests.cli import main
-from parity_tests.locate import locate_shapes
+from parity_tests.locate import locate, locate_shapes
+from parity_tests.locate.trace import Raised
 from tests.ports.catalogue import HERE, load, reference
 from torch_ref import to_params
 
@@ -129,8 +131,8 @@ PORT = f"{HERE / 'numpy_fused.py'}:attention"
          "argument --shape: --shape '2,100000,8': an array of shape (2, 100000, 100000) would hold "
          "20000000000 entries, more than the 134217728 a command line may ask for"),
         (["--shape", "2,5,8", "--seeds", "-1"],
-         "argument --seeds: --seeds '-1': expected a non-negative integer"),
-        (["--shape", "2,5"], "the reference fails on an input of shape (2, 5): "
+         "argument --seeds: --seeds '-1': expected an integer from 0 to 4294967295"),
+        (["--shape", "2,5"], f"the reference {REFERENCE} raises on an input of shape (2, 5): "
          "ValueError: not enough values to unpack (expected 3, got 2)"),
     ],
 )  # fmt: skip
@@ -158,3 +160,55 @@ def test_diff_a_reference_class_refusing_its_init_is_one_line_and_exit_code_2(ca
     assert code == 2
     assert err.startswith(f"attn-parity diff: error: {REFERENCE} d_model=8: ") and "n_head" in err
     assert len(err.splitlines()) == 1
+
+
+FUSED = (HERE / "numpy_fused.py").read_text()
+MATMUL = (
+    "ValueError: matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc signature "
+    "(n?,k),(k,m?)->(n?,m?) (size 24 is different from 8)"
+)
+RAISING = {  # a planted line -> (what it raises, the last value equal to the reference's)
+    '    qkv = x @ params["qkv.weight"] + params["qkv.bias"]': (
+        MATMUL, "no value the candidate computed before it equals a reference value"
+    ),
+    '    raise ValueError("no y")': (
+        "ValueError: no y",
+        f"the last value equal to the reference's is softmax ({HERE / 'torch_user_block.py'}:23), "
+        "computed at {port}:18",
+    ),
+}  # fmt: skip
+ORIGINAL = {0: '    qkv = x @ params["qkv.weight"].T + params["qkv.bias"]', 1: "    y = att @ v"}
+
+
+def raising_port(tmp_path, planted):
+    original = ORIGINAL[list(RAISING).index(planted)]
+    source = FUSED.replace(original, planted)
+    (tmp_path / "port.py").write_text(source)
+    return tmp_path / "port.py", source.splitlines().index(planted) + 1
+
+
+@pytest.mark.parametrize("planted", list(RAISING))
+def test_diff_a_candidate_raising_is_a_divergence_at_its_line(tmp_path, capsys, planted):
+    port, line = raising_port(tmp_path, planted)
+    code = main(["diff", REFERENCE, f"{port}:attention", *INIT, "--shape", "2,5,8", "--width", "400"])
+    out, err = capsys.readouterr()
+    raised, cause = RAISING[planted]
+    assert code == 1 and err == ""
+    rows = [row.strip("│ ").rstrip() for row in out.splitlines()]
+    assert f"first divergence  the candidate raised {raised}" in rows
+    assert f"candidate         {port}:{line}  {planted.strip()}" in rows
+    assert f"likely cause      {cause.format(port=port)}" in rows
+
+
+def test_locate_reports_a_candidate_raising_and_raises_for_a_reference_raising(tmp_path):
+    port, line = raising_port(tmp_path, '    raise ValueError("no y")')
+    candidate = load("port", port.read_text(), tmp_path).attention
+    ref = reference("fused")
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    params = {k: v.detach().numpy() for k, v in ref.named_parameters()}
+    report = locate(ref, candidate, x, params=params)
+    assert not report.ok and report.raised == "ValueError: no y"
+    assert (report.candidate_location, report.candidate_op) == (f"{port}:{line}", 'raise ValueError("no y")')
+    assert len(report.verified) == 9 and report.verified[-1].startswith(f"{port}:18  ")
+    with pytest.raises(Raised, match=r"^ValueError: no y$"):
+        locate(candidate, ref, x, params=params)

@@ -30,6 +30,7 @@ __all__ = [
     "blame_location",
     "close",
     "layout_classes",
+    "match_values",
     "tolerance_of",
 ]
 
@@ -283,8 +284,9 @@ def layout_classes(trace: Trace, rules) -> list[int]:
     return classes
 
 
-def align(reference: Trace, candidate: Trace) -> Alignment:
-    """Match the candidate's values to the reference's and place the first divergence on each side."""
+def match_values(reference: Trace, candidate: Trace) -> Alignment:
+    """The alignment's ``rules``, ``matches`` and ``scaled``: which reference values each candidate
+    value holds (no divergence placed: the candidate may have no output, having raised)."""
     pairs = [
         (t.records[s].shape, r.shape)
         for t in (reference, candidate)
@@ -307,6 +309,12 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         found = [m for r in by_size.get(c.value.size, []) if (m := _match(c, r, rules, scales, fingerprints))]
         if found:
             result.matches[c.index] = found
+    return result
+
+
+def align(reference: Trace, candidate: Trace) -> Alignment:
+    """Match the candidate's values to the reference's and place the first divergence on each side."""
+    result = match_values(reference, candidate)
     out_c, out_r = candidate.records[candidate.output], reference.records[reference.output]
     result.output_ok = out_c.shape == out_r.shape and close(
         out_r.value, out_c.value, *tolerance_of(out_c, out_r)
@@ -326,7 +334,7 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         result.blamed = candidate.output
     else:
         result.blamed = bad_c[0]
-    classes = layout_classes(reference, rules)
+    classes = layout_classes(reference, result.rules)
     result.counterpart = _counterpart(result, result.blamed, bad_r, classes)
     _reroute(result, bad_r, classes)
     result.shown = result.blamed

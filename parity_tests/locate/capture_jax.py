@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.trace import CustomRule, Trace, cotangent_for, split_result, user_stack
+from parity_tests.locate.trace import CustomRule, Raised, Trace, cotangent_for, split_result, user_stack
 
 __all__ = ["capture_jax"]
 
@@ -61,7 +61,9 @@ def capture_jax(
     """Trace ``fn(*args, **kwargs)`` and evaluate it recording every equation's outputs; with
     ``gradient_seed``, also the cotangent of every floating value for the loss
     ``sum(output * cotangent_for(output, gradient_seed))``; with ``keep_masks`` (a reference's
-    dropout keep-masks, in order), its random keep-masks replaced by them."""
+    dropout keep-masks, in order), its random keep-masks replaced by them. An exception ``fn``
+    raises while traced comes as ``Raised``, with no values (none is evaluated before tracing
+    ends)."""
     import functools
     import sys
 
@@ -89,7 +91,10 @@ def capture_jax(
         return output, steps
 
     arrays = [jax.numpy.asarray(leaves[i]) for i in traced]
-    closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*arrays)
+    try:
+        closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*arrays)
+    except Exception as error:  # raised while tracing: nothing is evaluated yet
+        raise Raised(error, Trace("jax")) from error
     names = [_leaf_name(paths[i], position) for position, i in enumerate(traced)]
     trace = Trace("jax")
     outs = _run(closed, arrays, names, _Recording(trace, keep_masks))

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.trace import Trace, is_user_file, split_result, user_stack
+from parity_tests.locate.trace import Raised, Trace, is_user_file, split_result, user_stack
 
 __all__ = ["capture_numpy"]
 
@@ -190,7 +190,8 @@ def capture_numpy(
     """Run ``fn(*args, **kwargs)`` under ``sys.settrace``, recording the arrays each of the user's
     lines produces; leaves ``input0``, ``input1``... are the positional array arguments (a dict of
     arrays, the weights, gives one leaf per key). With ``keep_masks`` (a torch reference's dropout
-    keep-masks), a ``Generator`` passed to ``fn`` draws them (see ``_KeepMaskGenerator``)."""
+    keep-masks), a ``Generator`` passed to ``fn`` draws them (see ``_KeepMaskGenerator``). An
+    exception ``fn`` raises comes as ``Raised``, with the arrays recorded before it."""
     if keep_masks:
         fn, args = _with_keep_masks(fn, args, keep_masks, kept_high)
     trace = Trace("numpy")
@@ -210,6 +211,8 @@ def capture_numpy(
     sys.settrace(recorder.global_trace)
     try:
         result = fn(*args, **kwargs)
+    except Exception as error:
+        raise Raised(error, trace) from error
     finally:
         sys.settrace(previous)
     output, steps = split_result(result)

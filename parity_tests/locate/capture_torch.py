@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.trace import Trace, cotangent_for, split_result, user_stack
+from parity_tests.locate.trace import Raised, Trace, cotangent_for, split_result, user_stack
 
 __all__ = ["capture_torch", "torch_module_of"]
 
@@ -93,7 +93,8 @@ def capture_torch(
 
     With ``gradient_seed``, autograd runs too (floating inputs require grad) and a tensor hook on
     every recorded value fills ``trace.cotangents`` for the loss ``sum(output * cotangent)``
-    (``cotangent_for``); a hook placed before an in-place update sees the value before it."""
+    (``cotangent_for``); a hook placed before an in-place update sees the value before it. An
+    exception ``fn`` raises comes as ``Raised``, with the tensors recorded before it."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_flatten
@@ -205,6 +206,8 @@ def capture_torch(
     try:
         with torch.set_grad_enabled(differentiate), Recorder():
             result = fn(*args, **kwargs)
+    except Exception as error:
+        raise Raised(error, trace) from error
     finally:
         for handle in handles:
             handle.remove()

@@ -3,19 +3,21 @@ and report the first line where the candidate diverges."""
 
 from __future__ import annotations
 
+import os
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.align import Alignment, align, blame_location, tolerance_of
+from parity_tests.locate.align import Alignment, align, blame_location, match_values, tolerance_of
 from parity_tests.locate.causes import axis_names, read_causes
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
-from parity_tests.locate.run import capture, framework_of
-from parity_tests.locate.trace import Trace
+from parity_tests.locate.run import capture, framework_of, source_file
+from parity_tests.locate.trace import Raised, Trace, is_user_file
 
-__all__ = ["compare_traces", "locate", "locate_shapes", "sizes_of"]
+__all__ = ["compare_traces", "locate", "locate_shapes", "raised_report", "sizes_of"]
 
 
 def locate(
@@ -38,11 +40,18 @@ def locate(
     boolean of its ``bernoulli`` or ``uniform`` comparison, matched by size in order), or drawn
     by the ``np.random.Generator`` a NumPy candidate is given (both ways of reading uniform draws
     tried: ``u >= p`` and ``u < 1 - p`` keep), so both sides drop the same entries.
+
+    A candidate that raises is a finding: the report names the exception (``raised``) and the
+    candidate's line raising it (see ``raised_report``). A reference that raises is the caller's
+    error: ``Raised`` (``type: message``; the reference's exception is its ``error``).
     """
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     expected = capture(reference, args, params, reference_framework, train)
     masks = expected.keep_masks
-    actual = capture(candidate, args, params, candidate_framework, train, keep_masks=masks)
+    try:
+        actual = capture(candidate, args, params, candidate_framework, train, keep_masks=masks)
+    except Raised as raised:
+        return raised_report(expected, raised, candidate)
     report = compare_traces(expected, actual)
     if report.ok or not masks or (candidate_framework or framework_of(candidate)) != "numpy":
         return report
@@ -64,7 +73,8 @@ def locate_shapes(
 ) -> dict[tuple[tuple[int, ...], int], LocateReport]:
     """``locate`` on a standard normal input of each shape and seed: bugs that show only past a
     block size or at odd head counts (``locate_gradients`` with ``gradients``; ``train`` as for
-    ``locate``). Returns the reports keyed by ``(shape, seed)``."""
+    ``locate``). Returns the reports keyed by ``(shape, seed)``; a reference that raises raises
+    ``Raised`` (a candidate that raises is a report, as in ``locate``)."""
     from parity_tests.locate.gradients import locate_gradients
 
     check = locate_gradients if gradients else locate
@@ -126,6 +136,43 @@ def _one_op_span(alignment: Alignment) -> list[str]:
             chain.add(record.index)
             lines.append(record.location)
     return []
+
+
+def raised_report(expected: Trace, raised: Raised, candidate: Any) -> LocateReport:
+    """The report for a candidate that raised: ``raised`` (``type: message``), the candidate's line
+    raising it (``candidate_location``, its source text as ``candidate_op``: the innermost frame
+    in the file defining ``candidate``, else the innermost of the user's frames), ``verified``
+    the lines it computed before whose values equal reference values (none from a JAX candidate,
+    which raises while traced), and a cause naming the last reference value it reproduced."""
+    frames = traceback.extract_tb(raised.error.__traceback__)
+    own = source_file(candidate)
+    own = own and os.path.realpath(own)
+    at = [f for f in frames if os.path.realpath(f.filename) == own] or [
+        f for f in frames if is_user_file(f.filename)
+    ]
+    actual = raised.trace
+    alignment = match_values(expected, actual)
+    agreeing = [i for i in sorted(alignment.matches) if actual.records[i].leaf is None]
+    report = LocateReport(
+        False,
+        f"the candidate raised {raised}",
+        f"{at[-1].filename}:{at[-1].lineno}" if at else None,
+        candidate_op=at[-1].line if at else None,
+        raised=str(raised),
+        verified=list(
+            dict.fromkeys(f"{actual.records[i].location}  {actual.records[i].op}" for i in agreeing)
+        ),
+    )
+    if agreeing:
+        last = actual.records[agreeing[-1]]
+        other = expected.records[alignment.matches[last.index][0].reference]
+        report.causes.append(
+            f"the last value equal to the reference's is {_label(expected, other.index)} "
+            f"({other.location}), computed at {last.location}"
+        )
+    else:
+        report.causes.append("no value the candidate computed before it equals a reference value")
+    return report
 
 
 def compare_traces(expected: Trace, actual: Trace) -> LocateReport:

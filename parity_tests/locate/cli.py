@@ -5,10 +5,11 @@
 ``state_dict`` without buffers, as NumPy) go first to a candidate function; ``--option KEY=VALUE``
 are keyword arguments for the candidate; ``--gradients`` compares the gradients (the first
 diverging backward operation), ``--train`` runs the reference in train mode with its dropout
-keep-masks given to a JAX candidate. Exit 0 when every shape matches, 1 when one does not, 2 for
-bad usage, with one line on stderr: a file that does not load, a name it lacks, a size below 1, a
-negative seed, a reference that fails on an input of the shape asked for, a NumPy port with
-``--gradients``.
+keep-masks given to a JAX candidate. Exit 0 when every shape matches, 1 when one does not (a
+candidate that raises is a port that diverges: the report names its line raising, the exception
+and the last value it still agreed on), 2 for bad usage, with one line on stderr: a file that
+does not load, a name it lacks, a size below 1, a seed outside 0 to 2**32 - 1, a reference that
+raises on an input of the shape asked for, a NumPy port with ``--gradients``.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ import os
 import sys
 from typing import Any
 
-import numpy as np
-
-from parity_tests.usage import UsageError, check_sizes, png_path
+from parity_tests.usage import MAX_SEED, UsageError, check_sizes, console_width, integer, png_path
 
 __all__ = ["add_diff_parser", "load_object"]
 
@@ -81,21 +80,12 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _seed(text: str) -> int:
-    try:
-        seed = int(text)
-    except ValueError:
-        seed = -1
-    if seed < 0:
-        raise argparse.ArgumentTypeError(f"--seeds {text!r}: expected a non-negative integer")
-    return seed
-
-
 def _diff(args: argparse.Namespace) -> int:
     import functools
 
     from parity_tests.locate.check import locate_shapes
     from parity_tests.locate.report import NO_HEATMAP
+    from parity_tests.locate.trace import Raised
 
     heatmap = args.heatmap and png_path(args.heatmap, "first_divergence.png")
     try:
@@ -112,16 +102,21 @@ def _diff(args: argparse.Namespace) -> int:
         except (TypeError, ValueError) as error:
             raise UsageError(f"{args.reference} {' '.join(args.init)}: {error}") from None
     params = _weights(reference)
-    _check_reference_runs(reference, args.shape, params)
     if options:
         candidate = functools.partial(candidate, **options)
-    try:
-        reports = locate_shapes(
-            reference, candidate, args.shape, seeds=args.seeds, params=params,
-            train=args.train, gradients=args.gradients,
-        )  # fmt: skip
-    except TypeError as error:  # NumPy has no gradients
-        raise UsageError(error) from None
+    reports = {}
+    for shape in args.shape:
+        try:
+            reports |= locate_shapes(
+                reference, candidate, [shape], seeds=args.seeds, params=params,
+                train=args.train, gradients=args.gradients,
+            )  # fmt: skip
+        except TypeError as error:  # NumPy has no gradients
+            raise UsageError(error) from None
+        except Raised as raised:  # the candidate's raising is a report: this is the reference's
+            raise UsageError(
+                f"the reference {args.reference} raises on an input of shape {shape}: {raised}"
+            ) from None
     from rich.console import Console
 
     console = Console(width=args.width or (None if sys.stdout.isatty() else 150), highlight=False)
@@ -132,25 +127,11 @@ def _diff(args: argparse.Namespace) -> int:
         failed = failed or (None if report.ok else report)
     if failed is not None and heatmap:
         if failed.expected_value is None:
-            console.print(f"no heatmap: {NO_HEATMAP}")
+            console.print(f"no heatmap: {'the candidate raised' if failed.raised else NO_HEATMAP}")
         else:
             failed.write_heatmap(heatmap)
             console.print(f"heatmap of the first diverging tensor: {heatmap}")
     return 0 if failed is None else 1
-
-
-def _check_reference_runs(reference: Any, shapes: list[tuple[int, ...]], params: dict | None) -> None:
-    """UsageError when the reference fails on an input of one of ``shapes`` (a width it does not
-    take, an axis missing): the shapes asked for are wrong, not the port."""
-    from parity_tests.locate.run import capture
-
-    for shape in shapes:
-        try:
-            capture(reference, (np.zeros(shape, np.float32),), params)
-        except Exception as error:
-            raise UsageError(
-                f"the reference fails on an input of shape {shape}: {type(error).__name__}: {error}"
-            ) from None
 
 
 def _weights(reference: Any) -> dict[str, Any] | None:
@@ -166,12 +147,27 @@ def _weights(reference: Any) -> dict[str, Any] | None:
 
 def add_diff_parser(commands: Any) -> None:
     """Register ``diff`` on the ``attn-parity`` subcommands."""
-    diff = commands.add_parser("diff", help="locate the first line where your port diverges from a reference")
+    diff = commands.add_parser(
+        "diff",
+        help="locate the first line where your port diverges from a reference (exit 1: it diverges or "
+        "raises)",
+    )
     diff.add_argument("reference", help="FILE.py:NAME of the reference (a torch module, class or function)")
     diff.add_argument("candidate", help="FILE.py:NAME of your port (NumPy, JAX, NNX or torch)")
     diff.add_argument("--shape", type=_shape, action="append", required=True, help="input shape, e.g. 2,5,8")
-    diff.add_argument("--seeds", type=_seed, nargs="+", default=[0], help="input seeds (default: 0)")
-    diff.add_argument("--seed", type=int, default=0, help="torch seed for building a reference class")
+    diff.add_argument(
+        "--seeds",
+        type=integer("--seeds", 0, MAX_SEED),
+        nargs="+",
+        default=[0],
+        help="input seeds (default: 0)",
+    )
+    diff.add_argument(
+        "--seed",
+        type=integer("--seed", 0, MAX_SEED),
+        default=0,
+        help="torch seed for building a reference class",
+    )
     diff.add_argument("--init", action="append", default=[], help="KEY=VALUE for the reference class")
     diff.add_argument("--option", action="append", default=[], help="KEY=VALUE for the candidate")
     diff.add_argument("--gradients", action="store_true", help="compare the gradients")
@@ -179,5 +175,5 @@ def add_diff_parser(commands: Any) -> None:
     diff.add_argument(
         "--heatmap", help="PNG of the first diverging tensor's error (first_divergence.png in a folder)"
     )
-    diff.add_argument("--width", type=int, help="console width")
+    diff.add_argument("--width", type=console_width, help="console width")
     diff.set_defaults(run=_diff)

@@ -21,11 +21,11 @@ import numpy as np
 
 from parity_tests.locate.align import Alignment, align, ancestors, close, layout_classes, tolerance_of
 from parity_tests.locate.causes import axis_names
-from parity_tests.locate.check import compare_traces, sizes_of
+from parity_tests.locate.check import compare_traces, raised_report, sizes_of
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture
-from parity_tests.locate.trace import CustomRule, Trace, is_user_file, user_stack
+from parity_tests.locate.trace import CustomRule, Raised, Trace, is_user_file, user_stack
 
 __all__ = ["compare_cotangents", "locate_gradients"]
 
@@ -53,11 +53,15 @@ def locate_gradients(
     ``first_divergence`` (``"gradient of <step or op>"``) names the reference value whose
     cotangent the candidate gets wrong, ``reference_location`` its line, ``candidate_location``
     the candidate line whose backward computes it (the worst entry, causes and heatmap as in
-    ``locate``). A NumPy candidate or reference raises TypeError: NumPy has no gradients.
+    ``locate``). A NumPy candidate or reference raises TypeError: NumPy has no gradients. A
+    candidate or reference that raises: as in ``locate``.
     """
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     expected = capture(reference, args, params, reference_framework, train, seed)
-    actual = capture(candidate, args, params, candidate_framework, train, seed, expected.keep_masks)
+    try:
+        actual = capture(candidate, args, params, candidate_framework, train, seed, expected.keep_masks)
+    except Raised as raised:
+        return raised_report(expected, raised, candidate)
     return compare_cotangents(expected, actual)
 
 

@@ -24,7 +24,9 @@ class LocateReport:
     ``actual`` its two values, ``expected_dtype`` and ``actual_dtype`` the two dtypes; ``verified``
     the candidate lines whose values were found equal to reference values before it; ``causes``
     what the numbers show. ``expected_value``/``actual_value`` hold the two diverging tensors (in
-    the reference's layout when the candidate's can be laid out so) for ``write_heatmap``."""
+    the reference's layout when the candidate's can be laid out so) for ``write_heatmap``.
+    ``raised`` (``type: message``): the candidate raised, at ``candidate_location`` (whose source
+    text is ``candidate_op``); then there is no reference location, worst entry nor heatmap."""
 
     ok: bool
     first_divergence: str | None = None
@@ -44,6 +46,7 @@ class LocateReport:
     atol: float = 0.0
     expected_value: Any = None
     actual_value: Any = None
+    raised: str | None = None
 
     def __str__(self) -> str:
         lines = [f"verified equal: {len(self.verified)} lines"]
@@ -52,7 +55,8 @@ class LocateReport:
             return "\n".join([*lines, "ok: the outputs match"])
         lines.append(f"first divergence: {self.first_divergence}")
         lines.append(f"  candidate: {self.candidate_location}  ({self.candidate_op})")
-        lines.append(f"  reference: {self.reference_location}  ({self.reference_op})")
+        if self.raised is None:
+            lines.append(f"  reference: {self.reference_location}  ({self.reference_op})")
         if self.worst_index is not None:
             where = ", ".join(f"{a}={i}" for a, i in zip(self.axes, self.worst_index, strict=False))
             lines.append(
@@ -84,10 +88,11 @@ class LocateReport:
             "candidate",
             f"{escape(str(self.candidate_location))}  [dim]{escape(str(self.candidate_op))}[/dim]",
         )
-        table.add_row(
-            "reference",
-            f"{escape(str(self.reference_location))}  [dim]{escape(str(self.reference_op))}[/dim]",
-        )
+        if self.raised is None:
+            table.add_row(
+                "reference",
+                f"{escape(str(self.reference_location))}  [dim]{escape(str(self.reference_op))}[/dim]",
+            )
         if self.worst_index is not None:
             where = ", ".join(f"{a}={i}" for a, i in zip(self.axes, self.worst_index, strict=False))
             table.add_row(

@@ -12,7 +12,7 @@ import numpy as np
 
 from parity_tests.locate.trace import Trace
 
-__all__ = ["capture", "framework_of", "to_numpy"]
+__all__ = ["capture", "framework_of", "source_file", "to_numpy"]
 
 
 def _unwrap_chain(fn: Any) -> list[Any]:
@@ -66,6 +66,16 @@ def framework_of(fn: Any) -> str:
     if roots & {"jax", "flax", "jaxlib"}:
         return "jax"
     return "numpy"
+
+
+def source_file(fn: Any) -> str | None:
+    """The file defining ``fn`` (what a partial, a decorator or a method wraps; a module's or
+    callable object's class); None where Python does not know it (a builtin)."""
+    target = _unwrap_chain(fn)[-1]
+    try:
+        return inspect.getsourcefile(target if inspect.isroutine(target) else type(target))
+    except TypeError:
+        return None
 
 
 def to_numpy(value: Any) -> Any:
@@ -160,7 +170,8 @@ def capture(
     NumPy has no gradients (TypeError). ``keep_masks`` (a torch reference's dropout keep-masks,
     ``Trace.keep_masks``) replace a JAX callable's random keep-masks, or are drawn by the NumPy
     ``Generator`` passed to a NumPy callable (``kept_high``: which draws keep, see
-    ``capture_numpy``)."""
+    ``capture_numpy``). An exception ``fn`` raises comes as ``Raised`` (the exception, and the
+    values ``fn`` computed before it)."""
     from parity_tests.locate.capture_jax import capture_jax
     from parity_tests.locate.capture_numpy import capture_numpy
     from parity_tests.locate.capture_torch import capture_torch, torch_module_of

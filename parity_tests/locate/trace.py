@@ -9,7 +9,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CustomRule", "Record", "Trace", "cotangent_for", "is_user_file", "split_result", "user_stack"]
+__all__ = [
+    "CustomRule",
+    "Raised",
+    "Record",
+    "Trace",
+    "cotangent_for",
+    "is_user_file",
+    "split_result",
+    "user_stack",
+]
 
 _LIBRARY_DIRS = tuple(
     os.path.realpath(p) + os.sep
@@ -42,6 +51,16 @@ def is_user_file(path: str) -> bool:
         return False
     real = os.path.realpath(path)
     return not real.startswith(_LIBRARY_DIRS) and not real.startswith(_PARITY_TESTS)
+
+
+class Raised(Exception):
+    """A captured callable raised ``error`` (``type: message`` is this exception's text);
+    ``trace`` holds the values it computed before (none for JAX, which traces the whole function
+    before it evaluates anything)."""
+
+    def __init__(self, error: BaseException, trace: Trace) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error, self.trace = error, trace
 
 
 @dataclass
