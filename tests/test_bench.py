@@ -222,3 +222,34 @@ def test_weights_io_saves_and_loads_each_format_in_fresh_processes(tmp_path):
     assert all(row.extra_bytes >= row.weights_bytes for row in loads)  # the weights it returns
     assert list(tmp_path.iterdir()) == []  # the files are removed
     assert markdown_weights_io(rows).count("\n") == len(rows) + 1
+
+
+def _out_of_range(flag: str, text: str, high: int) -> str:
+    return f"argument {flag}: {flag} {text!r}: expected an integer from 1 to {high}"
+
+
+@pytest.mark.parametrize(
+    "module, argv, message",
+    [
+        ("dot_bound", ["--query-blocks", "0"], _out_of_range("--query-blocks", "0", 65536)),
+        ("floor", ["--rounds", "-1"], _out_of_range("--rounds", "-1", 1000)),
+        ("gpt", ["--decode", "1025"], _out_of_range("--decode", "1025", 1024)),
+        (
+            "gpt",
+            ["--prefill", "1000", "--decode", "32"],
+            "--prefill 1000 and --decode 32 exceed the context of 1024 tokens",
+        ),
+        ("profile", ["--rounds", "x"], _out_of_range("--rounds", "x", 1000)),
+        ("small", ["--framework", "numpy", "--calls", "0"], _out_of_range("--calls", "0", 1_000_000)),
+    ],
+)
+def test_the_bench_scripts_refuse_integer_options_out_of_range(module, argv, message, capsys):
+    """They read their integer options with the CLI's parser (`usage.integer`): `--rounds 0` or a
+    negative count ran no round and failed on an empty median, a huge prefill past the context."""
+    import importlib
+
+    main = importlib.import_module(f"parity_tests.bench.{module}").main
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {message}")

@@ -29,6 +29,7 @@ from numpy_attn.linear import qkv_weights
 from parity_tests.bench.floor import TARGETS, numpy_projections, round_robin_medians
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
+from parity_tests.usage import integer
 
 __all__ = ["causal_product_flops", "dot_bound_calls", "markdown_dot_bound", "measure_dot_bound"]
 
@@ -172,9 +173,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.dot_bound", description=__doc__)
     parser.add_argument("--shape", nargs="+", default=["B8_T1024", "B1_T4096"],
                         choices=[name for name in SHAPES if SHAPES[name].tokens >= 128])  # fmt: skip
-    parser.add_argument("--query-blocks", nargs="+", type=int, default=list(QUERY_BLOCKS))
-    parser.add_argument("--key-blocks", nargs="+", type=int, default=list(KEY_BLOCKS))
-    parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds (medians)")
+    parser.add_argument(
+        "--query-blocks", nargs="+", type=integer("--query-blocks", 1, 65536), default=list(QUERY_BLOCKS)
+    )
+    parser.add_argument(
+        "--key-blocks", nargs="+", type=integer("--key-blocks", 1, 65536), default=list(KEY_BLOCKS)
+    )
+    parser.add_argument(
+        "--rounds", type=integer("--rounds", 1, 1000), default=5, help="round-robin rounds (medians)"
+    )
     args = parser.parse_args(argv)
     print(markdown_dot_bound([]))
     for shape in args.shape:

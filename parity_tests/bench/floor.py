@@ -34,6 +34,7 @@ from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, block_sides
 from numpy_attn.linear import qkv_weights
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
+from parity_tests.usage import integer
 
 __all__ = [
     "SMALL", "SMALL_TARGETS", "TARGETS", "floor_calls", "markdown_floor", "measure_floor",
@@ -256,7 +257,9 @@ def markdown_floor(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.floor", description=__doc__)
     parser.add_argument("--shape", nargs="+", default=["B8_T1024", "B1_T4096", SMALL], choices=list(SHAPES))
-    parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds (medians)")
+    parser.add_argument(
+        "--rounds", type=integer("--rounds", 1, 1000), default=5, help="round-robin rounds (medians)"
+    )
     args = parser.parse_args(argv)
     print(markdown_floor([]))
     for shape in args.shape:  # rows printed as each shape is measured

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from parity_tests.usage import integer
+
 __all__ = ["GPT2_SMALL", "kv_cache_bytes", "markdown_table", "run_gpt_benchmark"]
 
 GPT2_SMALL = {
@@ -225,12 +227,17 @@ def markdown_table(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefill", type=int, default=256)
-    parser.add_argument("--decode", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=1)
+    context = GPT2_SMALL["context_length"]
+    parser.add_argument("--prefill", type=integer("--prefill", 1, context), default=256)
+    parser.add_argument("--decode", type=integer("--decode", 1, context), default=32)
+    parser.add_argument("--rounds", type=integer("--rounds", 1, 1000), default=1)
     parser.add_argument("--out", default=os.path.join("benchmarks", "gpt"))
     parser.add_argument("--note", default="", help="a line for results.md (the machine's load, say)")
     args = parser.parse_args(argv)
+    if args.prefill + args.decode > context:
+        parser.error(
+            f"--prefill {args.prefill} and --decode {args.decode} exceed the context of {context} tokens"
+        )
     os.makedirs(args.out, exist_ok=True)
 
     def write(results: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from numpy_attn.linear import qkv_weights
 from parity_tests.bench.implementations import SHAPES, Shape, layer_flops, make_call, make_inputs
 from parity_tests.bench.output import format_time
 from parity_tests.bench.run import gemm_peak
+from parity_tests.usage import integer
 
 __all__ = ["STAGES", "markdown_profile", "profile_stages"]
 
@@ -152,7 +153,9 @@ def markdown_profile(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.profile", description=__doc__)
     parser.add_argument("--shape", nargs="+", default=["B8_T1024", "B1_T4096"], choices=list(SHAPES))
-    parser.add_argument("--rounds", type=int, default=3, help="round-robin rounds (medians)")
+    parser.add_argument(
+        "--rounds", type=integer("--rounds", 1, 1000), default=3, help="round-robin rounds (medians)"
+    )
     args = parser.parse_args(argv)
     for shape in args.shape:  # one table per shape, printed as soon as it is measured
         rows = profile_stages(shape, args.rounds)

@@ -28,6 +28,7 @@ from typing import Any
 from parity_tests.bench.floor import SMALL, SMALL_TARGETS, numpy_small_floor, round_robin_times
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
+from parity_tests.usage import integer
 
 __all__ = ["FRAMEWORKS", "markdown_small", "measure_small", "small_calls"]
 
@@ -89,8 +90,12 @@ def markdown_small(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.small", description=__doc__)
     parser.add_argument("--framework", choices=FRAMEWORKS, required=True)
-    parser.add_argument("--rounds", type=int, default=15, help="round-robin rounds (medians)")
-    parser.add_argument("--calls", type=int, default=200, help="calls of each per round")
+    parser.add_argument(
+        "--rounds", type=integer("--rounds", 1, 1000), default=15, help="round-robin rounds (medians)"
+    )
+    parser.add_argument(
+        "--calls", type=integer("--calls", 1, 1_000_000), default=200, help="calls of each per round"
+    )
     parser.add_argument(
         "--sync-dispatch", action="store_true", help="JAX: run programs on the calling thread"
     )
