@@ -15,10 +15,12 @@ from parity_tests.locate.check import compare_traces, locate, locate_shapes
 from parity_tests.locate.gradients import locate_gradients
 from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture
+from parity_tests.locate.trace import Raised
 from parity_tests.locate.weights import WeightMap, map_weights
 
 __all__ = [
     "LocateReport",
+    "Raised",
     "WeightMap",
     "capture",
     "compare_traces",
