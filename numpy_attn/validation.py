@@ -20,6 +20,7 @@ __all__ = [
     "MAX_ELEMENTS",
     "NUMPY_FLOATS",
     "check_array",
+    "check_array_kind",
     "check_array_size",
     "check_attend_options",
     "check_attention_shapes",
@@ -140,13 +141,34 @@ def _shape(value: Any) -> tuple[int, ...] | None:
 
 
 def check_array(name: str, value: Any) -> tuple[int, ...]:
-    """Return ``value.shape``; raise TypeError if ``value`` is not an array. Only the shape is
-    read: weights of any framework (a torch ``state_dict()``) pass; ``check_numpy_dtype`` is for
+    """Return ``value.shape``; raise TypeError if ``value`` is not an array, or is one of the
+    NumPy subclasses that compute otherwise (``check_array_kind``). Only the shape is read:
+    weights of any framework (a torch ``state_dict()``) pass; ``check_numpy_dtype`` is for
     values that NumPy or JAX compute with."""
+    if type(value) is np.ndarray:  # the common case, in one test
+        return value.shape
     shape = _shape(value)
     if shape is None or not hasattr(value, "dtype"):
         raise TypeError(f"{name} must be an array, got {type(value).__name__}")
+    check_array_kind(name, value)
     return shape
+
+
+# NumPy subclasses refused as arrays, with how to pass their data: a matrix's ``*`` is a matrix
+# product and its results stay 2-D; a masked array's mask would be ignored (JAX reads the data).
+_REFUSED_SUBCLASSES = (
+    (np.matrix, "numpy.matrix (always 2-D, * a matrix product)", "np.asarray({name})"),
+    (np.ma.MaskedArray, "numpy.ma.MaskedArray, whose mask would be ignored", "{name}.filled(value)"),
+)
+
+
+def check_array_kind(name: str, value: Any) -> None:
+    """TypeError for an ``np.matrix`` or an ``np.ma.MaskedArray`` (subclasses too) named
+    ``name``, saying what to pass instead: NumPy would compute matrix algebra or ignore the mask
+    where JAX computes on the data. Other ndarray subclasses behave as ndarrays and pass."""
+    for kind, label, instead in _REFUSED_SUBCLASSES:
+        if isinstance(value, kind):
+            raise TypeError(f"{name} must be an array, got {label}: pass {instead.format(name=name)}")
 
 
 def check_numpy_dtype(name: str, value: Any) -> None:
