@@ -46,6 +46,41 @@ def test_causal_mask_takes_numpy_ints_and_offsets_of_either_sign(package):
     np.testing.assert_array_equal(causal_mask(2, 3, offset=-1), [[True] * 3, [False, True, True]])
 
 
+BIG_OFFSET = (
+    "offset must satisfy |offset| + max(num_queries, num_keys) <= 2**31 - 1 (positions are int32 in jax_attn)"
+)
+
+
+@pytest.mark.parametrize(
+    "offset, given",
+    [
+        (2**31 - 3, "2147483645"),  # jax_attn's int32 positions wrapped: the last row hid every key
+        (-(2**31 - 3), "-2147483645"),
+        (2**31, "2147483648"),  # jax_attn: a raw OverflowError
+        (np.int64(2**63 - 2), "9223372036854775806"),  # numpy_attn's int64 wrapped too
+        (-(2**63), "-9223372036854775808"),
+        (2**70, "an int of 71 bits"),  # numpy_attn: a raw OverflowError
+    ],
+)
+@pytest.mark.parametrize("package", ["numpy", "jax"])
+def test_causal_mask_refuses_an_offset_whose_positions_would_wrap(package, offset, given):
+    message = f"{BIG_OFFSET}, got offset={given} with (num_queries, num_keys) = (3, 3)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        PACKAGES[package].causal_mask(np.int64(3), 3, offset)
+
+
+@pytest.mark.parametrize("package", ["numpy", "jax"])
+def test_causal_mask_gives_one_mask_up_to_the_offsets_bound(package):
+    causal_mask = PACKAGES[package].causal_mask
+    bound = 2**31 - 1 - 3
+    np.testing.assert_array_equal(causal_mask(2, 3, bound), np.zeros((2, 3), bool))
+    np.testing.assert_array_equal(causal_mask(2, 3, -bound), np.ones((2, 3), bool))
+    np.testing.assert_array_equal(causal_mask(2, 3, np.uint64(bound)), np.zeros((2, 3), bool))
+    if package == "jax":  # a concrete array offset is checked as an int is
+        with pytest.raises(ValueError, match=f"^{re.escape(BIG_OFFSET)}, got offset=2147483645 with"):
+            causal_mask(2, 3, jnp.int32(bound + 1))
+
+
 def test_jax_causal_mask_takes_a_traced_or_array_offset():
     expected = np.asarray(jax_attn.causal_mask(2, 4, offset=1))
     np.testing.assert_array_equal(jax_attn.causal_mask(2, 4, offset=jnp.int32(1)), expected)
