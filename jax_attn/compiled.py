@@ -60,14 +60,15 @@ _JIT_READS = (np.ndarray, np.generic, jax.Array)  # the arrays jit takes as argu
 
 
 def _unreadable(value: Any) -> bool:
-    if isinstance(value, np.ndarray):
-        return value.dtype.byteorder == ">"
+    if isinstance(value, np.ndarray):  # a subclass (np.matrix, a masked array) is the checks' to refuse
+        return value.dtype.byteorder == ">" or type(value) is not np.ndarray
     return hasattr(value, "dtype") and not isinstance(value, _JIT_READS)
 
 
 def _jit_would_cast(values: tuple[Any, ...]) -> bool:
     """True if jit would narrow a 64-bit mask or array before the checks see it, or could not
-    read an array at all (another framework's tensor as a mask, a big-endian array): such
+    read an array as given (another framework's tensor as a mask, a big-endian array, a NumPy
+    subclass such as a masked array, whose mask jit would refuse with its own error): such
     (invalid) calls run op by op instead, so that their errors name the dtypes the caller passed."""
     if any(_unreadable(value) for value in values):
         return True

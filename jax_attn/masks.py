@@ -22,7 +22,8 @@ def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) 
 
     The sizes are positive ints (NumPy ints too; a float, a bool or another type is a
     TypeError, a size below 1 a ValueError, ``check_size``'s wording), ``offset`` an int of
-    either sign or a 0-d integer JAX array (``check_causal_mask_args``), as in numpy_attn.
+    either sign with ``|offset| + max(T, S) <= 2**31 - 1`` or a 0-d integer JAX array
+    (``check_causal_mask_args``), as in numpy_attn.
     """
     check_causal_mask_args(num_queries, num_keys, offset, jax.Array)
     return unchecked_causal_mask(num_queries, num_keys, offset)

@@ -17,6 +17,7 @@ import numpy as np
 from numpy_attn.spec import QKV
 from numpy_attn.validation import (
     NUMPY_FLOATS,
+    check_array_kind,
     check_cache_room,
     check_context_length,
     check_divisible,
@@ -190,6 +191,7 @@ def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, check_values: 
     shape = getattr(token_ids, "shape", None)
     dtype = getattr(token_ids, "dtype", None)
     if shape is not None and dtype is not None:
+        check_array_kind("token_ids", token_ids)
         check_numpy_dtype("token_ids", token_ids)
     if shape is None or not np.issubdtype(np.dtype(dtype), np.integer):
         raise TypeError(f"token_ids must be an integer array (B, T), got {type(token_ids).__name__} {dtype}")

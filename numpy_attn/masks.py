@@ -26,7 +26,8 @@ def causal_mask(num_queries: int, num_keys: int | None = None, offset: int = 0) 
 
     The sizes are positive ints (NumPy ints too; a float, a bool or another type is a
     TypeError, a size below 1 a ValueError, ``check_size``'s wording), ``offset`` an int of
-    either sign (``check_causal_mask_args``), checked before the cache is looked up.
+    either sign with ``|offset| + max(T, S) <= 2**31 - 1`` (``check_causal_mask_args``),
+    checked before the cache is looked up.
 
     >>> causal_mask(3).astype(int)
     array([[0, 1, 1],

@@ -10,6 +10,7 @@ where they are concrete.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -18,8 +19,10 @@ import numpy as np
 __all__ = [
     "JAX_FLOATS",
     "MAX_ELEMENTS",
+    "MAX_POSITION",
     "NUMPY_FLOATS",
     "check_array",
+    "check_array_kind",
     "check_array_size",
     "check_attend_options",
     "check_attention_shapes",
@@ -72,6 +75,9 @@ _FLOAT_NAMES = {np.dtype(name): name for name in NUMPY_FLOATS}
 # bytes. (2**63 - 1) // 16 = 2**59 - 1 keeps 16-byte elements within int64, and no machine holds
 # such an array (512 PiB at one byte an element), so no size that could run is refused.
 MAX_ELEMENTS = (2**63 - 1) // 16
+# The largest position (a query's offset + t, a key's index) a causal mask computes with: jax_attn
+# computes positions in int32 (JAX's ints without 64-bit mode), so past it a sum would wrap.
+MAX_POSITION = 2**31 - 1
 
 
 def check_blockwise_args(
@@ -140,13 +146,34 @@ def _shape(value: Any) -> tuple[int, ...] | None:
 
 
 def check_array(name: str, value: Any) -> tuple[int, ...]:
-    """Return ``value.shape``; raise TypeError if ``value`` is not an array. Only the shape is
-    read: weights of any framework (a torch ``state_dict()``) pass; ``check_numpy_dtype`` is for
+    """Return ``value.shape``; raise TypeError if ``value`` is not an array, or is one of the
+    NumPy subclasses that compute otherwise (``check_array_kind``). Only the shape is read:
+    weights of any framework (a torch ``state_dict()``) pass; ``check_numpy_dtype`` is for
     values that NumPy or JAX compute with."""
+    if type(value) is np.ndarray:  # the common case, in one test
+        return value.shape
     shape = _shape(value)
     if shape is None or not hasattr(value, "dtype"):
         raise TypeError(f"{name} must be an array, got {type(value).__name__}")
+    check_array_kind(name, value)
     return shape
+
+
+# NumPy subclasses refused as arrays, with how to pass their data: a matrix's ``*`` is a matrix
+# product and its results stay 2-D; a masked array's mask would be ignored (JAX reads the data).
+_REFUSED_SUBCLASSES = (
+    (np.matrix, "numpy.matrix (always 2-D, * a matrix product)", "np.asarray({name})"),
+    (np.ma.MaskedArray, "numpy.ma.MaskedArray, whose mask would be ignored", "{name}.filled(value)"),
+)
+
+
+def check_array_kind(name: str, value: Any) -> None:
+    """TypeError for an ``np.matrix`` or an ``np.ma.MaskedArray`` (subclasses too) named
+    ``name``, saying what to pass instead: NumPy would compute matrix algebra or ignore the mask
+    where JAX computes on the data. Other ndarray subclasses behave as ndarrays and pass."""
+    for kind, label, instead in _REFUSED_SUBCLASSES:
+        if isinstance(value, kind):
+            raise TypeError(f"{name} must be an array, got {label}: pass {instead.format(name=name)}")
 
 
 def check_numpy_dtype(name: str, value: Any) -> None:
@@ -659,7 +686,12 @@ def check_causal_mask_args(
     ``num_keys`` may be None), with ``check_size``'s errors; ``offset`` an int of either sign
     (a negative one puts the queries before the first key, as a blockwise tile does), or a 0-d
     integer array of ``array_offsets`` (jax_attn: a KV cache's length, traced under jit); the
-    mask of at most ``MAX_ELEMENTS`` elements."""
+    mask of at most ``MAX_ELEMENTS`` elements. An offset whose value is known (not traced) must
+    keep every position within ``MAX_POSITION``, ``|offset| + max(num_queries, num_keys) <=
+    2**31 - 1`` (jax_attn computes positions in int32; past it NumPy's or JAX's sums wrap
+    silently): ValueError naming the bound otherwise, in both packages, so that every offset
+    accepted gives one mask. An offset that far from the keys hides every key or none:
+    ``-num_queries`` and ``num_keys`` give those masks."""
     check_size("num_queries", num_queries)
     if num_keys is not None:
         check_size("num_keys", num_keys)
@@ -667,6 +699,17 @@ def check_causal_mask_args(
     check_array_size("the mask (num_queries, num_keys)", shape)
     if not _is_int_scalar(offset, array_offsets):
         raise TypeError(f"offset must be an int, got {offset!r} ({type(offset).__name__})")
+    try:
+        value = operator.index(offset)
+    except TypeError:  # a traced offset (jax_attn under jit): int32, its range the caller's
+        return
+    sizes = tuple(int(size) for size in shape)  # Python ints: a NumPy int sum would wrap
+    if abs(value) + max(sizes) > MAX_POSITION:
+        given = f"an int of {value.bit_length()} bits" if value.bit_length() > 64 else value
+        raise ValueError(
+            "offset must satisfy |offset| + max(num_queries, num_keys) <= 2**31 - 1 (positions are "
+            f"int32 in jax_attn), got offset={given} with (num_queries, num_keys) = {sizes}"
+        )
 
 
 def _is_int_scalar(value: Any, array_types: type | tuple[type, ...]) -> bool:

@@ -62,7 +62,14 @@ from typing import Any, BinaryIO, NoReturn
 import numpy as np
 
 from numpy_attn.spec import check_weights
-from numpy_attn.validation import check_array, check_finite, check_mapping, check_numpy_dtype
+from numpy_attn.validation import (
+    JAX_FLOATS,
+    check_array,
+    check_dtype_argument,
+    check_finite,
+    check_mapping,
+    check_numpy_dtype,
+)
 
 __all__ = ["MAX_TENSORS", "load_weights", "open_regular_file", "save_weights"]
 
@@ -130,19 +137,23 @@ def load_weights(
     With ``layer`` (a torch class name, e.g. ``"MultiHeadAttention"``; ``num_heads`` where the
     class has heads) the weights must fit that class exactly: one ValueError names every
     missing, unexpected and mis-shaped key. With ``dtype`` every array must have that dtype
-    (TypeError otherwise); without it they must all share one. Values must be finite. A file
+    (TypeError otherwise; ``dtype`` itself a floating dtype in the machine's byte order,
+    ``check_dtype_argument``'s TypeError before the file is read); without it they must all
+    share one. Values must be finite. A file
     that is not what ``save_weights`` wrote raises ValueError (TypeError for a dtype that
     weights cannot have); a missing or unreadable file raises the usual OSError.
     """
     suffix = _suffix(path)
+    if dtype is not None:  # the dtypes a weight file holds (bfloat16 in safetensors)
+        dtype = check_dtype_argument(dtype, JAX_FLOATS)
     name = os.fspath(path)
     with open_regular_file(path) as file:
         size = file.seek(0, os.SEEK_END)
         file.seek(0)
         params = _parse_npz(file, size, name) if suffix == ".npz" else _parse_safetensors(file, size, name)
     dtypes = {array.dtype.name for array in params.values()}
-    if dtype is not None and dtypes - {np.dtype(dtype).name}:
-        raise TypeError(f"{name} holds dtypes {sorted(dtypes)}, expected {np.dtype(dtype).name}")
+    if dtype is not None and dtypes - {dtype.name}:
+        raise TypeError(f"{name} holds dtypes {sorted(dtypes)}, expected {dtype.name}")
     if len(dtypes) > 1:
         raise TypeError(f"{name} mixes dtypes {sorted(dtypes)}; weights share one dtype")
     if layer is not None:

@@ -1,6 +1,7 @@
 """Weight files: safetensors and .npz round trips, no pickle, clear errors for bad files."""
 
 import json
+import re
 import struct
 
 import ml_dtypes
@@ -174,3 +175,22 @@ def test_non_finite_weights_and_wrong_suffix_are_refused(tmp_path):
 
 def test_bfloat16_needs_ml_dtypes_only_when_present():
     assert numpy_attn.weights_file._numpy_dtype("BF16", "f") == np.dtype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "dtype, given",
+    [(torch.float32, "torch.float32"), ("bogus", "'bogus'"), (int, "int64"), ("bool", "bool")],
+)
+def test_load_weights_checks_its_dtype_argument_as_init_kv_cache_does(tmp_path, dtype, given):
+    """NumPy's raw "Cannot interpret" / "not understood" errors before, and a non-floating dtype
+    blamed on the file ("holds dtypes ['float32'], expected int64"): init_kv_cache's TypeError now."""
+    save_weights(tmp_path / "w.npz", {"W": np.ones((2, 2), np.float32)})
+    message = f"dtype must be a floating dtype (float16, float32, float64; bfloat16 in jax_attn), got {given}"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        load_weights(tmp_path / "w.npz", dtype=dtype)
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        numpy_attn.init_kv_cache(1, 1, 2, 2, dtype)
+    big_endian = "dtype is >f4, big-endian; give it in the machine's byte order: np.float32"
+    with pytest.raises(TypeError, match=f"^{re.escape(big_endian)}$"):
+        load_weights(tmp_path / "w.npz", dtype=np.dtype(">f4"))
+    assert load_weights(tmp_path / "w.npz", dtype="float32")["W"].dtype == np.float32
