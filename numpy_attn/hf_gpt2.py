@@ -140,10 +140,7 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
         "drop_rate": hf_config.get("resid_pdrop", 0.1),
         "qkv_bias": True,
     }
-    hf = load_weights(os.path.join(directory, WEIGHTS_FILE))
-    hf = {name if name.startswith("lm_head.") else f"transformer.{name.removeprefix('transformer.')}": value
-          for name, value in hf.items()
-          if not name.endswith((".attn.bias", ".attn.masked_bias"))}  # fmt: skip  # old causal-mask buffers
+    hf = _transformer_names(load_weights(os.path.join(directory, WEIGHTS_FILE)), directory)
     check_params(hf, _hf_shapes(config, "lm_head.weight" in hf), layer=f"GPT-2 checkpoint {directory}")
     params = {"tok_emb.weight": hf["transformer.wte.weight"], "pos_emb.weight": hf["transformer.wpe.weight"]}
     for index in range(config["n_layers"]):
@@ -160,6 +157,25 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
     params["out_head.weight"] = hf.get("lm_head.weight", hf["transformer.wte.weight"])
     check_gpt_params(params, config)
     return params, config
+
+
+def _transformer_names(hf: Mapping[str, np.ndarray], directory: str) -> dict[str, np.ndarray]:
+    """``hf`` with every name but ``lm_head``'s under ``transformer.`` (GPT2Model's files leave
+    it out), less the old causal-mask buffers. A tensor under both names (``wte.weight`` and
+    ``transformer.wte.weight``) raises ValueError naming both: which one to load is not ours
+    to guess."""
+    sources: dict[str, str] = {}  # the name used here -> the file's
+    for name in hf:
+        if name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        ours = name if name.startswith("lm_head.") else f"transformer.{name.removeprefix('transformer.')}"
+        if ours in sources:
+            raise ValueError(
+                f"GPT-2 checkpoint {directory} names one weight twice, with and without 'transformer.': "
+                f"{sources[ours]!r} and {name!r}"
+            )
+        sources[ours] = name
+    return {ours: hf[name] for ours, name in sources.items()}
 
 
 def _block_pairs(block: str, hf_block: str) -> list[tuple[str, str, bool]]:
