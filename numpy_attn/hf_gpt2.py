@@ -28,7 +28,14 @@ import numpy as np
 from numpy_attn.gpt import LAYER_NORM_EPS
 from numpy_attn.gpt_spec import check_gpt_params
 from numpy_attn.validation import check_dropout, check_params, check_size
-from numpy_attn.weights_file import MAX_TENSORS, load_weights, open_regular_file, save_weights
+from numpy_attn.weights_file import (
+    MAX_TENSORS,
+    check_regular_file,
+    create_regular_file,
+    load_weights,
+    open_regular_file,
+    save_weights,
+)
 
 __all__ = ["HF_NAMES", "load_hf_gpt2", "save_hf_gpt2"]
 
@@ -201,7 +208,10 @@ def save_hf_gpt2(
 ) -> None:
     """Write ``params`` (checked against ``config``) as a folder ``GPT2LMHeadModel.from_pretrained``
     loads. ``lm_head`` is tied to ``wte`` when ``out_head.weight`` equals ``tok_emb.weight``;
-    a model without ``qkv_bias`` gets zero ``c_attn`` biases (the same outputs)."""
+    a model without ``qkv_bias`` gets zero ``c_attn`` biases (the same outputs). ``config.json``
+    holds plain ints and floats (NumPy ones in ``config`` are converted). Nothing is written
+    unless the weights, the config and both destinations pass (ValueError for one that exists
+    and is not a regular file: a FIFO would block); the weights are written, then the config."""
     check_gpt_params(params, config)
     params = {name: np.asarray(value) for name, value in params.items()}
     tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
@@ -225,23 +235,26 @@ def save_hf_gpt2(
     hf_config = {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
-        "vocab_size": config["vocab_size"],
-        "n_positions": config["context_length"],
-        "n_embd": config["emb_dim"],
-        "n_head": config["n_heads"],
-        "n_layer": config["n_layers"],
+        "vocab_size": int(config["vocab_size"]),  # checked ints and a float, NumPy's too: JSON's
+        "n_positions": int(config["context_length"]),
+        "n_embd": int(config["emb_dim"]),
+        "n_head": int(config["n_heads"]),
+        "n_layer": int(config["n_layers"]),
         "n_inner": None,
         "activation_function": "gelu_new",
         "layer_norm_epsilon": LAYER_NORM_EPS,
-        "resid_pdrop": config["drop_rate"],
-        "embd_pdrop": config["drop_rate"],
-        "attn_pdrop": config["drop_rate"],
+        "resid_pdrop": float(config["drop_rate"]),
+        "embd_pdrop": float(config["drop_rate"]),
+        "attn_pdrop": float(config["drop_rate"]),
         "tie_word_embeddings": bool(tied),
         "bos_token_id": None,
         "eos_token_id": None,
         "dtype": params["tok_emb.weight"].dtype.name,
     }
+    text = json.dumps(hf_config, indent=2).encode()  # before anything is written
     os.makedirs(directory, exist_ok=True)
+    config_path = os.path.join(directory, CONFIG_FILE)
+    check_regular_file(config_path, missing_ok=True)  # before the weights: a refusal writes nothing
     save_weights(os.path.join(directory, WEIGHTS_FILE), hf)
-    with open(os.path.join(directory, CONFIG_FILE), "w") as file:
-        json.dump(hf_config, file, indent=2)
+    with create_regular_file(config_path) as file:
+        file.write(text)

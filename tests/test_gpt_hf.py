@@ -215,3 +215,13 @@ def test_one_weight_under_both_names_is_refused_naming_both(tmp_path, bare_first
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             load(tmp_path)
 
+
+def test_numpy_sizes_in_the_config_are_written_as_json_numbers(tmp_path):
+    """The config check takes NumPy ints and floats: config.json gets plain ones (not a
+    TypeError from json after the weights were written, leaving a truncated config.json)."""
+    params = torch_ref.to_params(torch_model())
+    config = TINY | {"vocab_size": np.int64(61), "n_layers": np.int32(2), "drop_rate": np.float64(0.0)}
+    numpy_attn.save_hf_gpt2(tmp_path, params, config)
+    hf_config = json.loads((tmp_path / "config.json").read_text())
+    assert (hf_config["vocab_size"], hf_config["n_layer"], hf_config["resid_pdrop"]) == (61, 2, 0.0)
+    assert numpy_attn.load_hf_gpt2(tmp_path)[1] == TINY
