@@ -52,7 +52,7 @@ from numpy_attn.gpt_spec import (
 )
 from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.steps import Steps
-from numpy_attn.validation import JAX_FLOATS
+from numpy_attn.validation import JAX_FLOATS, check_cast_finite
 
 __all__ = [
     "BLOCK_STEPS",
@@ -409,10 +409,13 @@ class GPTModel(nnx.Module):
 
     def load_params(self, params: Mapping[str, Any]) -> Self:
         """Copy weights-format ``params`` in, in place, after checking all of them; values are
-        cast to the model's dtype. Nothing is written unless every key, shape and value fits."""
+        cast to the model's dtype. Nothing is written unless every key, shape and value fits, a
+        finite value too large for the model's dtype (1e5 into float16) included."""
         weights = readable_weights(params)
         check_jax_gpt_params(weights, self.config)
-        for name, variable in self._param_variables().items():
+        variables = self._param_variables()
+        check_cast_finite(weights, {name: variable.get_value().dtype for name, variable in variables.items()})
+        for name, variable in variables.items():
             fill(variable, jnp.asarray(_flax_layout(name, weights[name])))
         return self
 

@@ -142,8 +142,14 @@ def generate(
     numpy_attn's ValueError naming the first such step (``check_logits_finite``): each jitted
     step returns whether its logits were finite, and the flags are read once, after the last
     step (reading one per step would wait for the device at every token), so the tokens
-    drawn from them are never returned.
+    drawn from them are never returned. A ``model`` that is not a ``GPTModel`` (a params dict,
+    as ``numpy_attn.generate`` takes) raises TypeError.
     """
+    if not isinstance(model, GPTModel):
+        raise TypeError(
+            "model must be a jax_attn.GPTModel (GPTModel.from_params(params, config); numpy_attn.generate "
+            f"takes params and config instead), got {type(model).__name__}"
+        )
     config = model.config
     params = model.torch_params()  # the weights format, converted once per call
     check_jax_gpt_params(params, config)

@@ -35,6 +35,7 @@ from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     JAX_FLOATS,
     check_array_size,
+    check_cast_finite,
     check_context_length,
     check_dropout,
     check_finite,
@@ -389,9 +390,10 @@ class AttentionModule(nnx.Module):
 
         Every key and shape is checked first (one error names every missing, unexpected and
         mis-shaped key), then the weights must share one floating dtype (``check_weight_dtypes``),
-        then every value must be finite; values are cast to the module's dtype (as torch's
-        ``load_state_dict`` does). With ``to_params``, the only place where torch's
-        layout becomes Flax's.
+        then every value must be finite, and stay finite cast to the module's dtype
+        (``check_cast_finite``: 1e5 into float16 is a ValueError, as in torch_ref); values are
+        cast to the module's dtype (as torch's ``load_state_dict`` does). With ``to_params``,
+        the only place where torch's layout becomes Flax's.
         """
         weights = readable_weights(without_buffers(self.layer, params))
         variables = self._param_variables()
@@ -403,6 +405,7 @@ class AttentionModule(nnx.Module):
         shapes = parameter_shapes(self.layer, **check_weights(self.layer, weights, self.num_heads))
         check_weight_dtypes(self.layer, weights, shapes, variables[next(iter(shapes))][1].get_value().dtype)
         check_finite(weights)
+        check_cast_finite(weights, {name: var.get_value().dtype for name, (_, var) in variables.items()})
         for name, (_, variable) in variables.items():
             fill(variable, flax_value(name, as_jax(weights[name])))
         return self

@@ -28,7 +28,14 @@ import numpy as np
 from numpy_attn.gpt import LAYER_NORM_EPS
 from numpy_attn.gpt_spec import check_gpt_params
 from numpy_attn.validation import check_dropout, check_params, check_size
-from numpy_attn.weights_file import MAX_TENSORS, load_weights, open_regular_file, save_weights
+from numpy_attn.weights_file import (
+    MAX_TENSORS,
+    check_regular_file,
+    create_regular_file,
+    load_weights,
+    open_regular_file,
+    save_weights,
+)
 
 __all__ = ["HF_NAMES", "load_hf_gpt2", "save_hf_gpt2"]
 
@@ -140,10 +147,7 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
         "drop_rate": hf_config.get("resid_pdrop", 0.1),
         "qkv_bias": True,
     }
-    hf = load_weights(os.path.join(directory, WEIGHTS_FILE))
-    hf = {name if name.startswith("lm_head.") else f"transformer.{name.removeprefix('transformer.')}": value
-          for name, value in hf.items()
-          if not name.endswith((".attn.bias", ".attn.masked_bias"))}  # fmt: skip  # old causal-mask buffers
+    hf = _transformer_names(load_weights(os.path.join(directory, WEIGHTS_FILE)), directory)
     check_params(hf, _hf_shapes(config, "lm_head.weight" in hf), layer=f"GPT-2 checkpoint {directory}")
     params = {"tok_emb.weight": hf["transformer.wte.weight"], "pos_emb.weight": hf["transformer.wpe.weight"]}
     for index in range(config["n_layers"]):
@@ -160,6 +164,25 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
     params["out_head.weight"] = hf.get("lm_head.weight", hf["transformer.wte.weight"])
     check_gpt_params(params, config)
     return params, config
+
+
+def _transformer_names(hf: Mapping[str, np.ndarray], directory: str) -> dict[str, np.ndarray]:
+    """``hf`` with every name but ``lm_head``'s under ``transformer.`` (GPT2Model's files leave
+    it out), less the old causal-mask buffers. A tensor under both names (``wte.weight`` and
+    ``transformer.wte.weight``) raises ValueError naming both: which one to load is not ours
+    to guess."""
+    sources: dict[str, str] = {}  # the name used here -> the file's
+    for name in hf:
+        if name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        ours = name if name.startswith("lm_head.") else f"transformer.{name.removeprefix('transformer.')}"
+        if ours in sources:
+            raise ValueError(
+                f"GPT-2 checkpoint {directory} names one weight twice, with and without 'transformer.': "
+                f"{sources[ours]!r} and {name!r}"
+            )
+        sources[ours] = name
+    return {ours: hf[name] for ours, name in sources.items()}
 
 
 def _block_pairs(block: str, hf_block: str) -> list[tuple[str, str, bool]]:
@@ -185,7 +208,10 @@ def save_hf_gpt2(
 ) -> None:
     """Write ``params`` (checked against ``config``) as a folder ``GPT2LMHeadModel.from_pretrained``
     loads. ``lm_head`` is tied to ``wte`` when ``out_head.weight`` equals ``tok_emb.weight``;
-    a model without ``qkv_bias`` gets zero ``c_attn`` biases (the same outputs)."""
+    a model without ``qkv_bias`` gets zero ``c_attn`` biases (the same outputs). ``config.json``
+    holds plain ints and floats (NumPy ones in ``config`` are converted). Nothing is written
+    unless the weights, the config and both destinations pass (ValueError for one that exists
+    and is not a regular file: a FIFO would block); the weights are written, then the config."""
     check_gpt_params(params, config)
     params = {name: np.asarray(value) for name, value in params.items()}
     tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
@@ -209,23 +235,26 @@ def save_hf_gpt2(
     hf_config = {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
-        "vocab_size": config["vocab_size"],
-        "n_positions": config["context_length"],
-        "n_embd": config["emb_dim"],
-        "n_head": config["n_heads"],
-        "n_layer": config["n_layers"],
+        "vocab_size": int(config["vocab_size"]),  # checked ints and a float, NumPy's too: JSON's
+        "n_positions": int(config["context_length"]),
+        "n_embd": int(config["emb_dim"]),
+        "n_head": int(config["n_heads"]),
+        "n_layer": int(config["n_layers"]),
         "n_inner": None,
         "activation_function": "gelu_new",
         "layer_norm_epsilon": LAYER_NORM_EPS,
-        "resid_pdrop": config["drop_rate"],
-        "embd_pdrop": config["drop_rate"],
-        "attn_pdrop": config["drop_rate"],
+        "resid_pdrop": float(config["drop_rate"]),
+        "embd_pdrop": float(config["drop_rate"]),
+        "attn_pdrop": float(config["drop_rate"]),
         "tie_word_embeddings": bool(tied),
         "bos_token_id": None,
         "eos_token_id": None,
         "dtype": params["tok_emb.weight"].dtype.name,
     }
+    text = json.dumps(hf_config, indent=2).encode()  # before anything is written
     os.makedirs(directory, exist_ok=True)
+    config_path = os.path.join(directory, CONFIG_FILE)
+    check_regular_file(config_path, missing_ok=True)  # before the weights: a refusal writes nothing
     save_weights(os.path.join(directory, WEIGHTS_FILE), hf)
-    with open(os.path.join(directory, CONFIG_FILE), "w") as file:
-        json.dump(hf_config, file, indent=2)
+    with create_regular_file(config_path) as file:
+        file.write(text)

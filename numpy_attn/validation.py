@@ -29,6 +29,7 @@ __all__ = [
     "check_axis",
     "check_blockwise_args",
     "check_cache_room",
+    "check_cast_finite",
     "check_causal_lengths",
     "check_causal_mask_args",
     "check_context_length",
@@ -728,3 +729,33 @@ def check_axis(shape: tuple[int, ...], axis: Any, name: str = "x") -> None:
         raise TypeError(f"axis must be an int, got {axis!r} ({type(axis).__name__})")
     if not -len(shape) <= axis < len(shape):
         raise ValueError(f"axis {axis} is out of bounds for {name} of shape {tuple(shape)}")
+
+
+def check_cast_finite(params: Mapping[str, Any], dtypes: Mapping[str, Any]) -> None:
+    """Reject finite weights that a cast to the module's dtypes (``dtypes``: key -> dtype of the
+    variable the weight is copied into) would turn into inf: 1e300 into float32, 1e5 into
+    float16. The ValueError names the first such key, the dtype and its largest finite value, in
+    torch_ref's words (its ``load_params``). Call after ``check_finite``. A weight of its
+    variable's dtype, or of a smaller float (float16 into float32), cannot overflow and is
+    skipped; others are cast ``_FINITE_CHUNK`` values at a time (no copy of the weights)."""
+    for key, value in params.items():
+        flat, dtype = np.asarray(value).ravel(), np.dtype(dtypes[key])
+        if flat.dtype == dtype or flat.dtype.itemsize < dtype.itemsize:
+            continue
+        with np.errstate(over="ignore"):  # the overflow is what is looked for
+            fits = all(
+                np.isfinite(flat[start : start + _FINITE_CHUNK].astype(dtype)).all()
+                for start in range(0, flat.size, _FINITE_CHUNK)
+            )
+        if not fits:
+            raise ValueError(
+                f"params[{key!r}] has values too large for the module's dtype {dtype.name} "
+                f"(largest finite {_largest_finite(dtype):.6g})"
+            )
+
+
+def _largest_finite(dtype: np.dtype) -> float:
+    """The largest finite value of the IEEE float ``dtype`` (bfloat16 too, which ``np.finfo``
+    does not know): the bits of inf less one."""
+    inf_bits = np.array(np.inf, dtype).view(f"u{dtype.itemsize}")
+    return float((inf_bits - 1).view(dtype))

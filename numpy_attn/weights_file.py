@@ -71,7 +71,14 @@ from numpy_attn.validation import (
     check_numpy_dtype,
 )
 
-__all__ = ["MAX_TENSORS", "load_weights", "open_regular_file", "save_weights"]
+__all__ = [
+    "MAX_TENSORS",
+    "check_regular_file",
+    "create_regular_file",
+    "load_weights",
+    "open_regular_file",
+    "save_weights",
+]
 
 # safetensors dtype codes <-> NumPy dtype names (BF16 needs ml_dtypes, see _numpy_dtype)
 _CODES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
@@ -117,10 +124,7 @@ def save_weights(path: str | os.PathLike, params: Mapping[str, Any]) -> None:
     arrays = _checked_arrays(params, suffix)
     # the file's bytes, in pieces (safetensors: the header, then the arrays' own memory)
     pieces = _npz_pieces(arrays) if suffix == ".npz" else _safetensors_pieces(arrays)
-    _check_regular_file(path, missing_ok=True)  # a FIFO would block the open until a reader came
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0)
-    with os.fdopen(os.open(path, flags, 0o666), "wb") as file:
-        _check_still_regular(file, path)
+    with create_regular_file(path) as file:
         for piece in pieces:
             file.write(piece)
 
@@ -278,7 +282,7 @@ def _npz_pieces(arrays: dict[str, np.ndarray]) -> list[bytes | memoryview]:
 # ---------------------------------------------------------------- loading
 
 
-def _check_regular_file(path: str | os.PathLike, *, missing_ok: bool = False) -> None:
+def check_regular_file(path: str | os.PathLike, *, missing_ok: bool = False) -> None:
     """Refuse a ``path`` that exists and is not a regular file, before anything opens it: a FIFO
     or a device would block or never end (``os.stat`` follows links: a link to a FIFO is a FIFO)."""
     try:
@@ -299,11 +303,27 @@ def _check_still_regular(file: BinaryIO, path: str | os.PathLike) -> None:
         raise ValueError(f"{os.fspath(path)} is not a regular file (it was replaced while being opened)")
 
 
+def create_regular_file(path: str | os.PathLike) -> BinaryIO:
+    """``path`` opened for writing (binary, created or emptied), which must be a regular file if
+    it exists (checked before opening, so that a FIFO cannot block the open until a reader
+    came, and again on the open descriptor): a ValueError otherwise. Every file numpy_attn
+    writes (weights, a checkpoint's config) is opened so."""
+    check_regular_file(path, missing_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0)
+    file = os.fdopen(os.open(path, flags, 0o666), "wb")
+    try:
+        _check_still_regular(file, path)
+    except BaseException:
+        file.close()
+        raise
+    return file
+
+
 def open_regular_file(path: str | os.PathLike) -> BinaryIO:
     """``path`` opened for reading (binary), which must be a regular file (checked before opening,
     so that a FIFO or a device cannot block, and again on the open descriptor): a ValueError
     otherwise. Every file numpy_attn reads (weights, a checkpoint's config) is opened so."""
-    _check_regular_file(path)
+    check_regular_file(path)
     file = os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb")
     try:
         _check_still_regular(file, path)

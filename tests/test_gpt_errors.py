@@ -389,3 +389,19 @@ def test_torch_token_ids_are_refused_as_the_layers_refuse_a_torch_tensor(params)
     with pytest.raises(TypeError) as layer:  # the layers' text, but for the name
         numpy_attn.gelu(ids.float())
     assert str(layer.value) == message.replace("token_ids", "x").replace("int64", "float32")
+
+
+def test_finite_weights_that_overflow_a_float16_jax_model_raise_torch_refs_error(params):
+    """1e5 is finite in float32, inf in float16: torch_ref's ValueError, not a model holding inf."""
+    model = jax_attn.GPTModel.from_params({k: v.astype(np.float16) for k, v in params.items()}, TINY)
+    before = model.to_params()
+    bad = dict(params) | {"final_norm.shift": np.full(TINY["emb_dim"], 1e5, np.float32)}
+    message = (
+        "params['final_norm.shift'] has values too large for the module's dtype float16 "
+        "(largest finite 65504)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        torch_ref.load_params(torch_model().half(), bad)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        model.load_params(bad)
+    assert all(np.array_equal(value, before[name]) for name, value in model.to_params().items())

@@ -196,3 +196,32 @@ def test_writing_checks_the_weights_against_the_config_first(tmp_path):
     with pytest.raises(ValueError, match=r"missing keys \['final_norm.shift'\]"):
         numpy_attn.save_hf_gpt2(tmp_path / "out", params, TINY)
     assert not os.path.exists(tmp_path / "out")  # nothing half-written
+
+
+@pytest.mark.parametrize("bare_first", [False, True], ids=["bare_last", "bare_first"])
+def test_one_weight_under_both_names_is_refused_naming_both(tmp_path, bare_first):
+    """``wte.weight`` beside ``transformer.wte.weight``: not whichever comes last in the file."""
+    numpy_attn.save_hf_gpt2(tmp_path, torch_ref.to_params(torch_model()), TINY)
+    path = tmp_path / "model.safetensors"
+    hf = numpy_attn.load_weights(path)
+    bare = {"wte.weight": np.full_like(hf["transformer.wte.weight"], 7.0)}
+    numpy_attn.save_weights(path, bare | hf if bare_first else hf | bare)
+    first, second = sorted(["wte.weight", "transformer.wte.weight"], reverse=bare_first)
+    message = (
+        f"GPT-2 checkpoint {tmp_path} names one weight twice, with and without 'transformer.': "
+        f"{first!r} and {second!r}"
+    )
+    for load in (numpy_attn.load_hf_gpt2, jax_attn.GPTModel.from_hf_gpt2):
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            load(tmp_path)
+
+
+def test_numpy_sizes_in_the_config_are_written_as_json_numbers(tmp_path):
+    """The config check takes NumPy ints and floats: config.json gets plain ones (not a
+    TypeError from json after the weights were written, leaving a truncated config.json)."""
+    params = torch_ref.to_params(torch_model())
+    config = TINY | {"vocab_size": np.int64(61), "n_layers": np.int32(2), "drop_rate": np.float64(0.0)}
+    numpy_attn.save_hf_gpt2(tmp_path, params, config)
+    hf_config = json.loads((tmp_path / "config.json").read_text())
+    assert (hf_config["vocab_size"], hf_config["n_layer"], hf_config["resid_pdrop"]) == (61, 2, 0.0)
+    assert numpy_attn.load_hf_gpt2(tmp_path)[1] == TINY

@@ -18,7 +18,7 @@ import pytest
 import safetensors.numpy
 import torch
 
-from numpy_attn import load_weights, save_weights, weights_file
+from numpy_attn import gpt_param_shapes, load_weights, save_hf_gpt2, save_weights, weights_file
 from tests.cpu_time import within_cpu_seconds
 
 W = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -788,3 +788,37 @@ def test_saving_to_what_is_not_a_regular_file_is_refused_without_blocking(tmp_pa
             reader.read()
     assert not thread.is_alive() and outcome, "saving hung or returned"
     assert isinstance(outcome[0], ValueError) and "is not a regular file" in str(outcome[0])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_gpt2_checkpoint_whose_config_json_is_not_a_regular_file_is_refused_writing_nothing(tmp_path, kind):
+    """The weights file goes through ``save_weights``' check; config.json too, and before the
+    weights are written: a refusal leaves the folder's checkpoint as it was."""
+    config = {"vocab_size": 11, "context_length": 8, "emb_dim": 4, "n_heads": 2, "n_layers": 1}
+    config |= {"drop_rate": 0.0, "qkv_bias": True}
+    rng = np.random.default_rng(0)
+    params = {k: rng.standard_normal(s).astype(np.float32) for k, s in gpt_param_shapes(config).items()}
+    weights = tmp_path / "model.safetensors"
+    save_hf_gpt2(tmp_path, params, config)
+    before = weights.read_bytes()
+    path = tmp_path / "config.json"
+    path.unlink()
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    outcome = []
+
+    def run():
+        try:
+            save_hf_gpt2(tmp_path, {k: v + 1 for k, v in params.items()}, config)
+        except BaseException as error:  # the test inspects it
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():  # unblock a writer stuck on a FIFO
+        with open(path, "rb") as reader:
+            reader.read()
+    assert not thread.is_alive() and outcome, "saving hung or returned"
+    message = f"{path} is not a regular file (a FIFO, device, directory or a link to one)"
+    assert type(outcome[0]) is ValueError and str(outcome[0]) == message
+    assert weights.read_bytes() == before  # the weights were not rewritten

@@ -442,3 +442,32 @@ def test_signatures_are_the_torch_constructors_plus_flax_keywords(layer):
     module = getattr(jax_attn, layer).from_params(to_params(case.build_torch()), **case.kwargs())
     call = inspect.signature(module).parameters  # a module's signature is its call's
     assert next(iter(call)) == "x" and "return_steps" in call
+
+
+@pytest.mark.parametrize(
+    "load, dtype, value",
+    [("from_params", "float16", 1e5), ("load_params", "float16", 1e5), ("load_params", "bfloat16", 3.4e38)],
+)
+def test_finite_weights_that_overflow_the_module_dtype_raise_torch_refs_error(load, dtype, value):
+    """1e5 is finite in float32 and inf in float16: not a module holding inf, but torch_ref's
+    ValueError naming the key, the dtype and its largest value (numpy_attn's text, one check)."""
+    case = module_case("MultiHeadAttention")
+    good = to_params(case.build_torch())
+    module = jax_attn.MultiHeadAttention.from_params(retyped(good, jnp.dtype(dtype)), **case.kwargs())
+    before = module.to_params()
+    params = good | {"out_proj.bias": good["out_proj.bias"].copy()}
+    params["out_proj.bias"][1] = value
+    message = (
+        f"params['out_proj.bias'] has values too large for the module's dtype {dtype} "
+        f"(largest finite {'65504' if dtype == 'float16' else '3.38953e+38'})"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        torch_ref.load_params(case.build_torch().to(getattr(torch, dtype)), params)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        numpy_attn.validation.check_cast_finite(params, dict.fromkeys(params, jnp.dtype(dtype)))
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        if load == "from_params":
+            jax_attn.MultiHeadAttention.from_params(params, **case.kwargs(), dtype=dtype)
+        else:
+            module.load_params(params)
+    assert all(np.array_equal(after, before[name]) for name, after in module.to_params().items())
