@@ -24,6 +24,7 @@ STDLIB = {
     "inspect",
     "json",
     "os",
+    "operator",
     "re",
     "struct",
     "sys",
