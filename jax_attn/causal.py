@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jax_attn.attend import unchecked_attend
 from jax_attn.checks import check_key, check_layer
 from jax_attn.compiled import compiled
-from jax_attn.linear import qkv_projections
+from jax_attn.linear import unchecked_qkv_projections
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.steps import Steps
@@ -59,7 +59,7 @@ def _causal_head(
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``causal_attention`` on checked arguments (the wrapper checks all its heads at once)."""
     fused = fuses_projections(path.implementation, x.shape[-2])
-    queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
+    queries, keys, values = unchecked_qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
     context_vec, attention_steps = unchecked_attend(
         queries, keys, values, Masking(causal=True), dropout, path, return_steps
     )  # (B, T, E)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax_attn.attention import unchecked_scaled_dot_product_attention
 from jax_attn.checks import check_dtype, check_layer
 from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
-from jax_attn.linear import qkv_projections, unchecked_linear
+from jax_attn.linear import unchecked_linear, unchecked_qkv_projections
 from jax_attn.masks import unchecked_causal_mask
 from numpy_attn.validation import (
     check_cache_room,
@@ -114,7 +114,7 @@ def unchecked_multi_head_attention_decode(
     """``multi_head_attention_decode`` without its checks, for a caller that has made them (the
     GPT's decode, once per call rather than once per block and token)."""
     x = jnp.asarray(x)  # arrays from any framework compute here
-    queries, keys, values = qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
+    queries, keys, values = unchecked_qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
     context_vec, cache = _decode(
         unchecked_split_heads(queries, num_heads),
         unchecked_split_heads(keys, num_heads),

@@ -8,8 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.checks import check_jax_operands
-from numpy_attn.spec import QKV
-from numpy_attn.validation import check_linear_shapes, check_parts
+from numpy_attn.validation import QKV, check_flag, check_linear_shapes, check_parts, check_qkv_params
 
 __all__ = [
     "linear",
@@ -17,6 +16,8 @@ __all__ = [
     "qkv_weights",
     "split_projection",
     "unchecked_linear",
+    "unchecked_qkv_projections",
+    "unchecked_qkv_weights",
     "unchecked_split_projection",
 ]
 
@@ -44,16 +45,39 @@ def unchecked_linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = N
 def qkv_projections(
     x: jax.Array, params: Mapping[str, jax.Array], *, fused: bool = False
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``W_query(x), W_key(x), W_value(x)``: three matmuls as in the notes, or, ``fused``, one
-    matmul with the three weights stacked (one pass over x, the fast paths' choice)."""
-    if not fused:
-        return tuple(unchecked_linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in QKV)
-    return unchecked_split_projection(x, *qkv_weights(params))  # 3 x (..., E)
+    """``unchecked_qkv_projections`` after ``linear``'s checks, for the three projections: ``params`` a
+    mapping of str holding ``W_query``, ``W_key`` and ``W_value``, weights ``(E, D)``, biases
+    ``(E,)`` for all three or none (other keys ignored), all of x's dtype, x ``(..., D)``, and
+    ``fused`` a bool (TypeError or ValueError otherwise; float64 needs 64-bit mode)."""
+    check_flag("fused", fused)
+    operands = check_qkv_params(params, "qkv_projections")
+    check_jax_operands(x=x, **operands)
+    check_linear_shapes(x, params["W_query.weight"], None, "params['W_query.weight']")
+    return unchecked_qkv_projections(x, params, fused=fused)
 
 
 def qkv_weights(params: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array | None]:
+    """``unchecked_qkv_weights`` after ``qkv_projections``' checks of ``params`` (TypeError or
+    ValueError otherwise; float64 needs 64-bit mode)."""
+    check_jax_operands(**check_qkv_params(params, "qkv_weights"))
+    return unchecked_qkv_weights(params)
+
+
+def unchecked_qkv_projections(
+    x: jax.Array, params: Mapping[str, jax.Array], *, fused: bool = False
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``W_query(x), W_key(x), W_value(x)``: three matmuls as in the notes, or, ``fused``, one
+    matmul with the three weights stacked (one pass over x, the fast paths' choice), for
+    arguments already checked (the layers')."""
+    if not fused:
+        return tuple(unchecked_linear(x, params[f"{n}.weight"], params.get(f"{n}.bias")) for n in QKV)
+    return unchecked_split_projection(x, *unchecked_qkv_weights(params))  # 3 x (..., E)
+
+
+def unchecked_qkv_weights(params: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array | None]:
     """``W_query``, ``W_key`` and ``W_value`` stacked in the layout of note 003's ``Wqkv``: the
-    ``(3E, D)`` weight and the ``(3E,)`` bias (None without ``qkv_bias``)."""
+    ``(3E, D)`` weight and the ``(3E,)`` bias (None without ``qkv_bias``), for weights already
+    checked (the layers')."""
     weight = jnp.concatenate([params[f"{n}.weight"] for n in QKV])  # (3 * E, D)
     if "W_query.bias" not in params:
         return weight, None

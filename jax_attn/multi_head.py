@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jax_attn.attend import unchecked_attend_heads
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
-from jax_attn.linear import qkv_weights, unchecked_linear
+from jax_attn.linear import unchecked_linear, unchecked_qkv_weights
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.steps import Steps
@@ -48,7 +48,7 @@ def multi_head_attention(
     x = jnp.asarray(x)  # arrays from any framework compute here
     context_vec, attention_steps = unchecked_attend_heads(
         x,
-        qkv_weights(params),
+        unchecked_qkv_weights(params),
         num_heads,
         Masking(causal=True),
         AttnDropout(dropout, key, attn_keep_mask),

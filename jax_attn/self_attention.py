@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jax_attn.attend import unchecked_attend
 from jax_attn.checks import check_layer
 from jax_attn.compiled import compiled
-from jax_attn.linear import qkv_projections
+from jax_attn.linear import unchecked_qkv_projections
 from numpy_attn.attend_options import ComputePath
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
 from numpy_attn.steps import Steps
@@ -64,7 +64,7 @@ def self_attention_v2(
     check_layer("SelfAttentionV2", params, x, implementation=implementation, block_size=block_size)
     x = jnp.asarray(x)  # arrays from any framework compute here
     fused = fuses_projections(implementation, x.shape[-2])
-    queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (T, E)
+    queries, keys, values = unchecked_qkv_projections(x, params, fused=fused)  # 3 x (T, E)
     context_vec, attention_steps = unchecked_attend(
         queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
     )  # (T, E)

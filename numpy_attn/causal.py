@@ -9,7 +9,7 @@ import numpy as np
 from numpy_attn.attend import unchecked_attend
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
-from numpy_attn.linear import qkv_projections
+from numpy_attn.linear import unchecked_qkv_projections
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
@@ -56,7 +56,7 @@ def _causal_head(
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``causal_attention`` on checked arguments (the wrapper checks all its heads at once)."""
     fused = fuses_projections(path.implementation, x.shape[-2])
-    queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
+    queries, keys, values = unchecked_qkv_projections(x, params, fused=fused)  # 3 x (B, T, E)
     context_vec, attention_steps = unchecked_attend(
         queries, keys, values, Masking(causal=True), dropout, path, return_steps
     )  # (B, T, E)

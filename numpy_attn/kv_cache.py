@@ -17,7 +17,7 @@ import numpy as np
 
 from numpy_attn.attention import unchecked_scaled_dot_product_attention
 from numpy_attn.heads import unchecked_merge_heads, unchecked_split_heads
-from numpy_attn.linear import qkv_projections, unchecked_linear
+from numpy_attn.linear import unchecked_linear, unchecked_qkv_projections
 from numpy_attn.masks import unchecked_causal_mask
 from numpy_attn.spec import check_layer
 from numpy_attn.validation import (
@@ -107,7 +107,7 @@ def unchecked_multi_head_attention_decode(
     """``multi_head_attention_decode`` without its checks, for a caller that has made them (the
     GPT's decode, once per call rather than once per block and token)."""
     x = np.asarray(x)  # arrays from any framework compute here
-    queries, keys, values = qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
+    queries, keys, values = unchecked_qkv_projections(x, params, fused=True)  # 3 x (B, t, E)
     context_vec, cache = _decode(
         unchecked_split_heads(queries, num_heads),
         unchecked_split_heads(keys, num_heads),

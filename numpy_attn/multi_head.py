@@ -9,7 +9,7 @@ import numpy as np
 from numpy_attn.attend import unchecked_attend_heads
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
-from numpy_attn.linear import qkv_weights, unchecked_linear
+from numpy_attn.linear import unchecked_linear, unchecked_qkv_weights
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
@@ -45,7 +45,7 @@ def multi_head_attention(
     x = np.asarray(x)  # arrays from any framework compute here
     context_vec, attention_steps = unchecked_attend_heads(
         x,
-        qkv_weights(params),
+        unchecked_qkv_weights(params),
         num_heads,
         Masking(causal=True),
         AttnDropout(dropout, rng, attn_keep_mask),

@@ -9,7 +9,7 @@ import numpy as np
 from numpy_attn.attend import unchecked_attend
 from numpy_attn.attend_options import ComputePath
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
-from numpy_attn.linear import qkv_projections
+from numpy_attn.linear import unchecked_qkv_projections
 from numpy_attn.spec import check_layer
 from numpy_attn.steps import Steps
 
@@ -60,7 +60,7 @@ def self_attention_v2(
     check_layer("SelfAttentionV2", params, x, implementation=implementation, block_size=block_size)
     x = np.asarray(x)  # arrays from any framework compute here
     fused = fuses_projections(implementation, x.shape[-2])
-    queries, keys, values = qkv_projections(x, params, fused=fused)  # 3 x (T, E)
+    queries, keys, values = unchecked_qkv_projections(x, params, fused=fused)  # 3 x (T, E)
     context_vec, attention_steps = unchecked_attend(
         queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
     )  # (T, E)

@@ -26,6 +26,7 @@ import numpy as np
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, check_implementation
 from numpy_attn.validation import (
     NUMPY_FLOATS,
+    QKV,
     check_array,
     check_context_length,
     check_divisible,
@@ -54,8 +55,6 @@ __all__ = [
     "step_names",
     "without_buffers",
 ]
-
-QKV = ("W_query", "W_key", "W_value")
 
 Shapes = dict[str, tuple[int, ...]]
 # constructor argument -> (value the weights imply, the evidence: "W_query.weight has shape (4, 3)")

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_ELEMENTS",
     "MAX_POSITION",
     "NUMPY_FLOATS",
+    "QKV",
     "check_array",
     "check_array_kind",
     "check_array_size",
@@ -54,6 +55,7 @@ __all__ = [
     "check_params",
     "check_parts",
     "check_qkv_pair",
+    "check_qkv_params",
     "check_rng",
     "check_scores_mask",
     "check_self_attention_args",
@@ -61,6 +63,8 @@ __all__ = [
     "padding_batch",
 ]
 
+# The three projections of the notes' attention layers (``nn.Linear`` modules), by their names
+QKV = ("W_query", "W_key", "W_value")
 # The dtypes NumPy computes in. JAX adds bfloat16 (NumPy has no bfloat16 arithmetic: ml_dtypes'
 # bfloat16 matmul returns float32).
 NUMPY_FLOATS = ("float16", "float32", "float64")
@@ -320,15 +324,15 @@ def check_qkv_pair(qkv: Any) -> None:
         raise TypeError(f"qkv must be a (weight, bias) pair, bias None for none, got {got}")
 
 
-def check_linear_shapes(x: Any, weight: Any, bias: Any) -> None:
-    """``linear``'s ``(..., D)`` input, ``(out_features, D)`` weight (torch's layout) and
-    ``(out_features,)`` bias or None: a ValueError naming the shapes otherwise (NumPy would
-    raise its own matmul error, JAX would broadcast a width of 1)."""
+def check_linear_shapes(x: Any, weight: Any, bias: Any, weight_name: str = "weight") -> None:
+    """``linear``'s ``(..., D)`` input, ``(out_features, D)`` weight (torch's layout; named
+    ``weight_name``) and ``(out_features,)`` bias or None: a ValueError naming the shapes
+    otherwise (NumPy would raise its own matmul error, JAX would broadcast a width of 1)."""
     x_shape, weight_shape = tuple(x.shape), tuple(weight.shape)
     if len(x_shape) < 1 or len(weight_shape) != 2 or weight_shape[1] != x_shape[-1]:
         width = x_shape[-1] if x_shape else None
         raise ValueError(
-            f"weight must have shape (out_features, in_features) with in_features={width} "
+            f"{weight_name} must have shape (out_features, in_features) with in_features={width} "
             f"(x has shape {x_shape}), got shape {weight_shape}"
         )
     if bias is not None and tuple(bias.shape) != weight_shape[:1]:
@@ -336,6 +340,40 @@ def check_linear_shapes(x: Any, weight: Any, bias: Any) -> None:
             f"bias must have shape ({weight_shape[0]},) for weight of shape {weight_shape}, "
             f"got shape {tuple(bias.shape)}"
         )
+
+
+def check_qkv_params(params: Any, function: str) -> dict[str, Any]:
+    """``qkv_projections``' and ``qkv_weights``' ``params`` (``function``, as messages name it):
+    a mapping of str (``check_mapping``) holding ``W_query.weight``, ``W_key.weight`` and
+    ``W_value.weight``, and the three biases or none (otherwise the biases given would be
+    ignored or half used): one ValueError naming the missing keys, as ``check_params`` does for
+    a layer. Each an array (``check_array``), the weights of one ``(E, D)`` shape and the biases
+    ``(E,)``: one ValueError naming every mis-shaped key. Other keys (a bigger layer's weights)
+    are ignored. Returns the weights and biases by the names that messages give them
+    (``params['W_query.weight']``), for the caller's ``check_operands``."""
+    check_mapping(params)
+    weights, biases = ([f"{name}.{kind}" for name in QKV] for kind in ("weight", "bias"))
+    given = [key for key in biases if key in params]
+    keys = weights + biases if given else weights
+    missing = [key for key in keys if key not in params]
+    if missing:
+        some = given and given != biases  # a bias of some projections only
+        partial = f" (biases for the three projections or none, got {given})" if some else ""
+        raise ValueError(f"params do not fit {function}: missing keys {missing}{partial}")
+    shapes = {key: check_array(f"params[{key!r}]", params[key]) for key in keys}
+    query = shapes[weights[0]]
+    if len(query) != 2:
+        expected = {weights[0]: "(E, D)"}
+    else:
+        expected = dict.fromkeys(weights, query) | dict.fromkeys(given, query[:1])
+    misshaped = [
+        f"{key!r} has shape {shapes[key]}, expected {want}"
+        for key, want in expected.items()
+        if shapes[key] != want
+    ]
+    if misshaped:
+        raise ValueError(f"params do not fit {function}: mis-shaped keys: " + "; ".join(misshaped))
+    return {f"params[{key!r}]": params[key] for key in keys}
 
 
 def check_attention_shapes(queries: Any, keys: Any, values: Any) -> None:

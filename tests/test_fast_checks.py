@@ -151,11 +151,13 @@ BLOCK_CHECKS = [
     ("numpy_attn.gpt", "check_part"),
     ("numpy_attn.heads", "check_input"),
     ("numpy_attn.linear", "check_operands"),
+    ("numpy_attn.linear", "check_qkv_params"),
     ("numpy_attn.masks", "check_causal_mask_args"),
     ("numpy_attn.softmax", "check_operands"),
     ("jax_attn.gpt", "check_block"),
     ("jax_attn.gpt", "check_part"),
     ("jax_attn.gpt", "check_jax_operands"),
+    ("jax_attn.linear", "check_qkv_params"),
 ]
 
 

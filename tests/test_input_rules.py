@@ -3,6 +3,7 @@
 of the wrong type, bad ``context_length``/``context_size``, and float16 scores beyond its range."""
 
 import functools
+import importlib
 import math
 import re
 import types
@@ -15,6 +16,7 @@ import torch
 
 import jax_attn
 import numpy_attn
+from numpy_attn.spec import QKV
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.tolerances import tolerance_for
 from torch_ref import to_params
@@ -610,6 +612,115 @@ def test_attend_heads_qkv_must_be_a_weight_bias_pair(package, qkv, got):
         PACKAGES[package].attend_heads(arrays["x"], given, N)
     expected = PACKAGES[package].attend_heads(arrays["x"], (weight, None), N)[0]  # a list is a pair too
     np.testing.assert_array_equal(PACKAGES[package].attend_heads(arrays["x"], [weight, None], N)[0], expected)
+
+
+def qkv_params(bias=True):
+    """``W_query``, ``W_key`` and ``W_value`` ``(4, D)`` (E = 4), with biases, and an
+    ``out_proj`` weight: the keys of a bigger layer, which ``qkv_projections`` ignores."""
+    rng = np.random.default_rng(11)
+    params = {f"{n}.weight": rng.standard_normal((4, D)).astype(np.float32) for n in QKV}
+    if bias:
+        params |= {f"{n}.bias": rng.standard_normal(4).astype(np.float32) for n in QKV}
+    return params | {"out_proj.weight": rng.standard_normal((4, 4)).astype(np.float32)}
+
+
+def without(*keys):
+    return lambda params: {k: v for k, v in params.items() if k not in keys}
+
+
+def replaced(key, change):
+    return lambda params: params | {key: change(params[key])}
+
+
+MISSING = "params do not fit qkv_projections: missing keys"
+PARTIAL = "(biases for the three projections or none, got"
+QKV_BAD = [  # (change of the params, change of x, fused, error, message)
+    (lambda p: list(p.items()), None, False, TypeError,
+     "params must be a mapping of str to arrays, got list"),
+    (lambda p: p | {0: p["W_key.weight"]}, None, False, TypeError,
+     "params must be a mapping of str to arrays, got key 0 (int)"),
+    (without("W_key.weight", "W_value.weight"), None, False, ValueError,
+     f"{MISSING} ['W_key.weight', 'W_value.weight']"),
+    (without("W_key.bias", "W_value.bias"), None, True, ValueError,
+     f"{MISSING} ['W_key.bias', 'W_value.bias'] {PARTIAL} ['W_query.bias'])"),
+    (without("W_query.bias"), None, False, ValueError,
+     f"{MISSING} ['W_query.bias'] {PARTIAL} ['W_key.bias', 'W_value.bias'])"),
+    (replaced("W_value.weight", lambda w: w[:3]), None, False, ValueError,
+     "params do not fit qkv_projections: mis-shaped keys: 'W_value.weight' has shape (3, 3), "
+     "expected (4, 3)"),
+    (replaced("W_key.bias", lambda b: b[:1]), None, True, ValueError,
+     "params do not fit qkv_projections: mis-shaped keys: 'W_key.bias' has shape (1,), expected (4,)"),
+    (replaced("W_query.weight", lambda w: w[0]), None, False, ValueError,
+     "params do not fit qkv_projections: mis-shaped keys: 'W_query.weight' has shape (3,), expected (E, D)"),
+    (replaced("W_key.weight", lambda w: w.tolist()), None, False, TypeError,
+     "params['W_key.weight'] must be an array, got list"),
+    (None, lambda x: x[..., :2], False, ValueError,
+     "params['W_query.weight'] must have shape (out_features, in_features) with in_features=2 "
+     "(x has shape (2, 3, 2)), got shape (4, 3)"),
+    (None, lambda x: x.astype(np.float16), True, TypeError,
+     "params['W_query.weight'] has dtype float32 but x has dtype float16"),
+    (replaced("W_value.bias", lambda b: b.astype(np.float16)), None, False, TypeError,
+     "params['W_value.bias'] has dtype float16 but x has dtype float32"),
+    (None, lambda x: x[0].view(np.matrix), False, TypeError,
+     "x must be an array, got numpy.matrix (always 2-D, * a matrix product): pass np.asarray(x)"),
+    (None, None, 1, TypeError, "fused must be a bool, got 1 (int)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize("change_params, change_x, fused, error, message", QKV_BAD)
+def test_qkv_projections_checks_its_arguments(package, change_params, change_x, fused, error, message):
+    """It checked nothing: KeyError for a missing weight, a bias of W_query alone ignored (or
+    W_query's used alone), NumPy's or JAX's own errors for shapes, silent promotion of dtypes."""
+    params, x = qkv_params(), block_arrays("linear")["x"]
+    params = change_params(params) if change_params else params
+    x = change_x(x) if change_x else x
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        PACKAGES[package].qkv_projections(x, params, fused=fused)
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+def test_qkv_weights_checks_its_params(package):
+    qkv_weights, params = PACKAGES[package].qkv_weights, qkv_params()
+    message = f"params do not fit qkv_weights: missing keys ['W_query.bias', 'W_value.bias'] {PARTIAL}"
+    with pytest.raises(ValueError, match=f"^{re.escape(message + ' [' + repr('W_key.bias') + '])')}$"):
+        qkv_weights(without("W_query.bias", "W_value.bias")(params))
+    message = "params['W_key.weight'] has dtype float16 but params['W_query.weight'] has dtype float32"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        qkv_weights(replaced("W_key.weight", lambda w: w.astype(np.float16))(params))
+    message = (
+        "params do not fit qkv_weights: mis-shaped keys: 'W_key.weight' has shape (4, 2), expected (4, 3)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        qkv_weights(replaced("W_key.weight", lambda w: w[:, :2])(params))
+    with pytest.raises(TypeError, match=r"^params must be a mapping of str to arrays, got NoneType$"):
+        qkv_weights(None)
+
+
+def test_qkv_projections_checks_under_jit_too():
+    """Shapes and dtypes are checked while tracing (JAX adds a line to the message)."""
+    params, x = qkv_params(), block_arrays("linear")["x"]
+    message = "params['W_value.bias'] has dtype float16 but x has dtype float32"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}(\n|$)"):
+        jax.jit(jax_attn.qkv_projections)(x, replaced("W_value.bias", lambda b: b.astype(np.float16))(params))
+    message = "params do not fit qkv_weights: missing keys ['W_key.bias'] "
+    message += f"{PARTIAL} ['W_query.bias', 'W_value.bias'])"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}(\n|$)"):
+        jax.jit(jax_attn.qkv_weights)(without("W_key.bias")(params))
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+@pytest.mark.parametrize("bias", [True, False])
+def test_qkv_projections_and_weights_checked_equal_unchecked(package, bias):
+    fn, params, x = PACKAGES[package], qkv_params(bias), block_arrays("linear")["x"]
+    linear = importlib.import_module(f"{fn.__name__}.linear")
+    for fused in (False, True):
+        actual = fn.qkv_projections(x, params, fused=fused)
+        expected = linear.unchecked_qkv_projections(x, params, fused=fused)
+        for got, want in zip(actual, expected, strict=True):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    for got, want in zip(fn.qkv_weights(params), linear.unchecked_qkv_weights(params), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 @pytest.mark.parametrize("package", list(PACKAGES))
