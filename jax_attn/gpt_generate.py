@@ -3,7 +3,8 @@
 ``gpt_model_decode`` runs the model on new tokens given a ``KVCache`` per block (jax_attn's
 functional cache: fixed ``(B, N, L, H)`` arrays, L = ``context_length``); its logits equal the
 full pass's at those positions. ``generate`` jits one step (decode, then pick the next token):
-it compiles once for the prompt's length and once for single tokens, never once per token.
+it compiles once for the prompt's length and once for single tokens, never once per token, and
+the temperature is an argument of the step: one sampling program serves every temperature.
 ``temperature=0`` is greedy (argmax, as transformers' ``do_sample=False``); otherwise the
 logits are divided by ``temperature``, cut to the ``top_k`` largest, and sampled with ``rng``
 (a ``jax.random`` key). numpy_attn.gpt_generate mirrors this module.
@@ -98,26 +99,36 @@ def unchecked_gpt_model_decode(
 
 
 def _next_tokens(
-    logits: jax.Array, key: jax.Array | None, temperature: float, top_k: int | None
+    logits: jax.Array, key: jax.Array | None, temperature: jax.Array | None, top_k: int | None
 ) -> jax.Array:
-    """The next token per row of ``logits`` (B, V): argmax, or a sample. The logits kept (the
-    ``top_k`` largest), less their maximum, are divided by ``temperature``: each is <= 0 and the
-    largest 0, so no temperature overflows them; where a tiny one takes the others to -inf, the
-    sample is the argmax (greedy; ties shared). A temperature past the logits' dtype's range
-    (float16's 65504) divides as that largest value: the tokens cut by ``top_k`` stay at -inf."""
-    if temperature == 0.0:
+    """The next token per row of ``logits`` (B, V): argmax (``temperature`` None), or a sample.
+    The logits kept (the ``top_k`` largest), less their maximum, are divided by ``temperature``
+    (a 0-d array of the logits' dtype, within its range: ``sampling_temperature``): each is <= 0
+    and the largest 0, so no temperature overflows them; where a tiny one takes the others to
+    -inf, the sample is the argmax (greedy; ties shared)."""
+    if temperature is None:
         return jnp.argmax(logits, axis=-1)  # (B,)
     if top_k is not None:
         kth_largest = jax.lax.top_k(logits, top_k)[0][:, -1:]  # (B, 1)
         logits = jnp.where(logits < kth_largest, -jnp.inf, logits)
     shifted = logits - logits.max(axis=-1, keepdims=True)  # (B, V), <= 0
-    temperature = min(temperature, float(jnp.finfo(logits.dtype).max))  # as inf, -inf / it would be NaN
     scaled = jnp.where(shifted == 0, 0, shifted / temperature)  # 0 / 0 where temperature rounds to 0
     return jax.random.categorical(key, scaled, axis=-1)  # (B,)
 
 
-@functools.partial(jax.jit, static_argnames=("config_items", "temperature", "top_k"))
-def _step(params, token_ids, caches, key, config_items, temperature, top_k):
+def sampling_temperature(temperature: float, dtype: Any) -> jax.Array | None:
+    """``generate``'s ``temperature`` as ``_next_tokens`` divides by it: None for 0 (greedy),
+    else a 0-d array of the logits' ``dtype`` (the value a Python float would take there), an
+    argument of the jitted step rather than a constant of it, so that one program serves every
+    temperature. One past the dtype's range (float16's 65504) is its largest value: cast to inf,
+    it would divide the tokens cut by ``top_k`` (-inf) into NaN."""
+    if temperature == 0.0:
+        return None
+    return jnp.asarray(min(temperature, float(jnp.finfo(dtype).max)), dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("config_items", "top_k"))
+def _step(params, token_ids, caches, key, temperature, config_items, top_k):
     """One jitted step: decode ``token_ids`` (B, t), pick the next token from the last logits;
     with it, whether those logits were all finite (a () bool)."""
     logits, caches = unchecked_gpt_model_decode(params, token_ids, caches, dict(config_items))
@@ -156,14 +167,15 @@ def generate(
     check_token_ids(token_ids, config)
     check_key(rng, "rng")  # a jax.random key, under numpy_attn's argument name
     check_generate_args(token_ids.shape, max_new_tokens, config, temperature, top_k, rng is not None)
-    temperature = float(temperature)  # checked within float64's range: an int past int64's divides too
+    # checked within float64's range: an int past int64's divides too
+    temperature = sampling_temperature(float(temperature), params[FIRST_WEIGHT].dtype)
     token_ids = jnp.asarray(token_ids)
     caches = init_gpt_cache(config, token_ids.shape[0], params["tok_emb.weight"].dtype)
     keys = jax.random.split(rng, max_new_tokens) if rng is not None else [None] * max_new_tokens
     config_items, new_tokens, step_input, finite = tuple(config.items()), [], token_ids, []
     for key in keys:
         next_tokens, caches, step_finite = _step(
-            params, step_input, caches, key, config_items, temperature, top_k
+            params, step_input, caches, key, temperature, config_items, top_k
         )
         step_input = next_tokens[:, None].astype(token_ids.dtype)  # (B, 1)
         new_tokens.append(step_input)
