@@ -212,3 +212,45 @@ def test_locate_reports_a_candidate_raising_and_raises_for_a_reference_raising(t
     assert len(report.verified) == 9 and report.verified[-1].startswith(f"{port}:18  ")
     with pytest.raises(Raised, match=r"^ValueError: no y$"):
         locate(candidate, ref, x, params=params)
+
+
+NNX_MHA = f"{HERE / 'nnx_mha.py'}:MHA"
+NNX_INIT = ["--init", "d_in=8", "--init", "d_out=8", "--init", "num_heads=2"]
+
+
+@pytest.mark.parametrize(
+    "reference, candidate, init",
+    [(REFERENCE, REFERENCE, INIT), (NNX_MHA, NNX_MHA, NNX_INIT)],
+    ids=["torch", "nnx"],
+)
+def test_diff_builds_a_candidate_class_as_it_builds_the_reference(capsys, reference, candidate, init):
+    """The same class on both sides, built after the same seed (an NNX class with
+    ``rngs=nnx.Rngs(--seed)``), holds the same weights: before, a candidate class was called as a
+    function on the input and reported as a port raising TypeError, and an NNX class was not built
+    without its rngs."""
+    assert main(["diff", reference, candidate, *init, "--shape", "2,5,8", "--seed", "3"]) == 0
+    assert "ok: the outputs match" in capsys.readouterr().out
+
+
+def test_diff_a_candidate_class_refusing_its_init_is_one_line_and_exit_code_2(capsys):
+    code, err = diff_usage_error(capsys, REFERENCE, NNX_MHA, *INIT, "--shape", "2,5,8")
+    assert (code, err) == (
+        2,
+        f"attn-parity diff: error: {NNX_MHA} d_model=8 n_head=2: TypeError: MHA.__init__() got an "
+        "unexpected keyword argument 'd_model'\n",
+    )
+
+
+@pytest.mark.parametrize("side", ["reference", "candidate"])
+def test_diff_a_name_that_is_not_callable_is_one_line_and_exit_code_2(tmp_path, capsys, side):
+    """Before, ``x = 3`` as the candidate was a port raising TypeError (exit 1, ``candidate None
+    None``)."""
+    (tmp_path / "misc.py").write_text("x = 3\n")
+    bad = f"{tmp_path / 'misc.py'}:x"
+    files = [bad, PORT] if side == "reference" else [REFERENCE, bad]
+    code, err = diff_usage_error(capsys, *files, *INIT, "--shape", "2,5,8")
+    assert (code, err) == (
+        2,
+        f"attn-parity diff: error: {bad!r}: 'x' in {tmp_path / 'misc.py'} is of type int, not callable: "
+        "expected a function, a module or a class\n",
+    )

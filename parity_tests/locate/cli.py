@@ -1,14 +1,16 @@
 """``attn-parity diff REF.py:NAME CAND.py:NAME --shape B,T,D``: locate on the user's own files.
 
-``NAME`` is a function, a module instance or a class in the file; a class is built with
-``--init KEY=VALUE`` (after ``torch.manual_seed(--seed)``). A torch reference's weights (its
+``NAME`` is a function, a module instance or a class in the file; a class (the reference's and
+the candidate's alike) is built with ``--init KEY=VALUE`` after ``torch.manual_seed(--seed)``, a
+Flax NNX class taking ``rngs`` also with ``rngs=nnx.Rngs(--seed)``. A torch reference's weights (its
 ``state_dict`` without buffers, as NumPy) go first to a candidate function; ``--option KEY=VALUE``
 are keyword arguments for the candidate; ``--gradients`` compares the gradients (the first
 diverging backward operation), ``--train`` runs the reference in train mode with its dropout
 keep-masks given to a JAX candidate. Exit 0 when every shape matches, 1 when one does not (a
 candidate that raises is a port that diverges: the report names its line raising, the exception
 and the last value it still agreed on), 2 for bad usage, with one line on stderr: a file that
-does not load, a name it lacks, a size below 1, a seed outside 0 to 2**32 - 1, a reference that
+does not load, a name it lacks or that is not a function, module or class, a class refusing the
+``--init`` values, a size below 1, a seed outside 0 to 2**32 - 1, a reference that
 raises on an input of the shape asked for, a NumPy port with ``--gradients``.
 """
 
@@ -17,20 +19,22 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
+import inspect
 import os
 import sys
 from typing import Any
 
 from parity_tests.usage import MAX_SEED, UsageError, check_sizes, console_width, integer, png_path
 
-__all__ = ["add_diff_parser", "load_object"]
+__all__ = ["add_diff_parser", "build", "load_object"]
 
 
 def load_object(spec: str) -> Any:
     """``path/to/file.py:NAME`` -> the object ``NAME`` of that file (its folder importable while it
     loads, so that it can import its neighbours). ValueError for a file that does not exist or
-    fails to load (a syntax error, an exception while it runs) and for a name it lacks; a module
-    it imports that is not installed raises ModuleNotFoundError (the CLI names the extra)."""
+    fails to load (a syntax error, an exception while it runs), for a name it lacks and for one
+    that is not callable (a function, a module or a class); a module it imports that is not
+    installed raises ModuleNotFoundError (the CLI names the extra)."""
     path, _, name = spec.rpartition(":")
     if not path.endswith(".py") or not name:
         raise ValueError(f"{spec!r}: expected FILE.py:NAME")
@@ -50,7 +54,36 @@ def load_object(spec: str) -> Any:
         sys.path.remove(folder)
     if not hasattr(module, name):
         raise ValueError(f"{spec!r}: {path} has no {name!r}")
-    return getattr(module, name)
+    value = getattr(module, name)
+    if not callable(value):
+        raise ValueError(
+            f"{spec!r}: {name!r} in {path} is of type {type(value).__name__}, not callable: expected a "
+            "function, a module or a class"
+        )
+    return value
+
+
+def build(spec: str, value: Any, init: dict[str, Any], seed: int) -> Any:
+    """``value`` (the object ``spec`` names) as ``diff`` calls it: a class is built with ``init``
+    after ``torch.manual_seed(seed)`` (a Flax NNX class whose constructor takes ``rngs`` and is
+    not given it also with ``rngs=nnx.Rngs(seed)``), so that two classes creating the same
+    weights in the same order hold the same values; anything else as it is. UsageError (one line)
+    for a class whose constructor refuses ``init`` (TypeError, ValueError)."""
+    if not isinstance(value, type):
+        return value
+    import torch
+
+    nnx = sys.modules.get("flax.nnx")
+    arguments = dict(init)
+    if nnx is not None and issubclass(value, nnx.Module) and "rngs" not in arguments:
+        if "rngs" in inspect.signature(value.__init__).parameters:  # NNX's metaclass hides it on the class
+            arguments["rngs"] = nnx.Rngs(seed)
+    torch.manual_seed(seed)
+    try:
+        return value(**arguments)
+    except (TypeError, ValueError) as error:
+        given = "".join(f" {key}={text!r}" for key, text in init.items())
+        raise UsageError(f"{spec}{given}: {type(error).__name__}: {error}") from None
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, Any]:
@@ -87,20 +120,14 @@ def _diff(args: argparse.Namespace) -> int:
     from parity_tests.locate.report import NO_HEATMAP
     from parity_tests.locate.trace import Raised
 
-    heatmap = args.heatmap and png_path(args.heatmap, "first_divergence.png")
+    heatmap = None if args.heatmap is None else png_path(args.heatmap, "first_divergence.png")
     try:
         reference, candidate = load_object(args.reference), load_object(args.candidate)
         init, options = _pairs(args.init, "--init"), _pairs(args.option, "--option")
     except ValueError as error:
         raise UsageError(error) from None
-    if isinstance(reference, type):
-        import torch
-
-        torch.manual_seed(args.seed)
-        try:
-            reference = reference(**init)
-        except (TypeError, ValueError) as error:
-            raise UsageError(f"{args.reference} {' '.join(args.init)}: {error}") from None
+    reference = build(args.reference, reference, init, args.seed)
+    candidate = build(args.candidate, candidate, init, args.seed)
     params = _weights(reference)
     if options:
         candidate = functools.partial(candidate, **options)
@@ -166,9 +193,11 @@ def add_diff_parser(commands: Any) -> None:
         "--seed",
         type=integer("--seed", 0, MAX_SEED),
         default=0,
-        help="torch seed for building a reference class",
+        help="torch seed (and NNX rngs) for building a class",
     )
-    diff.add_argument("--init", action="append", default=[], help="KEY=VALUE for the reference class")
+    diff.add_argument(
+        "--init", action="append", default=[], help="KEY=VALUE for building a class (reference or candidate)"
+    )
     diff.add_argument("--option", action="append", default=[], help="KEY=VALUE for the candidate")
     diff.add_argument("--gradients", action="store_true", help="compare the gradients")
     diff.add_argument("--train", action="store_true", help="reference in train mode, its dropout masks given")
