@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from parity_tests.usage import MAX_SEED, integer, png_path
+from parity_tests.usage import MAX_SEED, integer, number, png_path
 
 __all__ = ["TOY_CONFIG", "add_train_parity_parser", "write_loss_plot"]
 
@@ -88,8 +88,18 @@ def add_train_parity_parser(commands: argparse._SubParsersAction) -> None:
         "train-parity", help="train the GPT in torch and JAX on the same batches; compare losses and weights"
     )
     parser.add_argument("--steps", type=integer("--steps", 1, 10_000), default=20, help="training steps")
-    parser.add_argument("--learning-rate", type=float, default=3e-3, help="AdamW learning rate")
-    parser.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
+    parser.add_argument(
+        "--learning-rate",
+        type=number("--learning-rate", 0.0, 1.0, low_included=False),
+        default=3e-3,
+        help="AdamW learning rate, above 0 and at most 1 (default 3e-3)",
+    )
+    parser.add_argument(
+        "--weight-decay",
+        type=number("--weight-decay", 0.0, 1.0),
+        default=0.1,
+        help="AdamW weight decay, from 0 to 1 (default 0.1)",
+    )
     parser.add_argument(
         "--seed",
         type=integer("--seed", 0, MAX_SEED),

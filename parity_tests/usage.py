@@ -15,6 +15,7 @@ __all__ = [
     "check_sizes",
     "console_width",
     "integer",
+    "number",
     "png_path",
 ]
 
@@ -42,6 +43,25 @@ def integer(flag: str, low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def number(flag: str, low: float, high: float, *, low_included: bool = True) -> Callable[[str], float]:
+    """An argparse ``type`` for the real option ``flag``: a finite number from ``low`` to ``high``
+    (``low`` itself refused unless ``low_included``), else the one line ``FLAG 'TEXT': expected a
+    number from LOW to HIGH`` (``above LOW, at most HIGH``) (exit code 2): NaN, an infinity and a
+    value that overflows to one (``1e400``) are refused."""
+    expected = f"from {low:g} to {high:g}" if low_included else f"above {low:g}, at most {high:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (low <= value <= high and (low_included or value > low)):  # NaN fails every comparison
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected a number {expected}")
+        return value
+
+    return parse
+
+
 def check_folder_of(path: str) -> None:
     """The folder that is to hold the file ``path`` must exist."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -51,10 +71,15 @@ def check_folder_of(path: str) -> None:
 
 def png_path(path: str, name: str) -> str:
     """The PNG file that ``path`` names: ``name`` inside it when it is an existing folder, with
-    ``.png`` added when it has no extension (as matplotlib adds it); UsageError for another
-    extension or a folder that does not exist."""
+    ``.png`` added when it has no extension (as matplotlib adds it); UsageError for an empty
+    path or file name, a file name that is only the extension (``.png``, which matplotlib would
+    write as ``.png.png``), another extension or a folder that does not exist."""
     if os.path.isdir(path):
         path = os.path.join(path, name)
+    if os.path.basename(path).lower() in ("", ".png"):
+        raise UsageError(
+            f"{path!r}: no file name: expected a .png file, a name without extension or a folder"
+        )
     extension = os.path.splitext(path)[1]
     if not extension:
         path += ".png"

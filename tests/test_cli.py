@@ -319,3 +319,53 @@ DIFF = [
 )  # fmt: skip
 def test_integer_options_out_of_range_are_one_line_and_exit_code_2(capsys, argv, line):
     assert usage_error(capsys, *argv) == (2, f"{line}\n")
+
+
+NO_FILE_NAME = "no file name: expected a .png file, a name without extension or a folder"
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["train-parity", "--learning-rate", "nan"], "attn-parity train-parity: error: argument "
+         "--learning-rate: --learning-rate 'nan': expected a number above 0, at most 1"),
+        (["train-parity", "--learning-rate", "1e400"], "attn-parity train-parity: error: argument "
+         "--learning-rate: --learning-rate '1e400': expected a number above 0, at most 1"),
+        (["train-parity", "--learning-rate", "0"], "attn-parity train-parity: error: argument "
+         "--learning-rate: --learning-rate '0': expected a number above 0, at most 1"),
+        (["train-parity", "--learning-rate", "x"], "attn-parity train-parity: error: argument "
+         "--learning-rate: --learning-rate 'x': expected a number above 0, at most 1"),
+        (["train-parity", "--weight-decay", "-1"], "attn-parity train-parity: error: argument "
+         "--weight-decay: --weight-decay '-1': expected a number from 0 to 1"),
+        (["train-parity", "--weight-decay", "inf"], "attn-parity train-parity: error: argument "
+         "--weight-decay: --weight-decay 'inf': expected a number from 0 to 1"),
+        (["heatmap", "CausalAttention", "--out", ""], f"attn-parity heatmap: error: '': {NO_FILE_NAME}"),
+        (["heatmap", "CausalAttention", "--out", ".PNG"],
+         f"attn-parity heatmap: error: '.PNG': {NO_FILE_NAME}"),
+        (["train-parity", "--steps", "1", "--out", ""],
+         f"attn-parity train-parity: error: '': {NO_FILE_NAME}"),
+        ([*DIFF, "--heatmap", ""], f"attn-parity diff: error: '': {NO_FILE_NAME}"),
+    ],
+)  # fmt: skip
+def test_real_options_out_of_range_and_empty_png_names_are_one_line_and_exit_code_2(
+    tmp_path, monkeypatch, capsys, argv, line
+):
+    """NaN, an infinity (1e400 overflows to one), a negative weight decay made torch's traceback or
+    a run with lr=inf; an empty --out wrote ./.png.png and printed ``wrote .png``."""
+    monkeypatch.chdir(tmp_path)
+    assert usage_error(capsys, *argv) == (2, f"{line}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text", ["0", "nan", "65"])
+def test_the_weights_io_bench_refuses_a_size_out_of_range(capsys, text):
+    from parity_tests.bench.weights_io import main as weights_io
+
+    with pytest.raises(SystemExit) as exit_info:
+        weights_io(["--gib", text])
+    assert exit_info.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith(f"error: argument --gib: --gib {text!r}: expected a number from 0.001 to 64")
+    )

@@ -25,6 +25,7 @@ import numpy as np
 
 from numpy_attn import load_weights, save_weights
 from parity_tests.bench.memory import peak_extra_bytes
+from parity_tests.usage import number
 
 __all__ = ["WeightsIo", "markdown_weights_io", "measure_weights_io"]
 
@@ -93,7 +94,12 @@ def markdown_weights_io(rows: list[WeightsIo]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.weights_io", description=__doc__)
-    parser.add_argument("--gib", type=float, default=4.0, help="size of the weights")
+    parser.add_argument(
+        "--gib",
+        type=number("--gib", 0.001, 64.0),
+        default=4.0,
+        help="size of the weights in GiB, from 0.001 (about 1 MiB) to 64 (default 4)",
+    )
     parser.add_argument("--suffix", nargs="+", choices=SUFFIXES, default=list(SUFFIXES))
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the file is written")
     parser.add_argument("--child", nargs=2, metavar=("OPERATION", "PATH"), help=argparse.SUPPRESS)
