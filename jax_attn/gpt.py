@@ -49,6 +49,7 @@ from numpy_attn.gpt_spec import (
     check_token_ids,
     gpt_param_shapes,
     sub_params,
+    without_gpt_buffers,
 )
 from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.steps import Steps
@@ -212,11 +213,13 @@ def gpt_model(
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``GPTModel``: integer ``token_ids`` (B, T), T <= context_length -> logits (B, T, V).
 
-    Every weight name and shape is checked against ``config`` first, then the ids (their
-    values only where concrete). Eager calls run one compiled program (as ``jax_attn.compiled``
-    does for the layers): eager and jitted results are bit-identical.
+    ``params`` may be a ``state_dict()`` as it is (its causal-mask buffers are ignored:
+    ``without_gpt_buffers``). Every weight name and shape is checked against ``config`` first,
+    then the ids (their values only where concrete). Eager calls run one compiled program (as
+    ``jax_attn.compiled`` does for the layers): eager and jitted results are bit-identical.
     """
     check_config(config)
+    params = without_gpt_buffers(params, config)
     concrete = is_concrete(params) and not any(isinstance(a, jax.core.Tracer) for a in (token_ids, key))
     check_jax_gpt_params(params, config, check_values=concrete)
     check_token_ids(token_ids, config, check_values=concrete)
@@ -373,11 +376,12 @@ class GPTModel(nnx.Module):
     def from_params(
         cls, params: Mapping[str, Any], config: Mapping[str, Any], *, rngs: nnx.Rngs | None = None
     ) -> Self:
-        """A model holding ``params`` (the weights format, checked against ``config``: every
+        """A model holding ``params`` (the weights format, or a torch ``state_dict()`` as it is,
+        its causal-mask buffers ignored (``without_gpt_buffers``), checked against ``config``: every
         missing, unexpected and mis-shaped key at once, then finiteness); the dtype is the
         weights'. Without ``rngs`` it is built as shapes (no weight is drawn to be thrown away),
         starts in eval mode and has no dropout stream."""
-        weights = readable_weights(params)
+        weights = readable_weights(without_gpt_buffers(params, config))
         check_jax_gpt_params(weights, config)
         dtype = weights[FIRST_WEIGHT].dtype
         model = build_to_load(lambda rngs: cls(config, dtype=dtype, rngs=rngs), rngs)
@@ -408,10 +412,11 @@ class GPTModel(nnx.Module):
         return {name: np.asarray(value) for name, value in self.torch_params().items()}
 
     def load_params(self, params: Mapping[str, Any]) -> Self:
-        """Copy weights-format ``params`` in, in place, after checking all of them; values are
+        """Copy weights-format ``params`` (or a ``state_dict()``, its causal-mask buffers
+        ignored) in, in place, after checking all of them; values are
         cast to the model's dtype. Nothing is written unless every key, shape and value fits, a
         finite value too large for the model's dtype (1e5 into float16) included."""
-        weights = readable_weights(params)
+        weights = readable_weights(without_gpt_buffers(params, self.config))
         check_jax_gpt_params(weights, self.config)
         variables = self._param_variables()
         check_cast_finite(weights, {name: variable.get_value().dtype for name, variable in variables.items()})

@@ -31,6 +31,7 @@ from numpy_attn.gpt_spec import (
     check_logits_finite,
     check_token_ids,
     sub_params,
+    without_gpt_buffers,
 )
 
 __all__ = ["generate", "gpt_model_decode", "init_gpt_cache", "unchecked_gpt_model_decode"]
@@ -59,6 +60,7 @@ def gpt_model_decode(
     the caches (``check_gpt_caches``: one per block, each as the decode functions check theirs,
     all holding the same tokens with room for t more); values and lengths only where concrete."""
     check_config(config)
+    params = without_gpt_buffers(params, config)
     concrete = is_concrete(params) and not isinstance(token_ids, jax.core.Tracer)
     check_jax_gpt_params(params, config, check_values=concrete)
     check_token_ids(token_ids, config, check_values=concrete)

@@ -23,6 +23,7 @@ from numpy_attn.gpt_spec import (
     check_part,
     check_token_ids,
     sub_params,
+    without_gpt_buffers,
 )
 from numpy_attn.linear import unchecked_linear
 from numpy_attn.multi_head import multi_head_attention
@@ -225,9 +226,12 @@ def gpt_model(
 ) -> np.ndarray | tuple[np.ndarray, Steps]:
     """``GPTModel``: integer ``token_ids`` (B, T), T <= context_length -> logits (B, T, V).
 
-    Every weight name and shape is checked against ``config`` first, then the ids.
+    ``params`` may be a ``state_dict()`` as it is (its causal-mask buffers are ignored:
+    ``without_gpt_buffers``; as in ``gpt_model_decode``, ``generate``, ``save_hf_gpt2``). Every
+    weight name and shape is checked against ``config`` first, then the ids.
     """
     check_config(config)
+    params = without_gpt_buffers(params, config)
     check_gpt_params(params, config)
     check_token_ids(token_ids, config)
     check_rng(rng)

@@ -26,6 +26,7 @@ from numpy_attn.gpt_spec import (
     check_logits_finite,
     check_token_ids,
     sub_params,
+    without_gpt_buffers,
 )
 from numpy_attn.kv_cache import KVCache, cache_length, init_kv_cache, unchecked_multi_head_attention_decode
 from numpy_attn.softmax import unchecked_softmax
@@ -57,6 +58,7 @@ def gpt_model_decode(
     the caches (``check_gpt_caches``: one per block, each as the decode functions check theirs,
     all holding the same tokens with room for t more)."""
     check_config(config)
+    params = without_gpt_buffers(params, config)
     check_gpt_params(params, config)
     check_token_ids(token_ids, config)
     check_gpt_caches(
@@ -129,6 +131,7 @@ def generate(
     Logits that are not finite (a float16 model whose activations overflow) raise a ValueError
     naming the step (``check_logits_finite``), before any token is picked from them.
     """
+    params = without_gpt_buffers(params, config)
     check_gpt_params(params, config)
     check_token_ids(token_ids, config)
     check_rng(rng)

@@ -4,6 +4,7 @@
 ``n_layers``, ``drop_rate``, ``qkv_bias``). The weights are torch_ref ``GPTModel``'s
 ``state_dict`` names (buffers such as ``trf_blocks.{i}.att.mask`` excluded), torch layout, as
 ``gpt_param_shapes`` lists them; numpy_attn, jax_attn and the checkpoint readers check against it.
+The entry points also take a ``state_dict()`` as it is: ``without_gpt_buffers`` drops its buffers.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.spec import QKV
+from numpy_attn.spec import QKV, layer_spec
 from numpy_attn.validation import (
     NUMPY_FLOATS,
     check_array_kind,
@@ -48,8 +49,10 @@ __all__ = [
     "check_token_ids",
     "gpt_param_shapes",
     "sub_params",
+    "without_gpt_buffers",
 ]
 
+BLOCK_ATTENTION = "MultiHeadAttention"  # the class of each block's ``att``
 FIRST_WEIGHT = "tok_emb.weight"  # the weight whose dtype the others must have
 CONFIG_KEYS = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers", "drop_rate", "qkv_bias")
 
@@ -121,6 +124,22 @@ def gpt_param_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     for index in range(config["n_layers"]):
         shapes |= _prefixed(f"trf_blocks.{index}.", block_shapes(emb, bool(config["qkv_bias"])))
     return shapes | _prefixed("final_norm.", layer_norm_shapes(emb)) | {"out_head.weight": (vocab, emb)}
+
+
+def without_gpt_buffers(params: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The weights of a torch ``GPTModel(config).state_dict()``: the buffers of its blocks'
+    attention (``trf_blocks.{i}.att.mask`` for each block i, the buffers ``layer_spec`` names for
+    ``MultiHeadAttention``) left out, as the attention modules' ``from_params`` leave out theirs
+    (``without_buffers``: whatever their values); every other key kept for the checks to name.
+    The mapping is checked first, then the config (the errors of ``check_gpt_params``)."""
+    check_mapping(params)
+    check_config(config)
+    buffers = {
+        f"trf_blocks.{index}.att.{buffer}"
+        for index in range(config["n_layers"])
+        for buffer in layer_spec(BLOCK_ATTENTION).buffers
+    }
+    return {name: value for name, value in params.items() if name not in buffers}
 
 
 def check_part(part: str, params: Any, x: Any, *, floating: tuple[str, ...] = NUMPY_FLOATS) -> None:

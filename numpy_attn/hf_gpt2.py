@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from numpy_attn.gpt import LAYER_NORM_EPS
-from numpy_attn.gpt_spec import check_gpt_params
+from numpy_attn.gpt_spec import check_gpt_params, without_gpt_buffers
 from numpy_attn.validation import check_dropout, check_params, check_size
 from numpy_attn.weights_file import (
     MAX_TENSORS,
@@ -212,6 +212,7 @@ def save_hf_gpt2(
     holds plain ints and floats (NumPy ones in ``config`` are converted). Nothing is written
     unless the weights, the config and both destinations pass (ValueError for one that exists
     and is not a regular file: a FIFO would block); the weights are written, then the config."""
+    params = without_gpt_buffers(params, config)
     check_gpt_params(params, config)
     params = {name: np.asarray(value) for name, value in params.items()}
     tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])

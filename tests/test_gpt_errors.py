@@ -104,6 +104,18 @@ def test_heads_that_do_not_divide_the_width(params, call):
         call(params, token_ids(1, 4), TINY | {"n_heads": 3})
 
 
+@CALLS
+def test_a_state_dict_with_other_keys_than_its_buffers_is_refused_naming_them(params, call):
+    """The blocks' causal-mask buffers are ignored whatever their values, as the attention modules'
+    ``from_params`` ignores theirs; any other key, a mask of a block the config lacks included,
+    is named as before."""
+    masks = {"trf_blocks.0.att.mask": np.ones(1, np.float32), "trf_blocks.1.att.mask": np.ones((16, 16))}
+    extra = {"trf_blocks.2.att.mask": np.ones((16, 16)), "out_head.bias": np.zeros(61, np.float32)}
+    message = "params do not fit GPTModel: unexpected keys ['out_head.bias', 'trf_blocks.2.att.mask']"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call(params | masks | extra, token_ids(1, 4), TINY)
+
+
 def test_loading_bad_weights_into_a_jax_model_leaves_it_untouched(params):
     model = jax_attn.GPTModel.from_params(params, TINY)
     bad = dict(params) | {"out_head.weight": np.full((61, 32), np.nan, np.float32)}
