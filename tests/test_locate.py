@@ -63,12 +63,35 @@ def test_report_names_the_step_both_lines_the_worst_entry_and_the_cause(tmp_path
         ("np_heads_merged_without_transpose", "context_vec", "reshape without the transpose"),
         ("np_values_from_key_weights", "values", "equals the reference's keys"),
         ("jax_keys_from_query_projection", "keys", "equals the reference's queries"),
+        ("np_buffer_same_value_head_each_time", "context_vec", "equals head 0 of the reference's values"),
     ],
 )
 def test_causes_are_read_from_the_data(bug, step, cause, tmp_path):
     report, line = planted(bug, tmp_path)
     assert (report.first_divergence, report.candidate_location) == (step, line)
     assert any(cause in c for c in report.causes), report.causes
+
+
+def test_a_port_filling_a_zeros_buffer_head_by_head_is_verified_line_by_line(tmp_path):
+    """Each head's values are matched to one head of the reference's; the ``np.zeros`` buffer the
+    loop overwrites is never compared (it was blamed as scores "0 times the reference")."""
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    report = locate(
+        ref,
+        load("numpy_head_buffer", (HERE / "numpy_head_buffer.py").read_text()).mha,
+        inputs(),
+        params=params,
+    )
+    assert report.ok
+    lines = {v.split("  ", 1)[1] for v in report.verified}
+    assert {
+        "qh = q[:, :, h * hd : (h + 1) * hd]",
+        "s = s / np.sqrt(hd)",
+        "s[:, np.triu(np.ones((t, t), bool), 1)] = -np.inf",
+        "w /= w.sum(-1, keepdims=True)",
+        "ctx[:, :, h * hd : (h + 1) * hd] = w @ vh",
+    } <= lines, report.verified
 
 
 def test_a_wrong_last_line_is_the_first_divergence_not_the_reference_mask(tmp_path):

@@ -10,7 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.align import Alignment, align, blame_location, match_values, tolerance_of
+from parity_tests.locate.align import (
+    Alignment,
+    align,
+    blame_location,
+    layout_classes,
+    match_values,
+    tolerance_of,
+)
 from parity_tests.locate.causes import axis_names, read_causes
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
@@ -219,6 +226,17 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         report.causes.append(
             f"this value equals the reference's {_label(expected, other.index)} "
             f"({other.location}): taken from the wrong variable or weights"
+        )
+    if alignment.rerouted_from is not None and blamed.index in alignment.parts:
+        r, axis, index = alignment.parts[blamed.index][0]
+        other = expected.records[r]
+        name = axis_names(other.shape, sizes)[axis]
+        classes = layout_classes(expected, alignment.rules)
+        named = next((x for x in expected.records if x.step and classes[x.index] == classes[r]), other)
+        report.causes.append(
+            f"this value equals {name} {index} of the reference's {_label(expected, named.index)} "
+            f"({named.location}), as a value this line computed before does: the same slice taken "
+            f"again where another {name}'s is due"
         )
     if laid_out is not None and laid_out.dtype.kind in "fb" and counterpart.value.dtype.kind in "fb":
         e, a = counterpart.value.astype(np.float64), laid_out.astype(np.float64)
