@@ -56,7 +56,8 @@ class Alignment:
     ``counterpart``: the reference record the shown value should have equalled; ``scaled``: the
     reference records computed after its scale was applied; ``parts``: for a candidate value that
     holds no reference value whole, the parts it holds as ``(reference record, axis, index)`` (one
-    head of the reference's values, computed in a loop over heads)."""
+    head of the reference's values, computed in a loop over heads); ``factors``: the scales the
+    reference applies (those its ``scaled`` records are computed after)."""
 
     reference: Trace
     candidate: Trace
@@ -72,6 +73,7 @@ class Alignment:
     shown: int | None = None
     scaled: set[int] = field(default_factory=set)
     parts: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+    factors: list[float] = field(default_factory=list)
 
 
 def _comparable(record: Record) -> bool:
@@ -308,7 +310,7 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
     by_size: dict[int, list[Record]] = {}
     for r in reference.records:
         by_size.setdefault(r.value.size, []).append(r)
-    result = Alignment(reference, candidate, rules, scaled=scaled)
+    result = Alignment(reference, candidate, rules, scaled=scaled, factors=factors if scaled else [])
     for c in candidate.records:
         if not _comparable(c):
             continue

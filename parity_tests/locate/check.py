@@ -13,12 +13,13 @@ import numpy as np
 from parity_tests.locate.align import (
     Alignment,
     align,
+    ancestors,
     blame_location,
     layout_classes,
     match_values,
     tolerance_of,
 )
-from parity_tests.locate.causes import axis_names, read_causes
+from parity_tests.locate.causes import axis_names, describe_scale, read_causes
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture, framework_of, source_file
@@ -238,6 +239,12 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"({named.location}), as a value this line computed before does: the same slice taken "
             f"again where another {name}'s is due"
         )
+    unscaled = _scale_left_out(alignment)
+    if unscaled is not None and alignment.factors:
+        report.causes.append(
+            f"scale left out: this is computed from the reference's {_label(expected, unscaled)} as it "
+            f"is, where the reference scales it by {describe_scale(alignment.factors[0], sizes)} first"
+        )
     if laid_out is not None and laid_out.dtype.kind in "fb" and counterpart.value.dtype.kind in "fb":
         e, a = counterpart.value.astype(np.float64), laid_out.astype(np.float64)
         report.axes = axis_names(counterpart.shape, sizes)
@@ -247,5 +254,42 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         report.worst_index = tuple(int(i) for i in worst)
         report.expected, report.actual = float(e[worst]), float(a[worst])
         report.expected_value, report.actual_value = e, a
-        report.causes += read_causes(counterpart.value, laid_out, report.axes, sizes, rtol, atol)
+        reference_scale = None
+        if alignment.factors and counterpart.index not in alignment.scaled:
+            reference_scale = alignment.factors[0]
+        masks = _masks(actual)
+        report.causes += read_causes(
+            counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks, reference_scale
+        )
     return report
+
+
+def _masks(trace: Trace) -> bool:
+    """Whether a value on the way to the trace's output hides entries (-inf, a fill at or below
+    -1e4) or is a boolean mask."""
+    for index in ancestors(trace, trace.output):
+        value = trace.records[index].value
+        if value.dtype == bool or (value.dtype.kind == "f" and (value <= -1e4).any()):
+            return True
+    return False
+
+
+def _scale_left_out(alignment: Alignment) -> int | None:
+    """The reference value the blamed value is computed from unscaled, where the value it should
+    have equalled is the reference's scaling of that one (the reference's scale never applied)."""
+    reference, candidate = alignment.reference, alignment.candidate
+    target = reference.records[alignment.counterpart]
+    if target.index not in alignment.scaled or any(s in alignment.scaled for s in target.inputs):
+        return None
+    used = {
+        m.reference for s in candidate.records[alignment.blamed].inputs for m in alignment.matches.get(s, [])
+    }
+    classes = layout_classes(reference, alignment.rules)
+    return next(
+        (
+            s
+            for s in target.inputs
+            if reference.records[s].leaf is None and any(classes[s] == classes[u] for u in used)
+        ),
+        None,
+    )

@@ -47,6 +47,7 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "jax_fused": ("user_torch", lambda module, params: module.attention),
     "numpy_loop_heads": ("torch_ref", lambda module, params: module.mha),
     "numpy_head_buffer": ("torch_ref", lambda module, params: module.mha),
+    "numpy_scale_first": ("torch_ref", lambda module, params: module.mha),
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
     "nnx_jit_mha": ("torch_ref", lambda module, params: _nnx_jit(module, params)),
@@ -93,6 +94,9 @@ def inputs(seed: int = 0) -> np.ndarray:
 
 B = Bug
 BUGS = [
+    # NumPy port scaling the scores in place before the mask
+    B("np_inplace_scale_by_head_dim", "numpy_scale_first", "s[...] = s / np.sqrt(hd)", "s[...] = s / hd"),
+    B("np_inplace_scale_by_d", "numpy_scale_first", "s[...] = s / np.sqrt(hd)", "s[...] = s / np.sqrt(d)"),
     # NumPy port filling a zeros buffer head by head
     B(
         "np_buffer_same_value_head_each_time",
