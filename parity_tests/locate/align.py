@@ -57,7 +57,9 @@ class Alignment:
     reference records computed after its scale was applied; ``parts``: for a candidate value that
     holds no reference value whole, the parts it holds as ``(reference record, axis, index)`` (one
     head of the reference's values, computed in a loop over heads); ``factors``: the scales the
-    reference applies (those its ``scaled`` records are computed after)."""
+    reference applies (those its ``scaled`` records are computed after); ``counterpart_part``:
+    ``(axis, index)`` where the shown value should have equalled that slice of the counterpart
+    (one head's value in a loop over heads)."""
 
     reference: Trace
     candidate: Trace
@@ -74,6 +76,7 @@ class Alignment:
     scaled: set[int] = field(default_factory=set)
     parts: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     factors: list[float] = field(default_factory=list)
+    counterpart_part: tuple[int, int] | None = None
 
 
 def _comparable(record: Record) -> bool:
@@ -388,6 +391,11 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         result.shown = max(i for i in [result.blamed, *bad_c] if candidate.records[i].location == line)
         unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
         result.counterpart = _counterpart(result, result.shown, unmatched, classes)
+        shape = candidate.records[result.shown].shape
+        if in_layout(reference.records[result.counterpart].value, shape, result.rules) is None:
+            part = _part_counterpart(result, result.shown, unmatched, classes)
+            if part is not None:
+                result.counterpart, result.counterpart_part = part[0], part[1:]
     if result.counterpart in path_r and result.counterpart < result.diverging:
         result.diverging = result.counterpart
     line = blame_location(result)
@@ -559,3 +567,28 @@ def _reroute_part(result: Alignment, bad_r: list[int], classes: list[int]) -> No
                 result.rerouted_from, result.blamed = result.blamed, source
                 result.counterpart = _counterpart(result, source, bad_r, classes)
                 return
+
+
+def _part_counterpart(
+    result: Alignment, shown: int, unmatched: list[int], classes: list[int]
+) -> tuple[int, int, int] | None:
+    """``(reference record, axis, index)``: the slice the shown value should have equalled where its
+    inputs hold parts of one index (one head) alone: among the unmatched reference values with a
+    slice of its layout, the one computed from most of the values those inputs hold parts of."""
+    record = result.candidate.records[shown]
+    held = [p for s in record.inputs for p in result.parts.get(s, [])]
+    if len({index for _, _, index in held}) != 1:
+        return None
+    index, ours = held[0][2], {classes[r] for r, _, _ in held}
+    best, best_shared = None, 0
+    for r in unmatched:
+        value = result.reference.records[r].value
+        n = value.size // max(record.value.size, 1)
+        shared = len(ours & {classes[s] for s in result.reference.records[r].inputs})
+        if n < 2 or value.size != n * record.value.size or shared <= best_shared:
+            continue
+        for axis in (a for a, size in enumerate(value.shape) if size == n and index < size):
+            if in_layout(np.take(value, index, axis=axis), record.shape, result.rules) is not None:
+                best, best_shared = (r, axis, index), shared
+                break
+    return best

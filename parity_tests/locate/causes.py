@@ -79,6 +79,32 @@ def describe_scale(scale: float, sizes: dict[str, int]) -> str:
     return form if direction == "larger" else f"1/{form}"
 
 
+def _factor(expected: np.ndarray, actual: np.ndarray) -> float | None:
+    """The least-squares ``f`` in ``actual = f * expected`` over the entries finite on both sides."""
+    keep = np.isfinite(expected) & np.isfinite(actual)
+    denominator = float(expected[keep] @ expected[keep])
+    return float(expected[keep] @ actual[keep]) / denominator if denominator > 0 else None
+
+
+def _one_diagonal(difference: np.ndarray) -> int | None:
+    """``k`` where ``difference`` (over its last two axes) is True on the ``k``-th diagonal alone."""
+    if difference.ndim < 2 or not difference.any():
+        return None
+    rows, columns = difference.shape[-2:]
+    for k in range(1 - rows, columns):
+        if np.array_equal(
+            difference, np.broadcast_to(np.eye(rows, columns, k, dtype=bool), difference.shape)
+        ):
+            return k
+    return None
+
+
+def _off_by(offset: int) -> str:
+    words = {0: "the diagonal (each token itself)", 1: "the next token (key = query + 1)"}
+    where = words.get(offset, f"the diagonal key = query {'+' if offset > 0 else '-'} {abs(offset)}")
+    return f"causal mask off by {'one' if abs(offset) <= 1 else abs(offset)}: {where}"
+
+
 def _hidden(value: np.ndarray) -> np.ndarray:
     return ~np.isfinite(value) | (value <= -1e4)
 
@@ -108,9 +134,15 @@ def read_causes(
                 causes.append("mask inverted: True here means the opposite of the reference's mask")
             elif np.array_equal(e ^ a, diagonal) or np.array_equal(~e ^ a, diagonal):
                 causes.append("causal mask off by one: the diagonal (each token itself) differs")
+            elif (offset := _one_diagonal(e ^ a)) is not None or (
+                offset := _one_diagonal(~e ^ a)
+            ) is not None:
+                causes.append(f"{_off_by(offset)} is hidden in one mask and not in the other")
         return causes
     if expected.ndim >= 2 and expected.shape[-1] == expected.shape[-2]:
-        if _close(np.swapaxes(expected, -1, -2), actual, rtol, atol):
+        swapped = np.swapaxes(expected, -1, -2)
+        factor = _factor(swapped, actual) or 1.0  # a scale the reference applies later, say
+        if _close(factor * swapped, actual, rtol, atol):
             causes.append(
                 f"your values equal the reference's transposed over ({axes[-2]}, {axes[-1]}): "
                 "operands swapped or the wrong axis transposed"
@@ -124,13 +156,14 @@ def read_causes(
                 causes.append("mask inverted: the positions hidden are those the reference keeps")
             elif np.array_equal(a & ~e, np.broadcast_to(np.eye(e.shape[-1], dtype=bool), e.shape) & ~e):
                 causes.append("causal mask off by one: the diagonal (each token itself) is hidden too")
+            elif (offset := _one_diagonal(e ^ a)) is not None:
+                causes.append(f"{_off_by(offset)} {'is hidden too' if (a & ~e).any() else 'is not hidden'}")
             elif not a.any() and not masks:
                 causes.append(f"no mask applied: the reference has {label} entries here")
             break
     keep = np.isfinite(expected) & np.isfinite(actual)
-    denominator = float(expected[keep] @ expected[keep])
-    if denominator > 0:
-        factor = float(expected[keep] @ actual[keep]) / denominator
+    factor = _factor(expected, actual)
+    if factor is not None:
         if abs(factor - 1) > 1e-3 and _close(
             factor * np.where(keep, expected, 0), np.where(keep, actual, 0), rtol, atol
         ):

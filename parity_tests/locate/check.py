@@ -23,7 +23,7 @@ from parity_tests.locate.causes import axis_names, describe_scale, read_causes
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture, framework_of, source_file
-from parity_tests.locate.trace import Raised, Trace, is_user_file
+from parity_tests.locate.trace import Raised, Record, Trace, is_user_file
 
 __all__ = ["compare_traces", "locate", "locate_shapes", "raised_report", "sizes_of"]
 
@@ -197,6 +197,12 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         return LocateReport(True, verified=verified)
     blamed, diverging = actual.records[alignment.shown], expected.records[alignment.diverging]
     counterpart = expected.records[alignment.counterpart]
+    if alignment.counterpart_part is not None:  # one head of it: the slice, as a record of its own
+        axis, index = alignment.counterpart_part
+        value = np.take(counterpart.value, index, axis=axis)
+        counterpart = Record(
+            counterpart.index, counterpart.op, value, counterpart.dtype, counterpart.location
+        )
     named = [r for r in expected.records[diverging.index :] if r.step] if expected.steps else []
     first = named[0].step if named else diverging.op
     rtol, atol = tolerance_of(blamed, counterpart)

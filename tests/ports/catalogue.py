@@ -94,6 +94,13 @@ def inputs(seed: int = 0) -> np.ndarray:
 
 B = Bug
 BUGS = [
+    # NumPy port computing one head at a time
+    B(
+        "np_loop_queries_keys_swapped",
+        "numpy_loop_heads",
+        "s = q @ k.swapaxes(-1, -2) / np.sqrt(hd)",
+        "s = k @ q.swapaxes(-1, -2) / np.sqrt(hd)",
+    ),
     # NumPy port scaling the scores in place before the mask
     B("np_inplace_scale_by_head_dim", "numpy_scale_first", "s[...] = s / np.sqrt(hd)", "s[...] = s / hd"),
     B("np_inplace_scale_by_d", "numpy_scale_first", "s[...] = s / np.sqrt(hd)", "s[...] = s / np.sqrt(d)"),
@@ -158,6 +165,12 @@ BUGS = [
         "numpy_mha",
         "mask = np.triu(np.ones((t, t), dtype=bool), k=1)",
         "mask = np.triu(np.ones((t, t), dtype=bool), k=0)",
+    ),
+    B(
+        "np_mask_keeps_next_token",
+        "numpy_mha",
+        "mask = np.triu(np.ones((t, t), dtype=bool), k=1)",
+        "mask = np.triu(np.ones((t, t), dtype=bool), k=2)",
     ),
     B(
         "np_mask_inverted",
