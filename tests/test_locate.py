@@ -96,6 +96,22 @@ def test_a_scale_left_out_is_the_cause_not_a_mask_the_port_applies(tmp_path):
     ]
 
 
+def test_a_softmax_over_the_wrong_axis_written_over_two_lines_is_named(tmp_path):
+    """The exp line is blamed (its value is no reference value); the cause is read from what the
+    next line, ending the reference's one softmax, computes."""
+    source = (
+        (HERE / "numpy_scale_first.py").read_text().replace("max(-1", "max(-2").replace("sum(-1", "sum(-2")
+    )
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    report = locate(ref, load("numpy_scale_first", source, tmp_path).mha, inputs(), params=params)
+    assert (report.first_divergence, report.candidate_location) == (
+        "attn_weights",
+        f"{tmp_path / 'numpy_scale_first.py'}:16",
+    )
+    assert any("softmax over the wrong axis" in c for c in report.causes), report.causes
+
+
 def test_no_mask_applied_is_said_of_a_port_masking_nowhere(tmp_path):
     bug = Bug(
         "np_no_mask",
