@@ -12,7 +12,7 @@ import torch
 
 from parity_tests.locate import capture, locate
 from parity_tests.locate.run import framework_of
-from tests.ports.catalogue import BUGS, HERE, PORTS, inputs, load, plant, reference
+from tests.ports.catalogue import BUGS, HERE, PORTS, Bug, inputs, load, plant, reference
 from torch_ref import MultiHeadAttention, to_params
 
 PORTS_DIR = pathlib.Path(__file__).parent / "ports"
@@ -63,12 +63,89 @@ def test_report_names_the_step_both_lines_the_worst_entry_and_the_cause(tmp_path
         ("np_heads_merged_without_transpose", "context_vec", "reshape without the transpose"),
         ("np_values_from_key_weights", "values", "equals the reference's keys"),
         ("jax_keys_from_query_projection", "keys", "equals the reference's queries"),
+        ("np_buffer_same_value_head_each_time", "context_vec", "equals head 0 of the reference's values"),
+        (
+            "np_inplace_scale_by_head_dim",
+            "masked_scores",
+            "scale differs: yours is smaller by sqrt(head_dim)",
+        ),
+        ("np_inplace_scale_by_d", "masked_scores", "scale differs: yours is smaller by sqrt(num_heads)"),
+        ("np_mask_keeps_next_token", "masked_scores", "causal mask off by one: the next token"),
+        ("np_loop_queries_keys_swapped", "attn_scores", "transposed over (query, key)"),
     ],
 )
 def test_causes_are_read_from_the_data(bug, step, cause, tmp_path):
     report, line = planted(bug, tmp_path)
     assert (report.first_divergence, report.candidate_location) == (step, line)
     assert any(cause in c for c in report.causes), report.causes
+    assert not any(c.startswith("no mask applied") for c in report.causes), report.causes
+
+
+def test_a_scale_left_out_is_the_cause_not_a_mask_the_port_applies(tmp_path):
+    """The scores are masked but never scaled: the exp of the masked scores is compared with the
+    reference's scaled masked scores; it has no -inf (exp made them 0), yet the mask was applied."""
+    bug = Bug("np_scale_left_out", "numpy_scale_first", "s[...] = s / np.sqrt(hd)", "pass")
+    source, _ = plant(bug)
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    report = locate(ref, load(bug.port, source, tmp_path).mha, inputs(), params=params)
+    assert report.candidate_location == f"{tmp_path / bug.port}.py:16"  # w = np.exp(s - s.max(...))
+    assert report.causes == [
+        "scale left out: this is computed from the reference's masked_scores as it is, where the "
+        "reference scales it by 1/sqrt(head_dim) first"
+    ]
+
+
+def test_a_softmax_over_the_wrong_axis_written_over_two_lines_is_named(tmp_path):
+    """The exp line is blamed (its value is no reference value); the cause is read from what the
+    next line, ending the reference's one softmax, computes."""
+    source = (
+        (HERE / "numpy_scale_first.py").read_text().replace("max(-1", "max(-2").replace("sum(-1", "sum(-2")
+    )
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    report = locate(ref, load("numpy_scale_first", source, tmp_path).mha, inputs(), params=params)
+    assert (report.first_divergence, report.candidate_location) == (
+        "attn_weights",
+        f"{tmp_path / 'numpy_scale_first.py'}:16",
+    )
+    assert any("softmax over the wrong axis" in c for c in report.causes), report.causes
+
+
+def test_no_mask_applied_is_said_of_a_port_masking_nowhere(tmp_path):
+    bug = Bug(
+        "np_no_mask",
+        "numpy_scale_first",
+        "s = np.where(np.triu(np.ones((t, t), dtype=bool), k=1), -np.inf, s)",
+        "pass",
+    )
+    source, _ = plant(bug)
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    report = locate(ref, load(bug.port, source, tmp_path).mha, inputs(), params=params)
+    assert "no mask applied: the reference has -inf entries here" in report.causes, f"\n{report}"
+
+
+def test_a_port_filling_a_zeros_buffer_head_by_head_is_verified_line_by_line(tmp_path):
+    """Each head's values are matched to one head of the reference's; the ``np.zeros`` buffer the
+    loop overwrites is never compared (it was blamed as scores "0 times the reference")."""
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    report = locate(
+        ref,
+        load("numpy_head_buffer", (HERE / "numpy_head_buffer.py").read_text()).mha,
+        inputs(),
+        params=params,
+    )
+    assert report.ok
+    lines = {v.split("  ", 1)[1] for v in report.verified}
+    assert {
+        "qh = q[:, :, h * hd : (h + 1) * hd]",
+        "s = s / np.sqrt(hd)",
+        "s[:, np.triu(np.ones((t, t), bool), 1)] = -np.inf",
+        "w /= w.sum(-1, keepdims=True)",
+        "ctx[:, :, h * hd : (h + 1) * hd] = w @ vh",
+    } <= lines, report.verified
 
 
 def test_a_wrong_last_line_is_the_first_divergence_not_the_reference_mask(tmp_path):

@@ -54,7 +54,12 @@ class Alignment:
     the candidate first goes wrong; ``diverging``: the first reference record no candidate value
     reproduces; ``shown``: the value of the blamed line shown in the report (its last operation's);
     ``counterpart``: the reference record the shown value should have equalled; ``scaled``: the
-    reference records computed after its scale was applied."""
+    reference records computed after its scale was applied; ``parts``: for a candidate value that
+    holds no reference value whole, the parts it holds as ``(reference record, axis, index)`` (one
+    head of the reference's values, computed in a loop over heads); ``factors``: the scales the
+    reference applies (those its ``scaled`` records are computed after); ``counterpart_part``:
+    ``(axis, index)`` where the shown value should have equalled that slice of the counterpart
+    (one head's value in a loop over heads)."""
 
     reference: Trace
     candidate: Trace
@@ -69,6 +74,9 @@ class Alignment:
     rerouted_from: int | None = None
     shown: int | None = None
     scaled: set[int] = field(default_factory=set)
+    parts: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+    factors: list[float] = field(default_factory=list)
+    counterpart_part: tuple[int, int] | None = None
 
 
 def _comparable(record: Record) -> bool:
@@ -168,22 +176,25 @@ def _reference_scales(
     return scales, scaled
 
 
-def _match(c: Record, r: Record, rules, scales, fingerprints) -> Match | None:
+def _match(c: Record, r: Record, rules, scales, fingerprints, part: np.ndarray | None = None) -> Match | None:
     """How candidate record ``c`` holds reference record ``r``'s numbers, if it does. The
     fingerprints decide which comparisons are worth making; the comparisons decide. ``scales``
     is ``(factors, scaled, scaled_c)``: a candidate value may hold ``r`` times a factor where
     ``r`` is computed before the reference's scale (the candidate scales earlier), or divided by
     it where ``r`` is among ``scaled`` and ``c`` is not among ``scaled_c`` (the candidate scales
-    later: it has not scaled yet), never scaled twice."""
+    later: it has not scaled yet), never scaled twice. With ``part`` (a slice of ``r``'s value),
+    whether ``c`` holds that part."""
     factors, scaled, scaled_c = scales
     if r.index in scaled:
         scales = [] if c.index in scaled_c else [1 / f for f in factors]
     else:
         scales = factors
-    if c.value.size != r.value.size or not _comparable(r):
+    value = r.value if part is None else part
+    if c.value.size != value.size or not _comparable(r):
         return None
     rtol, atol = tolerance_of(c, r)
-    fc, fr = fingerprints[("c", c.index)], fingerprints[("r", r.index)]
+    fc = fingerprints[("c", c.index)]
+    fr = fingerprints[("r", r.index)] if part is None else _fingerprint(part)
     bound = atol + rtol * fr.largest
     exact = (
         (fc.nan, fc.posinf, fc.neginf) == (fr.nan, fr.posinf, fr.neginf)
@@ -198,7 +209,7 @@ def _match(c: Record, r: Record, rules, scales, fingerprints) -> Match | None:
     )
     if not (exact or negated or fill or scaled):
         return None
-    view = in_layout(r.value, c.shape, rules)
+    view = in_layout(value, c.shape, rules)
     if view is None:
         return None
     if exact and close(view, c.value, rtol, atol):
@@ -302,14 +313,43 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
     by_size: dict[int, list[Record]] = {}
     for r in reference.records:
         by_size.setdefault(r.value.size, []).append(r)
-    result = Alignment(reference, candidate, rules, scaled=scaled)
+    result = Alignment(reference, candidate, rules, scaled=scaled, factors=factors if scaled else [])
     for c in candidate.records:
         if not _comparable(c):
             continue
         found = [m for r in by_size.get(c.value.size, []) if (m := _match(c, r, rules, scales, fingerprints))]
         if found:
             result.matches[c.index] = found
+        elif c.leaf is None:
+            parts = _parts(c, reference, rules, scales, fingerprints)
+            if parts:
+                result.parts[c.index] = parts
     return result
+
+
+def _parts(c: Record, reference: Trace, rules, scales, fingerprints) -> list[tuple[int, int, int]]:
+    """``(reference record, axis, index)`` for each slice ``r[..., index, ...]`` (one index along one
+    axis of a computed reference value ``n`` times ``c``'s size) that ``c`` holds."""
+    found = []
+    for r in reference.records:
+        n = r.value.size // max(c.value.size, 1)
+        if r.leaf is not None or n < 2 or r.value.size != n * c.value.size or not _comparable(r):
+            continue
+        for axis in (a for a, size in enumerate(r.shape) if size == n):
+            for index in range(n):
+                part = np.take(r.value, index, axis=axis)
+                if _match(c, r, rules, scales, fingerprints, part) is not None:
+                    found.append((r.index, axis, index))
+    return found
+
+
+def _covered(result: Alignment) -> set[int]:
+    """The reference records whose every slice along one axis some candidate value holds."""
+    seen: dict[tuple[int, int], set[int]] = {}
+    for parts in result.parts.values():
+        for r, axis, index in parts:
+            seen.setdefault((r, axis), set()).add(index)
+    return {r for (r, axis), found in seen.items() if len(found) == result.reference.records[r].shape[axis]}
 
 
 def align(reference: Trace, candidate: Trace) -> Alignment:
@@ -320,7 +360,8 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         out_r.value, out_c.value, *tolerance_of(out_c, out_r)
     )
     matched_c = {c for c, found in result.matches.items() if candidate.records[c].leaf is None}
-    matched_r = {m.reference for c in matched_c for m in result.matches[c]}
+    matched_r = {m.reference for c in matched_c for m in result.matches[c]} | _covered(result)
+    matched_c |= set(result.parts)
     path_c, good_c = _good(candidate, matched_c)
     path_r, good_r = _good(reference, matched_r)
     result.verified = sorted(i for i in matched_c if i in path_c)
@@ -330,22 +371,37 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     bad_c = sorted(path_c - good_c)
     bad_r = sorted(path_r - good_r)
     result.diverging = bad_r[0] if bad_r else reference.output
-    if not bad_c:
-        result.blamed = candidate.output
-    else:
-        result.blamed = bad_c[0]
+    filled = {  # an array's value before a write into part of it of wrong numbers computed from others
+        record.inputs[0]
+        for record in candidate.records
+        if record.written is not None
+        and record.written not in good_c
+        and candidate.records[record.written].inputs
+        and len(record.inputs) == 2
+    }
+    result.blamed = next((i for i in bad_c if i not in filled), bad_c[0]) if bad_c else candidate.output
     classes = layout_classes(reference, result.rules)
     result.counterpart = _counterpart(result, result.blamed, bad_r, classes)
     _reroute(result, bad_r, classes)
+    if result.rerouted_from is None:
+        _reroute_part(result, bad_r, classes)
     result.shown = result.blamed
     if result.rerouted_from is None:  # show the blamed line's result, not its first operation
         line = candidate.records[result.blamed].location
         result.shown = max(i for i in [result.blamed, *bad_c] if candidate.records[i].location == line)
         unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
         result.counterpart = _counterpart(result, result.shown, unmatched, classes)
+        shape = candidate.records[result.shown].shape
+        if in_layout(reference.records[result.counterpart].value, shape, result.rules) is None:
+            part = _part_counterpart(result, result.shown, unmatched, classes)
+            if part is not None:
+                result.counterpart, result.counterpart_part = part[0], part[1:]
     if result.counterpart in path_r and result.counterpart < result.diverging:
         result.diverging = result.counterpart
-    result.verified = [i for i in result.verified if i < result.blamed]
+    line = blame_location(result)
+    result.verified = [
+        i for i in result.verified if i < result.blamed and candidate.records[i].location != line
+    ]
     return result
 
 
@@ -489,3 +545,50 @@ def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
     if misrouted:
         result.rerouted_from, result.blamed = result.blamed, misrouted[0]
         result.counterpart = _counterpart(result, misrouted[0], bad_r, classes)
+
+
+def _reroute_part(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
+    """In a loop over heads: blame the producer of an input holding a part (one head) of a reference
+    value that an earlier value of the same line already held, where the reference value's parts
+    are not all held (``v[:, :, 0:hd]`` in every iteration: one head's values used for all), unless
+    those numbers also feed a good value."""
+    candidate = result.candidate
+    covered = _covered(result)
+    for source in candidate.records[result.blamed].inputs:
+        record = candidate.records[source]
+        held = {p for p in result.parts.get(source, []) if p[0] not in covered}
+        earlier = [
+            other
+            for other in result.parts
+            if other < source and candidate.records[other].location == record.location
+        ]
+        if held and any(held & set(result.parts[other]) for other in earlier):
+            if not _used_well(result, source, set(), lambda index: set()):
+                result.rerouted_from, result.blamed = result.blamed, source
+                result.counterpart = _counterpart(result, source, bad_r, classes)
+                return
+
+
+def _part_counterpart(
+    result: Alignment, shown: int, unmatched: list[int], classes: list[int]
+) -> tuple[int, int, int] | None:
+    """``(reference record, axis, index)``: the slice the shown value should have equalled where its
+    inputs hold parts of one index (one head) alone: among the unmatched reference values with a
+    slice of its layout, the one computed from most of the values those inputs hold parts of."""
+    record = result.candidate.records[shown]
+    held = [p for s in record.inputs for p in result.parts.get(s, [])]
+    if len({index for _, _, index in held}) != 1:
+        return None
+    index, ours = held[0][2], {classes[r] for r, _, _ in held}
+    best, best_shared = None, 0
+    for r in unmatched:
+        value = result.reference.records[r].value
+        n = value.size // max(record.value.size, 1)
+        shared = len(ours & {classes[s] for s in result.reference.records[r].inputs})
+        if n < 2 or value.size != n * record.value.size or shared <= best_shared:
+            continue
+        for axis in (a for a, size in enumerate(value.shape) if size == n and index < size):
+            if in_layout(np.take(value, index, axis=axis), record.shape, result.rules) is not None:
+                best, best_shared = (r, axis, index), shared
+                break
+    return best

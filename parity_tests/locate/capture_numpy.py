@@ -4,7 +4,10 @@
 each line runs, every local array that is new, rebound or updated in place (``x[mask] = ...``,
 ``x += 1``, read from the line's source) is recorded under that line. A line's inputs are the
 arrays its names held before it ran (arrays in lists, tuples and dicts included), so the trace
-keeps the dataflow between lines and across calls into the user's helpers.
+keeps the dataflow between lines and across calls into the user's helpers. A write into part of an
+array (``ctx[:, :, h * hd:(h + 1) * hd] = w @ v``) also records the part written (its index is
+evaluated again after the line), and once writes have covered a whole array (a buffer from
+``np.zeros`` filled head by head), the array's first value no longer feeds it: nothing of it is left.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import ast
 import functools
 import linecache
 import sys
+import types
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,14 +28,57 @@ from parity_tests.locate.trace import Raised, Trace, is_user_file, split_result,
 __all__ = ["capture_numpy"]
 
 
+@dataclass(frozen=True)
+class _Write:
+    """``name[index] = value`` (or ``+=``): ``index`` compiled; ``modules`` the names whose functions
+    the index calls (evaluated again only where each is a module); ``reads`` the names the written
+    value is computed from (the array's own name only where the value reads it)."""
+
+    name: str
+    index: Any
+    modules: frozenset[str]
+    reads: frozenset[str]
+
+
+def _names(*nodes: ast.AST) -> frozenset[str]:
+    return frozenset(n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name))
+
+
+def _root(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _write(node: ast.stmt) -> _Write | None:
+    """The write into part of an array a one-target assignment makes, if it makes one; None where its
+    index calls anything but a function of a module (``np.triu``) or ``slice``, or assigns."""
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    target = targets[0] if len(targets) == 1 else None
+    if not isinstance(target, ast.Subscript) or not isinstance(target.value, ast.Name):
+        return None
+    nodes = list(ast.walk(target.slice))
+    if any(isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.Lambda)) for n in nodes):
+        return None
+    calls = [n.func for n in nodes if isinstance(n, ast.Call)]
+    plain = [f for f in calls if not isinstance(f, ast.Attribute)]
+    roots = {_root(f) for f in calls if isinstance(f, ast.Attribute)}
+    if None in roots or any(not isinstance(f, ast.Name) or f.id != "slice" for f in plain):
+        return None
+    index = compile(ast.Expression(target.slice), "<locate index>", "eval")
+    own = {target.value.id} if isinstance(node, ast.AugAssign) else set()
+    return _Write(target.value.id, index, frozenset(roots), _names(node.value, target.slice) | own)
+
+
 @functools.lru_cache(maxsize=64)
-def _statements(filename: str) -> dict[int, tuple[frozenset[str], frozenset[str]]]:
-    """line -> (names the statement starting there reads, names it updates in place)."""
+def _statements(filename: str) -> dict[int, tuple[frozenset[str], frozenset[str], _Write | None]]:
+    """line -> (names the statement starting there reads, names it updates in place, the write into
+    part of an array it makes)."""
     try:
         tree = ast.parse("".join(linecache.getlines(filename)))
     except SyntaxError:
         return {}
-    table: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
+    table: dict[int, tuple[frozenset[str], frozenset[str], _Write | None]] = {}
     for node in ast.walk(tree):
         if not isinstance(node, ast.stmt):
             continue
@@ -40,7 +88,13 @@ def _statements(filename: str) -> dict[int, tuple[frozenset[str], frozenset[str]
             parts += [item.context_expr for item in getattr(node, "items", [])]
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             parts = []
-        reads = {n.id for part in parts for n in ast.walk(part) if isinstance(n, ast.Name)}
+        augmented = node.target if isinstance(node, ast.AugAssign) else None
+        reads = {  # a name assigned is not read (``x += 1`` reads ``x``; ``x[i] = ...`` loads it)
+            n.id
+            for part in parts
+            for n in ast.walk(part)
+            if isinstance(n, ast.Name) and (not isinstance(n.ctx, ast.Store) or n is augmented)
+        }
         updated = set()
         if isinstance(node, (ast.Assign, ast.AugAssign)):
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
@@ -53,7 +107,8 @@ def _statements(filename: str) -> dict[int, tuple[frozenset[str], frozenset[str]
             updated.update(
                 kw.value.id for kw in call.keywords if kw.arg == "out" and isinstance(kw.value, ast.Name)
             )
-        table[node.lineno] = (frozenset(reads), frozenset(updated))
+        write = _write(node) if isinstance(node, (ast.Assign, ast.AugAssign)) else None
+        table[node.lineno] = (frozenset(reads), frozenset(updated), write)
     return table
 
 
@@ -67,12 +122,18 @@ def _arrays_in(value: Any) -> list[np.ndarray]:
     return []
 
 
+_NOTHING: tuple[frozenset[str], frozenset[str], None] = (frozenset(), frozenset(), None)
+
+
 class _LineRecorder:
     def __init__(self, trace: Trace):
         self.trace = trace
         self.produced: dict[int, int] = {}  # id(array) -> record index
         self.alive: list[Any] = []
         self.frames: dict[Any, tuple[int | None, dict[str, list[int]]]] = {}
+        # id(array) -> (its record before the first write into part of it, the record of that
+        # write, the entries written since), until the writes cover it
+        self.filling: dict[int, tuple[int, int, np.ndarray]] = {}
 
     def known(self, array: np.ndarray, location: str) -> int:
         if id(array) not in self.produced:
@@ -101,7 +162,7 @@ class _LineRecorder:
         if line is not None:
             self.after_line(frame, line, before)
         if event == "return":
-            reads, _ = _statements(frame.f_code.co_filename).get(frame.f_lineno, (frozenset(), frozenset()))
+            reads = _statements(frame.f_code.co_filename).get(frame.f_lineno, _NOTHING)[0]
             sources = self.sources(reads, self.snapshot(frame), frame)  # what the return line read
             for array in _arrays_in(arg):
                 if id(array) not in self.produced:
@@ -129,14 +190,47 @@ class _LineRecorder:
 
     def after_line(self, frame: Any, line: int, before: dict[str, list[int]]) -> None:
         filename = frame.f_code.co_filename
-        reads, updated = _statements(filename).get(line, (frozenset(), frozenset()))
+        reads, updated, write = _statements(filename).get(line, _NOTHING)
         sources = self.sources(reads, before, frame)
         source_text = linecache.getline(filename, line).strip()
         for name, value in frame.f_locals.items():
             for array in _arrays_in(value):
                 new = id(array) not in self.produced
                 if new or (name in updated and id(array) in before.get(name, [])):
-                    self.record(array, frame, line, sources, source_text)
+                    if write is not None and name == write.name and not new:
+                        self.record_write(array, frame, line, write, before, source_text)
+                    else:
+                        self.record(array, frame, line, sources, source_text)
+
+    def record_write(
+        self, array: np.ndarray, frame: Any, line: int, write: _Write, before: dict, text: str
+    ) -> None:
+        """Record a write into part of ``array``: the part written (from what the assigned value
+        reads), then the array (from its previous value and that part). The array's value before
+        the first such write stops feeding it once the writes have covered every entry."""
+        previous = self.produced[id(array)]
+        scope = {**frame.f_globals, **frame.f_locals}
+        try:
+            if not all(isinstance(scope.get(m), types.ModuleType) for m in write.modules):
+                raise LookupError(write.modules)
+            index = eval(write.index, scope)  # the user's own index, checked by _write
+            written = np.zeros(array.shape, dtype=bool)
+            written[index] = True
+            part = np.array(array[index])  # a copy of its own, kept alive by record
+        except Exception:  # an index that cannot be evaluated again: the whole line's reads
+            self.record(array, frame, line, self.sources(write.reads | {write.name}, before, frame), text)
+            return
+        self.record(part, frame, line, self.sources(write.reads, before, frame), text)
+        self.record(array, frame, line, (previous, self.produced[id(part)]), text)
+        self.trace.records[-1].written = self.produced[id(part)]
+        base, first, covered = self.filling.get(id(array), (previous, self.produced[id(array)], written))
+        covered = covered | written
+        if covered.all():
+            record = self.trace.records[first]
+            record.inputs = tuple(i for i in record.inputs if i != base)
+            self.filling.pop(id(array), None)
+        else:
+            self.filling[id(array)] = (base, first, covered)
 
 
 class _KeepMaskGenerator(np.random.Generator):

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-__all__ = ["axis_names", "read_causes"]
+__all__ = ["axis_names", "describe_scale", "read_causes"]
 
 
 def axis_names(shape: tuple[int, ...], sizes: dict[str, int]) -> tuple[str, ...]:
@@ -40,8 +40,10 @@ def _close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
     return float(np.abs(a[finite] - b[finite]).max()) <= atol + rtol * float(np.abs(b[finite]).max())
 
 
-def _describe_factor(factor: float, sizes: dict[str, int]) -> str:
-    names = {"num_heads": sizes.get("head"), "head_dim": sizes.get("head_dim"), "d_out": sizes.get("feature")}
+def _named_factor(factor: float, sizes: dict[str, int]) -> str | None:
+    """``larger by sqrt(head_dim)``, ``smaller by num_heads``...: ``factor`` as a size of the run (or
+    its square root), head_dim first where two are equal; None when it is none."""
+    names = {"head_dim": sizes.get("head_dim"), "num_heads": sizes.get("head"), "d_out": sizes.get("feature")}
     for name, size in names.items():
         if not size or size == 1:
             continue
@@ -50,7 +52,57 @@ def _describe_factor(factor: float, sizes: dict[str, int]) -> str:
                 return f"larger by {form}"
             if math.isclose(factor, 1 / value, rel_tol=1e-3):
                 return f"smaller by {form}"
-    return f"{factor:.6g} times the reference"
+    return None
+
+
+def _describe_factor(factor: float, sizes: dict[str, int], reference_scale: float | None) -> str | None:
+    """How a value ``factor`` times the reference's differs. With ``reference_scale`` (the
+    reference's value is taken before its own scale, applied later), the factor left once that scale
+    is counted, when that one is a size of the run; None when that leaves no difference (a scale
+    applied earlier than the reference's)."""
+    if reference_scale is not None:
+        if math.isclose(factor, reference_scale, rel_tol=1e-3):
+            return None
+        named = _named_factor(factor / reference_scale, sizes)
+        if named is not None:
+            return f"{named}, the reference's own scale (applied later) counted"
+    return _named_factor(factor, sizes) or f"{factor:.6g} times the reference"
+
+
+def describe_scale(scale: float, sizes: dict[str, int]) -> str:
+    """``1/sqrt(head_dim)``, ``num_heads``...: a scale by name where it is a size of the run (or the
+    inverse of one, or of its square root), else its number."""
+    named = _named_factor(scale, sizes)
+    if named is None:
+        return f"{scale:.6g}"
+    direction, form = named.split(" by ")
+    return form if direction == "larger" else f"1/{form}"
+
+
+def _factor(expected: np.ndarray, actual: np.ndarray) -> float | None:
+    """The least-squares ``f`` in ``actual = f * expected`` over the entries finite on both sides."""
+    keep = np.isfinite(expected) & np.isfinite(actual)
+    denominator = float(expected[keep] @ expected[keep])
+    return float(expected[keep] @ actual[keep]) / denominator if denominator > 0 else None
+
+
+def _one_diagonal(difference: np.ndarray) -> int | None:
+    """``k`` where ``difference`` (over its last two axes) is True on the ``k``-th diagonal alone."""
+    if difference.ndim < 2 or not difference.any():
+        return None
+    rows, columns = difference.shape[-2:]
+    for k in range(1 - rows, columns):
+        if np.array_equal(
+            difference, np.broadcast_to(np.eye(rows, columns, k, dtype=bool), difference.shape)
+        ):
+            return k
+    return None
+
+
+def _off_by(offset: int) -> str:
+    words = {0: "the diagonal (each token itself)", 1: "the next token (key = query + 1)"}
+    where = words.get(offset, f"the diagonal key = query {'+' if offset > 0 else '-'} {abs(offset)}")
+    return f"causal mask off by {'one' if abs(offset) <= 1 else abs(offset)}: {where}"
 
 
 def _hidden(value: np.ndarray) -> np.ndarray:
@@ -64,9 +116,15 @@ def read_causes(
     sizes: dict[str, int],
     rtol: float,
     atol: float,
+    masks: bool = False,
+    reference_scale: float | None = None,
 ) -> list[str]:
     """Causes that the numbers show: ``actual`` is ``expected`` transposed, scaled, masked the other
-    way, shifted by a bias, normalised over another axis, or the same numbers in another order."""
+    way, shifted by a bias, normalised over another axis, or the same numbers in another order.
+    ``masks``: the candidate hides entries somewhere on the way to its output (then "no mask
+    applied" is not said: its value is compared before its mask or after its exp);
+    ``reference_scale``: the scale the reference applies after ``expected`` (see
+    ``_describe_factor``)."""
     causes = []
     if expected.dtype == bool or actual.dtype == bool or expected.shape != actual.shape:
         if expected.shape == actual.shape and expected.ndim >= 2:
@@ -76,9 +134,15 @@ def read_causes(
                 causes.append("mask inverted: True here means the opposite of the reference's mask")
             elif np.array_equal(e ^ a, diagonal) or np.array_equal(~e ^ a, diagonal):
                 causes.append("causal mask off by one: the diagonal (each token itself) differs")
+            elif (offset := _one_diagonal(e ^ a)) is not None or (
+                offset := _one_diagonal(~e ^ a)
+            ) is not None:
+                causes.append(f"{_off_by(offset)} is hidden in one mask and not in the other")
         return causes
     if expected.ndim >= 2 and expected.shape[-1] == expected.shape[-2]:
-        if _close(np.swapaxes(expected, -1, -2), actual, rtol, atol):
+        swapped = np.swapaxes(expected, -1, -2)
+        factor = _factor(swapped, actual) or 1.0  # a scale the reference applies later, say
+        if _close(factor * swapped, actual, rtol, atol):
             causes.append(
                 f"your values equal the reference's transposed over ({axes[-2]}, {axes[-1]}): "
                 "operands swapped or the wrong axis transposed"
@@ -92,17 +156,19 @@ def read_causes(
                 causes.append("mask inverted: the positions hidden are those the reference keeps")
             elif np.array_equal(a & ~e, np.broadcast_to(np.eye(e.shape[-1], dtype=bool), e.shape) & ~e):
                 causes.append("causal mask off by one: the diagonal (each token itself) is hidden too")
-            elif not a.any():
+            elif (offset := _one_diagonal(e ^ a)) is not None:
+                causes.append(f"{_off_by(offset)} {'is hidden too' if (a & ~e).any() else 'is not hidden'}")
+            elif not a.any() and not masks:
                 causes.append(f"no mask applied: the reference has {label} entries here")
             break
     keep = np.isfinite(expected) & np.isfinite(actual)
-    denominator = float(expected[keep] @ expected[keep])
-    if denominator > 0:
-        factor = float(expected[keep] @ actual[keep]) / denominator
+    factor = _factor(expected, actual)
+    if factor is not None:
         if abs(factor - 1) > 1e-3 and _close(
             factor * np.where(keep, expected, 0), np.where(keep, actual, 0), rtol, atol
         ):
-            causes.append(f"scale differs: yours is {_describe_factor(factor, sizes)}")
+            described = _describe_factor(factor, sizes, reference_scale)
+            causes += [f"scale differs: yours is {described}"] if described else []
     difference = np.where(keep, actual - expected, 0)
     if expected.ndim >= 2 and np.abs(difference).max() > atol:
         flat = difference.reshape(-1, difference.shape[-1])
@@ -123,7 +189,7 @@ def read_causes(
         np.sort(expected, axis=None),
         np.sort(actual, axis=None),
         rtol=0,
-        atol=atol + rtol * float(np.nanmax(np.abs(expected))),
+        atol=atol + rtol * float(np.abs(expected[np.isfinite(expected)]).max(initial=0.0)),
     ):
         causes.append(
             "the reference's numbers in another order: a reshape without the transpose (heads split "

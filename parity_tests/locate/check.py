@@ -10,12 +10,20 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.align import Alignment, align, blame_location, match_values, tolerance_of
-from parity_tests.locate.causes import axis_names, read_causes
+from parity_tests.locate.align import (
+    Alignment,
+    align,
+    ancestors,
+    blame_location,
+    layout_classes,
+    match_values,
+    tolerance_of,
+)
+from parity_tests.locate.causes import axis_names, describe_scale, read_causes
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture, framework_of, source_file
-from parity_tests.locate.trace import Raised, Trace, is_user_file
+from parity_tests.locate.trace import Raised, Record, Trace, is_user_file
 
 __all__ = ["compare_traces", "locate", "locate_shapes", "raised_report", "sizes_of"]
 
@@ -189,6 +197,12 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         return LocateReport(True, verified=verified)
     blamed, diverging = actual.records[alignment.shown], expected.records[alignment.diverging]
     counterpart = expected.records[alignment.counterpart]
+    if alignment.counterpart_part is not None:  # one head of it: the slice, as a record of its own
+        axis, index = alignment.counterpart_part
+        value = np.take(counterpart.value, index, axis=axis)
+        counterpart = Record(
+            counterpart.index, counterpart.op, value, counterpart.dtype, counterpart.location
+        )
     named = [r for r in expected.records[diverging.index :] if r.step] if expected.steps else []
     first = named[0].step if named else diverging.op
     rtol, atol = tolerance_of(blamed, counterpart)
@@ -220,6 +234,23 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"this value equals the reference's {_label(expected, other.index)} "
             f"({other.location}): taken from the wrong variable or weights"
         )
+    if alignment.rerouted_from is not None and blamed.index in alignment.parts:
+        r, axis, index = alignment.parts[blamed.index][0]
+        other = expected.records[r]
+        name = axis_names(other.shape, sizes)[axis]
+        classes = layout_classes(expected, alignment.rules)
+        named = next((x for x in expected.records if x.step and classes[x.index] == classes[r]), other)
+        report.causes.append(
+            f"this value equals {name} {index} of the reference's {_label(expected, named.index)} "
+            f"({named.location}), as a value this line computed before does: the same slice taken "
+            f"again where another {name}'s is due"
+        )
+    unscaled = _scale_left_out(alignment)
+    if unscaled is not None and alignment.factors:
+        report.causes.append(
+            f"scale left out: this is computed from the reference's {_label(expected, unscaled)} as it "
+            f"is, where the reference scales it by {describe_scale(alignment.factors[0], sizes)} first"
+        )
     if laid_out is not None and laid_out.dtype.kind in "fb" and counterpart.value.dtype.kind in "fb":
         e, a = counterpart.value.astype(np.float64), laid_out.astype(np.float64)
         report.axes = axis_names(counterpart.shape, sizes)
@@ -229,5 +260,48 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         report.worst_index = tuple(int(i) for i in worst)
         report.expected, report.actual = float(e[worst]), float(a[worst])
         report.expected_value, report.actual_value = e, a
-        report.causes += read_causes(counterpart.value, laid_out, report.axes, sizes, rtol, atol)
+        reference_scale = None
+        if alignment.factors and counterpart.index not in alignment.scaled:
+            reference_scale = alignment.factors[0]
+        masks = _masks(actual)
+        report.causes += read_causes(
+            counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks, reference_scale
+        )
+        if len(span) > 1:  # what the span's last line computes, the reference's one operation's value
+            last = [r for r in actual.records[alignment.blamed :] if r.location == span[-1]][-1]
+            joined = in_layout(last.value, counterpart.shape, alignment.rules)
+            if joined is not None and joined.dtype.kind == "f":
+                found = read_causes(counterpart.value, joined, report.axes, sizes, rtol, atol, masks)
+                report.causes += [c for c in found if c not in report.causes]
     return report
+
+
+def _masks(trace: Trace) -> bool:
+    """Whether a value on the way to the trace's output hides entries (-inf, a fill at or below
+    -1e4) or is a boolean mask."""
+    for index in ancestors(trace, trace.output):
+        value = trace.records[index].value
+        if value.dtype == bool or (value.dtype.kind == "f" and (value <= -1e4).any()):
+            return True
+    return False
+
+
+def _scale_left_out(alignment: Alignment) -> int | None:
+    """The reference value the blamed value is computed from unscaled, where the value it should
+    have equalled is the reference's scaling of that one (the reference's scale never applied)."""
+    reference, candidate = alignment.reference, alignment.candidate
+    target = reference.records[alignment.counterpart]
+    if target.index not in alignment.scaled or any(s in alignment.scaled for s in target.inputs):
+        return None
+    used = {
+        m.reference for s in candidate.records[alignment.blamed].inputs for m in alignment.matches.get(s, [])
+    }
+    classes = layout_classes(reference, alignment.rules)
+    return next(
+        (
+            s
+            for s in target.inputs
+            if reference.records[s].leaf is None and any(classes[s] == classes[u] for u in used)
+        ),
+        None,
+    )

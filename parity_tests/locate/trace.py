@@ -72,7 +72,9 @@ class Record:
     ``inputs`` the indexes of the records it was computed from; ``leaf`` names what a leaf is
     (``"input0"``, a parameter's name, ``"constant"``), None for computed values; ``step`` the
     project's step name when the code recorded the value under one; ``stack`` the user's frames
-    as ``("path:line", function)``, innermost first (``location`` is the innermost).
+    as ``("path:line", function)``, innermost first (``location`` is the innermost); ``written``
+    the record of the part written into the array, for a value a write into part of an array made
+    (``ctx[:, :, h * hd:(h + 1) * hd] = ...``).
     """
 
     index: int
@@ -85,6 +87,7 @@ class Record:
     leaf: str | None = None
     step: str | None = None
     stack: tuple[tuple[str, str], ...] = ()
+    written: int | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -46,6 +46,8 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "numpy_fused": ("user_torch", lambda module, params: module.attention),
     "jax_fused": ("user_torch", lambda module, params: module.attention),
     "numpy_loop_heads": ("torch_ref", lambda module, params: module.mha),
+    "numpy_head_buffer": ("torch_ref", lambda module, params: module.mha),
+    "numpy_scale_first": ("torch_ref", lambda module, params: module.mha),
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
     "nnx_jit_mha": ("torch_ref", lambda module, params: _nnx_jit(module, params)),
@@ -92,6 +94,41 @@ def inputs(seed: int = 0) -> np.ndarray:
 
 B = Bug
 BUGS = [
+    # NumPy port computing one head at a time
+    B(
+        "np_loop_queries_keys_swapped",
+        "numpy_loop_heads",
+        "s = q @ k.swapaxes(-1, -2) / np.sqrt(hd)",
+        "s = k @ q.swapaxes(-1, -2) / np.sqrt(hd)",
+    ),
+    # NumPy port scaling the scores in place before the mask
+    B("np_inplace_scale_by_head_dim", "numpy_scale_first", "s[...] = s / np.sqrt(hd)", "s[...] = s / hd"),
+    B("np_inplace_scale_by_d", "numpy_scale_first", "s[...] = s / np.sqrt(hd)", "s[...] = s / np.sqrt(d)"),
+    # NumPy port filling a zeros buffer head by head
+    B(
+        "np_buffer_same_value_head_each_time",
+        "numpy_head_buffer",
+        "vh = v[:, :, h * hd : (h + 1) * hd]",
+        "vh = v[:, :, 0:hd]",
+    ),
+    B(
+        "np_buffer_scale_by_d",
+        "numpy_head_buffer",
+        "s = s / np.sqrt(hd)",
+        "s = s / np.sqrt(d)",
+    ),
+    B(
+        "np_buffer_mask_keeps_next_token",
+        "numpy_head_buffer",
+        "s[:, np.triu(np.ones((t, t), bool), 1)] = -np.inf",
+        "s[:, np.triu(np.ones((t, t), bool), 2)] = -np.inf",
+    ),
+    B(
+        "np_buffer_written_at_the_wrong_head",
+        "numpy_head_buffer",
+        "ctx[:, :, h * hd : (h + 1) * hd] = w @ vh",
+        "ctx[:, :, (1 - h) * hd : (2 - h) * hd] = w @ vh",
+    ),
     # NumPy port of the book's class
     B(
         "np_query_weight_not_transposed",
@@ -128,6 +165,12 @@ BUGS = [
         "numpy_mha",
         "mask = np.triu(np.ones((t, t), dtype=bool), k=1)",
         "mask = np.triu(np.ones((t, t), dtype=bool), k=0)",
+    ),
+    B(
+        "np_mask_keeps_next_token",
+        "numpy_mha",
+        "mask = np.triu(np.ones((t, t), dtype=bool), k=1)",
+        "mask = np.triu(np.ones((t, t), dtype=bool), k=2)",
     ),
     B(
         "np_mask_inverted",
