@@ -379,22 +379,28 @@ def test_npz_members_renamed_are_detected(tmp_path):
 # ------------------------------------------------------------------ the file's kind
 
 
-def load_in_thread(path):
-    """Load ``path`` in a thread; return the exception it raised (fails if it blocks for 10 s)."""
+def raised_in_thread(call, path, *, reading):
+    """Run ``call()`` in a thread; return the exception it raised (fails if it blocks for 10 s or
+    returns). A call stuck on the FIFO at ``path`` is let go by opening the FIFO's other end: for
+    writing where the call reads (``reading``), for reading where it writes."""
     outcome = []
 
     def run():
         try:
-            load_weights(path)
+            call()
         except BaseException as error:  # the test inspects it
             outcome.append(error)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(10)
-    if thread.is_alive() and os.path.exists(path):  # unblock a reader stuck on a FIFO
-        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-    assert not thread.is_alive() and outcome, "loading hung or returned"
+    if thread.is_alive() and os.path.exists(path):  # unblock a call stuck on a FIFO
+        if reading:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        else:
+            with open(path, "rb") as reader:
+                reader.read()
+    assert not thread.is_alive() and outcome, "the call hung or returned"
     return outcome[0]
 
 
@@ -410,7 +416,7 @@ def test_files_that_are_not_regular_are_refused_without_blocking(tmp_path, kind)
         path.symlink_to("/dev/zero")
     else:
         path.mkdir()
-    error = load_in_thread(path)
+    error = raised_in_thread(lambda: load_weights(path), path, reading=True)
     assert isinstance(error, ValueError) and "is not a regular file" in str(error)
 
 
@@ -772,22 +778,8 @@ def test_saving_to_what_is_not_a_regular_file_is_refused_without_blocking(tmp_pa
         path.symlink_to("/dev/null")
     else:
         path.mkdir()
-    outcome = []
-
-    def run():
-        try:
-            save_weights(path, {"W": W})
-        except BaseException as error:  # the test inspects it
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(10)
-    if thread.is_alive():  # unblock a writer stuck on a FIFO
-        with open(path, "rb") as reader:
-            reader.read()
-    assert not thread.is_alive() and outcome, "saving hung or returned"
-    assert isinstance(outcome[0], ValueError) and "is not a regular file" in str(outcome[0])
+    error = raised_in_thread(lambda: save_weights(path, {"W": W}), path, reading=False)
+    assert isinstance(error, ValueError) and "is not a regular file" in str(error)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
@@ -804,21 +796,9 @@ def test_a_gpt2_checkpoint_whose_config_json_is_not_a_regular_file_is_refused_wr
     path = tmp_path / "config.json"
     path.unlink()
     os.mkfifo(path) if kind == "fifo" else path.mkdir()
-    outcome = []
-
-    def run():
-        try:
-            save_hf_gpt2(tmp_path, {k: v + 1 for k, v in params.items()}, config)
-        except BaseException as error:  # the test inspects it
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(10)
-    if thread.is_alive():  # unblock a writer stuck on a FIFO
-        with open(path, "rb") as reader:
-            reader.read()
-    assert not thread.is_alive() and outcome, "saving hung or returned"
+    error = raised_in_thread(
+        lambda: save_hf_gpt2(tmp_path, {k: v + 1 for k, v in params.items()}, config), path, reading=False
+    )
     message = f"{path} is not a regular file (a FIFO, device, directory or a link to one)"
-    assert type(outcome[0]) is ValueError and str(outcome[0]) == message
+    assert type(error) is ValueError and str(error) == message
     assert weights.read_bytes() == before  # the weights were not rewritten
