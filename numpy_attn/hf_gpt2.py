@@ -18,8 +18,10 @@ between the two namings; layouts change here and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -211,7 +213,10 @@ def save_hf_gpt2(
     a model without ``qkv_bias`` gets zero ``c_attn`` biases (the same outputs). ``config.json``
     holds plain ints and floats (NumPy ones in ``config`` are converted). Nothing is written
     unless the weights, the config and both destinations pass (ValueError for one that exists
-    and is not a regular file: a FIFO would block); the weights are written, then the config."""
+    and is not a regular file: a FIFO would block). All or nothing: both files are written to
+    temporary names in the folder, then renamed into place (config.json first); on any error
+    (a full disk) the folder keeps the files it held, and no temporary. A destination that is a
+    link is replaced, not written through."""
     params = without_gpt_buffers(params, config)
     check_gpt_params(params, config)
     params = {name: np.asarray(value) for name, value in params.items()}
@@ -254,8 +259,42 @@ def save_hf_gpt2(
     }
     text = json.dumps(hf_config, indent=2).encode()  # before anything is written
     os.makedirs(directory, exist_ok=True)
-    config_path = os.path.join(directory, CONFIG_FILE)
-    check_regular_file(config_path, missing_ok=True)  # before the weights: a refusal writes nothing
-    save_weights(os.path.join(directory, WEIGHTS_FILE), hf)
-    with create_regular_file(config_path) as file:
-        file.write(text)
+    # config.json first: a reader between the two renames (they are not one atomic step) sees the
+    # new config.json beside the old weights, which the loader checks against it, never new weights
+    # beside an old config.json, which could load as a model that was never saved
+    names = (CONFIG_FILE, WEIGHTS_FILE)
+    paths = [os.path.join(directory, name) for name in names]
+    for path in paths:
+        check_regular_file(path, missing_ok=True)  # before anything is written: a refusal writes nothing
+    token = secrets.token_hex(8)  # the temporaries' names (the suffix kept: save_weights reads it)
+    new, old = ([os.path.join(directory, f".{token}.{kind}.{n}") for n in names] for kind in ("new", "old"))
+    moved = []  # the destinations renamed aside to old or replaced so far
+    try:
+        with create_regular_file(new[0]) as file:
+            file.write(text)
+        save_weights(new[1], hf)
+        for index, path in enumerate(paths):
+            if os.path.lexists(path):
+                os.replace(path, old[index])  # kept aside until both are in place, to undo
+            moved.append(index)
+            os.replace(new[index], path)
+    except BaseException:
+        _undo(paths, new, old, moved)
+        raise
+    for path in old:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def _undo(paths: list[str], new: list[str], old: list[str], moved: list[int]) -> None:
+    """A failed ``save_hf_gpt2``: each destination it changed as it was (its file renamed back from
+    aside, or removed if there was none), the temporaries removed."""
+    for index in reversed(moved):
+        with contextlib.suppress(OSError):  # the first error is the one raised
+            if os.path.lexists(old[index]):
+                os.replace(old[index], paths[index])
+            elif not os.path.lexists(new[index]):  # the new file was renamed into place
+                os.remove(paths[index])
+    for path in new:
+        with contextlib.suppress(OSError):
+            os.remove(path)

@@ -191,9 +191,8 @@ def _bench(args: argparse.Namespace) -> int:
     from parity_tests.bench.output import update_readme, write_chart, write_json
     from parity_tests.bench.run import run_benchmark
 
-    out = tempfile.mkdtemp(prefix="attn-parity-bench-") if args.out is None else args.out
-    if not os.path.isdir(out):
-        raise UsageError(f"the folder {os.path.abspath(out)} does not exist")
+    if args.out is not None and not os.path.isdir(args.out):
+        raise UsageError(f"the folder {os.path.abspath(args.out)} does not exist")
     advance, stop = _progress_bar(None)
     try:
         results = run_benchmark(
@@ -202,6 +201,8 @@ def _bench(args: argparse.Namespace) -> int:
         )  # fmt: skip
     finally:
         stop()
+    # the default folder is made once there are results: a run that fails leaves none behind
+    out = tempfile.mkdtemp(prefix="attn-parity-bench-") if args.out is None else args.out
     write_json(results, os.path.join(out, "results.json"))
     write_chart(results, os.path.join(out, "results.png"))
     if args.readme:

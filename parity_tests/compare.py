@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from parity_tests.arrays import dtype_name, to_float64
 from parity_tests.tolerances import tolerance_for
+
+if TYPE_CHECKING:
+    from parity_tests.locate.report import LocateReport
 
 __all__ = ["StepReport", "StepRow", "compare_arrays", "compare_steps"]
 
@@ -68,21 +71,29 @@ def compare_arrays(
 @dataclass(frozen=True)
 class StepReport:
     """The result of ``compare_steps``: ``rows`` in the expected trace's order, and, from
-    ``check_port``, ``causes``: likely reasons for the first divergence."""
+    ``check_port``, ``causes``: likely reasons for the first divergence, and ``raised``: for a
+    candidate that raised, ``locate``'s report of it (the exception, the candidate's line raising
+    it, the lines verified before it; then there are no rows)."""
 
     rows: tuple[StepRow, ...]
     causes: tuple[str, ...] = ()
+    raised: LocateReport | None = None
 
     @property
     def ok(self) -> bool:
-        return all(row.ok for row in self.rows)
+        return self.raised is None and all(row.ok for row in self.rows)
 
     @property
     def first_divergence(self) -> str | None:
-        """The first step (in order) that does not match, or None if all match."""
+        """The first step (in order) that does not match (``the candidate raised ...`` for a
+        candidate that raised), or None if all match."""
+        if self.raised is not None:
+            return self.raised.first_divergence
         return next((row.step for row in self.rows if not row.ok), None)
 
     def __str__(self) -> str:
+        if self.raised is not None:
+            return str(self.raised)
         header = (
             f"{'step':<28} {'expected':<16} {'actual':<16} {'max abs':>10} {'max rel':>10} "
             f"{'rtol':>7} {'atol':>7}  ok"

@@ -102,10 +102,29 @@ def check_port(
     ``params`` (the weights format) is passed first to callables that are not modules (modules
     hold their own weights). Everything is compared in float64 with the per-dtype tolerances;
     the report names the first diverging step and ``causes`` lists what usually causes it.
+
+    A candidate that raises is a finding, as in ``locate`` (which then runs both to see what the
+    candidate computed before): the report is not ok and its ``raised`` is ``locate``'s report
+    (the exception, the candidate's line raising it, the lines verified before it and the last
+    reference value it reproduced). A reference that raises is the caller's error: ``Raised``
+    (``type: message``; the reference's exception is its ``error``).
     """
+    from parity_tests.locate.check import locate
+    from parity_tests.locate.run import framework_of
+    from parity_tests.locate.trace import Raised, Trace
+
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-    expected = _trace(reference, args, params)
-    actual = _trace(candidate, args, params)
+    try:
+        expected = _trace(reference, args, params)
+    except Exception as error:
+        raise Raised(error, Trace(framework_of(reference))) from error
+    try:
+        actual = _trace(candidate, args, params)
+    except Exception:
+        located = locate(reference, candidate, inputs, params=params)
+        if located.raised is None:  # it raised only as called here: its own exception, unreported
+            raise
+        return StepReport((), tuple(located.causes), located)
     report = compare_steps(expected, actual, rtol=rtol, atol=atol, missing_ok=True)
     return StepReport(report.rows, likely_causes(report))
 

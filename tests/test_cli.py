@@ -2,9 +2,11 @@
 
 import argparse
 import json
+import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -220,13 +222,15 @@ def test_bad_usage_is_one_line_and_exit_code_2(capsys, argv, message):
     assert err.startswith(f"attn-parity {argv[0]}") and "Traceback" not in err
 
 
-def without_torch(*argv):
-    """The CLI in a fresh process where ``import torch`` fails, as on an install without [torch]."""
+def without_torch(*argv, tmpdir=None):
+    """The CLI in a fresh process where ``import torch`` fails, as on an install without [torch]
+    (with ``TMPDIR`` set to ``tmpdir`` if given)."""
     code = (
         "import sys; sys.modules['torch'] = None; from parity_tests.cli import main; "
         f"sys.exit(main({list(argv)!r}))"
     )
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    env = None if tmpdir is None else os.environ | {"TMPDIR": str(tmpdir)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
 
 
 NEEDS_TORCH = "error: this command needs torch; install it with pip install 'attn-parity[torch]'"
@@ -246,10 +250,12 @@ WITHOUT_TORCH_EXIT_2 = [
 
 
 @pytest.mark.parametrize("argv", WITHOUT_TORCH_EXIT_2, ids=lambda argv: argv[0])
-def test_without_torch_the_commands_that_need_it_exit_2_with_one_line(argv):
-    out = without_torch(*argv)
+def test_without_torch_the_commands_that_need_it_exit_2_with_one_line(argv, tmp_path):
+    """... and leave nothing behind (bench made its temporary results folder before it failed)."""
+    out = without_torch(*argv, tmpdir=tmp_path)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == f"attn-parity {argv[0]}: {NEEDS_TORCH}"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_without_torch_the_parser_runs():
@@ -271,7 +277,11 @@ def test_every_command_is_tried_without_torch():
 
 
 def test_bench_writes_the_committed_results_only_when_out_names_them(tmp_path, monkeypatch, capsys):
+    """Without --out, into a new folder under the temporary folder (here tmp_path: the test left
+    a /tmp/attn-parity-bench-* folder behind on every run)."""
     monkeypatch.chdir(tmp_path)  # a checkout whose benchmarks/ folder holds committed results
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     monkeypatch.setattr("parity_tests.bench.run.gemm_peak", lambda: 100.0)  # skip the 4096^3 GEMMs
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "results.json").write_text("committed")
@@ -279,8 +289,10 @@ def test_bench_writes_the_committed_results_only_when_out_names_them(tmp_path, m
             "--rounds", "1", "--no-memory", "--no-decode"]  # fmt: skip
     assert main(argv) == 0
     assert (tmp_path / "benchmarks" / "results.json").read_text() == "committed"
-    written = capsys.readouterr().out.splitlines()[-1].split()[1]
-    assert json.loads(pathlib.Path(written).read_text())
+    written = pathlib.Path(capsys.readouterr().out.splitlines()[-1].split()[1])
+    assert written.parent.parent == tmp_path / "tmp" and written.parent.name.startswith("attn-parity-bench-")
+    assert sorted(p.name for p in written.parent.iterdir()) == ["results.json", "results.png"]
+    assert json.loads(written.read_text())
     assert main([*argv, "--out", "benchmarks"]) == 0
     assert (tmp_path / "benchmarks" / "results.json").read_text() != "committed"
 

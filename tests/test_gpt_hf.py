@@ -225,3 +225,71 @@ def test_numpy_sizes_in_the_config_are_written_as_json_numbers(tmp_path):
     hf_config = json.loads((tmp_path / "config.json").read_text())
     assert (hf_config["vocab_size"], hf_config["n_layer"], hf_config["resid_pdrop"]) == (61, 2, 0.0)
     assert numpy_attn.load_hf_gpt2(tmp_path)[1] == TINY
+
+
+def folder_bytes(directory) -> dict[str, bytes]:
+    """Every entry of ``directory`` (hidden temporaries included) and its bytes."""
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+
+
+def disk_full_at(monkeypatch, failing: str, call: int) -> None:
+    """Make the ``call``-th (from 0) file opened for writing (``failing="write"``: it writes its first
+    byte, then raises ENOSPC) or ``os.replace`` (``"replace"``) in the save fail with an OSError."""
+    calls = {"write": 0, "replace": 0}
+    create, replace = numpy_attn.weights_file.create_regular_file, os.replace
+
+    def full() -> OSError:
+        return OSError(28, "No space left on device")
+
+    def failing_create(path):
+        file = create(path)
+        calls["write"] += 1
+        if failing == "write" and calls["write"] == call + 1:
+            write = file.write
+
+            def write_one_byte(data):
+                write(bytes(data)[:1])
+                raise full()
+
+            file.write = write_one_byte
+        return file
+
+    def failing_replace(source, destination):
+        calls["replace"] += 1
+        if failing == "replace" and calls["replace"] == call + 1:
+            raise full()
+        return replace(source, destination)
+
+    for module in (numpy_attn.weights_file, numpy_attn.hf_gpt2):
+        monkeypatch.setattr(module, "create_regular_file", failing_create)
+    monkeypatch.setattr(os, "replace", failing_replace)
+
+
+# the first write is config.json's, the second the weights'; the renames: config.json aside, the new one
+# in, the weights aside, the new ones in (into an empty folder: the two "in" alone)
+FAILURES = [("write", 0), ("write", 1), ("replace", 0), ("replace", 1), ("replace", 2), ("replace", 3)]
+CASES = [(True, *failure) for failure in FAILURES] + [(False, *failure) for failure in FAILURES[:4]]
+
+
+@pytest.mark.parametrize(
+    ("earlier", "failing", "call"),
+    CASES,
+    ids=[f"{'over_a_save' if e else 'empty'}-{f}_{c}" for e, f, c in CASES],
+)
+def test_a_save_failing_at_any_write_or_rename_leaves_the_folder_as_it_was(
+    tmp_path, monkeypatch, earlier, failing, call
+):
+    """A full disk while config.json was written, after the weights, left new weights beside the old
+    config.json (another model) or a truncated file: now the folder keeps every byte it held and
+    no temporary."""
+    params = torch_ref.to_params(torch_model())
+    if earlier:
+        numpy_attn.save_hf_gpt2(tmp_path, params, TINY)
+    before = folder_bytes(tmp_path)
+    disk_full_at(monkeypatch, failing, call)
+    with pytest.raises(OSError, match=r"^\[Errno 28\] No space left on device$"):
+        numpy_attn.save_hf_gpt2(tmp_path, {k: v + 1 for k, v in params.items()}, TINY)
+    assert folder_bytes(tmp_path) == before
+    monkeypatch.undo()
+    numpy_attn.save_hf_gpt2(tmp_path, params, TINY)  # and the next save works
+    assert sorted(folder_bytes(tmp_path)) == ["config.json", "model.safetensors"]

@@ -782,18 +782,19 @@ def test_saving_to_what_is_not_a_regular_file_is_refused_without_blocking(tmp_pa
     assert isinstance(error, ValueError) and "is not a regular file" in str(error)
 
 
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
-def test_a_gpt2_checkpoint_whose_config_json_is_not_a_regular_file_is_refused_writing_nothing(tmp_path, kind):
-    """The weights file goes through ``save_weights``' check; config.json too, and before the
-    weights are written: a refusal leaves the folder's checkpoint as it was."""
+def test_a_gpt2_checkpoint_whose_file_is_not_a_regular_file_is_refused_writing_nothing(tmp_path, kind, name):
+    """Both destinations are checked before anything is written: a refusal leaves the folder's
+    other file as it was (the weights were renamed into place over a FIFO, not written into it)."""
     config = {"vocab_size": 11, "context_length": 8, "emb_dim": 4, "n_heads": 2, "n_layers": 1}
     config |= {"drop_rate": 0.0, "qkv_bias": True}
     rng = np.random.default_rng(0)
     params = {k: rng.standard_normal(s).astype(np.float32) for k, s in gpt_param_shapes(config).items()}
-    weights = tmp_path / "model.safetensors"
     save_hf_gpt2(tmp_path, params, config)
-    before = weights.read_bytes()
-    path = tmp_path / "config.json"
+    other = tmp_path / ({"config.json", "model.safetensors"} - {name}).pop()
+    before = other.read_bytes()
+    path = tmp_path / name
     path.unlink()
     os.mkfifo(path) if kind == "fifo" else path.mkdir()
     error = raised_in_thread(
@@ -801,4 +802,6 @@ def test_a_gpt2_checkpoint_whose_config_json_is_not_a_regular_file_is_refused_wr
     )
     message = f"{path} is not a regular file (a FIFO, device, directory or a link to one)"
     assert type(error) is ValueError and str(error) == message
-    assert weights.read_bytes() == before  # the weights were not rewritten
+    assert other.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["config.json", "model.safetensors"]
+    )  # nothing rewritten, no temporary

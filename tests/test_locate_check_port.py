@@ -12,6 +12,7 @@ import jax_attn
 import numpy_attn
 from parity_tests import check_port
 from parity_tests.cases import Case
+from parity_tests.locate import Raised
 from tests.ports.catalogue import HERE, inputs, load, reference
 from torch_ref import to_params
 
@@ -95,3 +96,44 @@ def test_steps_that_still_match_are_those_before_the_divergence():
     report = check_port(case.build_torch(), port, case.make_input(), params=params)
     assert report.first_divergence == "attn_scores"
     assert report.causes[-1] == "steps that still match: queries, keys, values"
+
+
+def test_a_candidate_raising_is_locates_report_and_a_reference_raising_raises(tmp_path):
+    """check_port let a candidate's exception through, where locate and ``attn-parity diff`` report
+    it: now its report is locate's (the exception, the line, the lines verified before it)."""
+    planted = '    raise ValueError("no y")'
+    source = (HERE / "numpy_fused.py").read_text().replace("    y = att @ v", planted)
+    candidate = load("port", source, tmp_path).attention
+    port, line = tmp_path / "port.py", source.splitlines().index(planted) + 1
+    ref = reference("user_torch")
+    params = {k: v.detach().numpy() for k, v in ref.named_parameters()}
+    report = check_port(ref, candidate, inputs(), params=params)
+    assert not report.ok and report.rows == ()
+    assert report.first_divergence == "the candidate raised ValueError: no y"
+    located = report.raised
+    assert located.raised == "ValueError: no y"
+    assert (located.candidate_location, located.candidate_op) == (f"{port}:{line}", planted.strip())
+    assert len(located.verified) == 9 and located.verified[-1].startswith(f"{port}:18  ")
+    assert report.causes == (
+        f"the last value equal to the reference's is softmax ({HERE / 'torch_user_block.py'}:23), "
+        f"computed at {port}:18",
+    )
+    assert str(report) == str(located)
+    with pytest.raises(Raised, match=r"^ValueError: no y$") as raised:
+        check_port(candidate, ref, inputs(), params=params)
+    assert type(raised.value.error) is ValueError
+
+
+def test_a_candidate_raising_only_as_check_port_first_calls_it_raises_its_own_exception():
+    """locate runs it again to see what it computed; one that then does not raise is not reported."""
+    calls = []
+
+    def candidate(x):
+        calls.append(x)
+        if len(calls) == 1:
+            raise ValueError("first call")
+        return numpy_attn.softmax(x, axis=-1)
+
+    with pytest.raises(ValueError, match=r"^first call$"):
+        check_port(lambda x: numpy_attn.softmax(x, axis=-1), candidate, inputs())
+    assert len(calls) == 2
