@@ -125,7 +125,21 @@ def test_no_mask_applied_is_said_of_a_port_masking_nowhere(tmp_path):
     ref = reference("torch_ref")
     params = to_params(ref)
     report = locate(ref, load(bug.port, source, tmp_path).mha, inputs(), params=params)
-    assert "no mask applied: the reference has -inf entries here" in report.causes, f"\n{report}"
+    assert NO_CAUSAL_MASK in report.causes, f"\n{report}"
+
+
+NO_CAUSAL_MASK = (
+    "no mask applied: the reference has -inf entries here, every key after its query: the causal mask "
+    "is missing (pass is_causal=True or a mask)"
+)
+
+
+def test_dot_product_attention_without_is_causal_is_named_on_its_line(tmp_path):
+    """The line computes the masked scores, the weights and the context in one call: its scores,
+    where the reference masks them, hide nothing."""
+    report, line = planted("dpa_not_causal", tmp_path)
+    assert (report.first_divergence, report.candidate_location) == ("masked_scores", line)
+    assert report.causes == [NO_CAUSAL_MASK], f"\n{report}"
 
 
 def test_a_dropout_left_on_is_named_on_its_line_against_the_values_it_drops(tmp_path):

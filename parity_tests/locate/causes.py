@@ -186,7 +186,16 @@ def read_causes(
             elif (offset := _one_diagonal(e ^ a)) is not None:
                 causes.append(f"{_off_by(offset)} {'is hidden too' if (a & ~e).any() else 'is not hidden'}")
             elif not a.any() and not masks:
-                causes.append(f"no mask applied: the reference has {label} entries here")
+                causal = np.broadcast_to(np.triu(np.ones(e.shape[-2:], dtype=bool), 1), e.shape)
+                causes.append(
+                    f"no mask applied: the reference has {label} entries here"
+                    + (
+                        ", every key after its query: the causal mask is missing (pass is_causal=True "
+                        "or a mask)"
+                        if e.shape[-1] == e.shape[-2] and np.array_equal(e, causal)
+                        else ""
+                    )
+                )
             break
     keep = np.isfinite(expected) & np.isfinite(actual)
     factor = _factor(expected, actual)

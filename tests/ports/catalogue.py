@@ -321,6 +321,14 @@ BUGS = [
         "weights = self.dropout(weights)",
         "weights = self.dropout(weights, deterministic=False)",
     ),
+    # JAX port on jax.nn.dot_product_attention
+    B(
+        "dpa_not_causal",
+        "jax_dpa",
+        'out = jax.nn.dot_product_attention(heads("W_query"), heads("W_key"), heads("W_value"), '
+        "is_causal=True)",
+        'out = jax.nn.dot_product_attention(heads("W_query"), heads("W_key"), heads("W_value"))',
+    ),
     # NumPy port of a user's own fused torch module
     B(
         "fused_split_order",
