@@ -72,6 +72,8 @@ def test_report_names_the_step_both_lines_the_worst_entry_and_the_cause(tmp_path
         ("np_inplace_scale_by_d", "masked_scores", "scale differs: yours is smaller by sqrt(num_heads)"),
         ("np_mask_keeps_next_token", "masked_scores", "causal mask off by one: the next token"),
         ("np_loop_queries_keys_swapped", "attn_scores", "transposed over (query, key)"),
+        ("nnx_softmax_of_exp", "attn_weights", "scale differs: yours is larger by sqrt(head_dim)"),
+        ("nnx_dropout_not_deterministic", "attn_weights", "a dropout left on"),
     ],
 )
 def test_causes_are_read_from_the_data(bug, step, cause, tmp_path):
@@ -123,7 +125,45 @@ def test_no_mask_applied_is_said_of_a_port_masking_nowhere(tmp_path):
     ref = reference("torch_ref")
     params = to_params(ref)
     report = locate(ref, load(bug.port, source, tmp_path).mha, inputs(), params=params)
-    assert "no mask applied: the reference has -inf entries here" in report.causes, f"\n{report}"
+    assert NO_CAUSAL_MASK in report.causes, f"\n{report}"
+
+
+NO_CAUSAL_MASK = (
+    "no mask applied: the reference has -inf entries here, every key after its query: the causal mask "
+    "is missing (pass is_causal=True or a mask)"
+)
+
+
+def test_dot_product_attention_without_is_causal_is_named_on_its_line(tmp_path):
+    """The line computes the masked scores, the weights and the context in one call: its scores,
+    where the reference masks them, hide nothing."""
+    report, line = planted("dpa_not_causal", tmp_path)
+    assert (report.first_divergence, report.candidate_location) == ("masked_scores", line)
+    assert report.causes == [NO_CAUSAL_MASK], f"\n{report}"
+
+
+def test_a_dropout_left_on_is_named_on_its_line_against_the_values_it_drops(tmp_path):
+    """The NNX model is never put in eval mode: its dropout line is set against the reference's
+    attention weights (not its mask buffer), of which it zeroes some and scales the others."""
+    source = (HERE / "nnx_dropout_mha.py").read_text().replace("    model.eval()\n", "")
+    module = load("nnx_dropout_mha", source, tmp_path)
+    ref = reference("torch_ref")
+    report = locate(ref, module.build(to_params(ref), 2), inputs())
+    line = source.splitlines().index("        weights = self.dropout(weights)") + 1
+    assert (report.first_divergence, report.candidate_location) == (
+        "attn_weights",
+        f"{tmp_path / 'nnx_dropout_mha.py'}:{line}",
+    )
+    assert report.reference_location.endswith("torch_ref/multi_head.py:69")  # the softmax
+    dropped = (report.actual_value == 0) & (report.expected_value != 0)
+    np.testing.assert_allclose(
+        report.actual_value, np.where(dropped, 0, report.expected_value / 0.9), rtol=1e-5, atol=1e-6
+    )
+    assert report.causes == [
+        f"entries dropped: yours equals the reference's value with {dropped.sum()} of 90 nonzero entries "
+        "zeroed and the others scaled by 1/(1 - p), p = 0.1: a dropout left on where the reference drops "
+        "none (call model.eval() or pass deterministic=True)"
+    ], f"\n{report}"
 
 
 def test_a_port_filling_a_zeros_buffer_head_by_head_is_verified_line_by_line(tmp_path):

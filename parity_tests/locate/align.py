@@ -30,6 +30,7 @@ __all__ = [
     "blame_location",
     "close",
     "layout_classes",
+    "line_records",
     "match_values",
     "tolerance_of",
 ]
@@ -444,9 +445,10 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     """The reference value the blamed candidate value should have equalled: among the diverging
     reference values it can be laid out as, the one computed from most of the same values, the
     earliest on ties; else the reference's output for the candidate's output (which should equal
-    it, whatever values before it were found equal), the first diverging reference value for any
-    other. A value computed from one that holds a reference value unscaled (the candidate scales
-    later) should equal that value."""
+    it, whatever values before it were found equal), for any other the reference value its line
+    holds in its layout (``_held_by_line``: a dropout left on, set against the values it drops),
+    else the first diverging reference value. A value computed from one that holds a reference value
+    unscaled (the candidate scales later) should equal that value."""
     record = result.candidate.records[blamed]
     unscaled = [
         m.reference
@@ -464,11 +466,10 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
         if in_layout(result.reference.records[r].value, record.shape, result.rules) is not None
     ]
     if not compatible:
-        return (
-            result.reference.output
-            if blamed == result.candidate.output
-            else (bad_r or [result.reference.output])[0]
-        )
+        if blamed == result.candidate.output:
+            return result.reference.output
+        held = _held_by_line(result, record, classes)
+        return held if held is not None else (bad_r or [result.reference.output])[0]
     ours = _input_classes(result, record, classes)
     shared = [len(ours & {classes[s] for s in result.reference.records[r].inputs}) for r in compatible]
     chosen = result.reference.records[compatible[shared.index(max(shared))]]
@@ -489,6 +490,35 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
         ):
             return source
     return chosen.index
+
+
+def line_records(trace: Trace, index: int) -> list[Record]:
+    """The records of one run of record ``index``'s line up to it: those before it on its line, back
+    to the first record of another line."""
+    start = index
+    while start > 0 and trace.records[start - 1].location == trace.records[index].location:
+        start -= 1
+    return trace.records[start : index + 1]
+
+
+def _held_by_line(result: Alignment, record: Record, classes: list[int]) -> int | None:
+    """The reference value that the values of ``record``'s line up to it, or the values the line
+    takes from other lines, hold in ``record``'s layout, the latest computed (the first record of
+    its layout class): what the line should have left as it was where no diverging reference value
+    has its layout (the reference computes nothing there, as an eval-mode dropout); None when none
+    holds one."""
+    reference = result.reference.records
+    line = line_records(result.candidate, record.index)
+    held = [
+        m.reference
+        for index in {r.index for r in line} | {s for r in line for s in r.inputs}
+        for m in result.matches.get(index, [])
+        if reference[m.reference].leaf is None
+        and in_layout(reference[m.reference].value, record.shape, result.rules) is not None
+    ]
+    if not held:
+        return None
+    return classes.index(classes[max(held)])
 
 
 def _used_well(result: Alignment, first: int, found: set[int], found_of) -> bool:

@@ -105,6 +105,29 @@ def _off_by(offset: int) -> str:
     return f"causal mask off by {'one' if abs(offset) <= 1 else abs(offset)}: {where}"
 
 
+def _dropped(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float) -> str | None:
+    """What a dropout left on shows: ``actual`` is ``expected`` with some of its nonzero entries
+    zeroed and the others scaled by one ``1/(1 - p)`` above 1; None when it is not."""
+    if not (np.isfinite(expected).all() and np.isfinite(actual).all()):
+        return None
+    live = expected != 0
+    dropped, kept = live & (actual == 0), live & (actual != 0)
+    if not dropped.any() or not kept.any():
+        return None
+    factor = _factor(expected[kept], actual[kept])
+    if (
+        factor is None
+        or factor <= 1 + 1e-3
+        or not _close(np.where(dropped, 0, factor * expected), actual, rtol, atol)
+    ):
+        return None
+    return (
+        f"entries dropped: yours equals the reference's value with {int(dropped.sum())} of {int(live.sum())} "
+        f"nonzero entries zeroed and the others scaled by 1/(1 - p), p = {1 - 1 / factor:.3g}: a dropout "
+        "left on where the reference drops none (call model.eval() or pass deterministic=True)"
+    )
+
+
 def _hidden(value: np.ndarray) -> np.ndarray:
     return ~np.isfinite(value) | (value <= -1e4)
 
@@ -119,8 +142,9 @@ def read_causes(
     masks: bool = False,
     reference_scale: float | None = None,
 ) -> list[str]:
-    """Causes that the numbers show: ``actual`` is ``expected`` transposed, scaled, masked the other
-    way, shifted by a bias, normalised over another axis, or the same numbers in another order.
+    """Causes that the numbers show: ``actual`` is ``expected`` with entries dropped, transposed,
+    scaled, masked the other way, shifted by a bias, normalised over another axis, or the same
+    numbers in another order.
     ``masks``: the candidate hides entries somewhere on the way to its output (then "no mask
     applied" is not said: its value is compared before its mask or after its exp);
     ``reference_scale``: the scale the reference applies after ``expected`` (see
@@ -139,6 +163,9 @@ def read_causes(
             ) is not None:
                 causes.append(f"{_off_by(offset)} is hidden in one mask and not in the other")
         return causes
+    dropped = _dropped(expected, actual, rtol, atol)
+    if dropped is not None:
+        return [dropped]
     if expected.ndim >= 2 and expected.shape[-1] == expected.shape[-2]:
         swapped = np.swapaxes(expected, -1, -2)
         factor = _factor(swapped, actual) or 1.0  # a scale the reference applies later, say
@@ -159,7 +186,16 @@ def read_causes(
             elif (offset := _one_diagonal(e ^ a)) is not None:
                 causes.append(f"{_off_by(offset)} {'is hidden too' if (a & ~e).any() else 'is not hidden'}")
             elif not a.any() and not masks:
-                causes.append(f"no mask applied: the reference has {label} entries here")
+                causal = np.broadcast_to(np.triu(np.ones(e.shape[-2:], dtype=bool), 1), e.shape)
+                causes.append(
+                    f"no mask applied: the reference has {label} entries here"
+                    + (
+                        ", every key after its query: the causal mask is missing (pass is_causal=True "
+                        "or a mask)"
+                        if e.shape[-1] == e.shape[-2] and np.array_equal(e, causal)
+                        else ""
+                    )
+                )
             break
     keep = np.isfinite(expected) & np.isfinite(actual)
     factor = _factor(expected, actual)

@@ -16,6 +16,7 @@ from parity_tests.locate.align import (
     ancestors,
     blame_location,
     layout_classes,
+    line_records,
     match_values,
     tolerance_of,
 )
@@ -267,6 +268,16 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         report.causes += read_causes(
             counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks, reference_scale
         )
+        skipped = _skipped_step(alignment)
+        if skipped is not None:  # the line's value where the reference computes the diverging one
+            later = (
+                alignment.factors[0]
+                if alignment.factors and diverging.index not in alignment.scaled
+                else None
+            )
+            axes = axis_names(diverging.shape, sizes)
+            found = read_causes(diverging.value, skipped, axes, sizes, rtol, atol, masks, later)
+            report.causes += [c for c in found if c not in report.causes]
         if len(span) > 1:  # what the span's last line computes, the reference's one operation's value
             last = [r for r in actual.records[alignment.blamed :] if r.location == span[-1]][-1]
             joined = in_layout(last.value, counterpart.shape, alignment.rules)
@@ -274,6 +285,26 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
                 found = read_causes(counterpart.value, joined, report.axes, sizes, rtol, atol, masks)
                 report.causes += [c for c in found if c not in report.causes]
     return report
+
+
+def _skipped_step(alignment: Alignment) -> np.ndarray | None:
+    """Where the blamed line computes, in one call, the diverging reference value and later ones
+    (its counterpart is computed after the diverging value: ``jax.nn.dot_product_attention`` for
+    the masked scores, the weights and the context): the last value of the line holding an input
+    of the diverging value, laid out as that value (the scores the line goes on with where the
+    reference masks them); None when the line holds none."""
+    reference, candidate = alignment.reference, alignment.candidate
+    target = reference.records[alignment.diverging]
+    if alignment.diverging >= alignment.counterpart:
+        return None
+    classes = layout_classes(reference, alignment.rules)
+    inputs = {classes[s] for s in target.inputs if reference.records[s].leaf is None}
+    for record in reversed(line_records(candidate, alignment.shown)):
+        if any(classes[m.reference] in inputs for m in alignment.matches.get(record.index, [])):
+            value = in_layout(record.value, target.shape, alignment.rules)
+            if value is not None and value.dtype.kind == "f" and target.value.dtype.kind == "f":
+                return value
+    return None
 
 
 def _masks(trace: Trace) -> bool:

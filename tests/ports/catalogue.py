@@ -37,7 +37,11 @@ def reference(kind: str):
     return load("torch_user_block", (HERE / "torch_user_block.py").read_text()).Attention(D_MODEL, NUM_HEADS)
 
 
-WITHOUT_PARAMS = {"nnx_mha", "nnx_jit_mha"}  # these hold their weights: locate passes them none
+WITHOUT_PARAMS = {
+    "nnx_mha",
+    "nnx_jit_mha",
+    "nnx_dropout_mha",
+}  # these hold their weights: locate passes them none
 PORTS = {  # port -> (reference kind, how to build the candidate from the loaded module and the weights)
     "numpy_mha": ("torch_ref", lambda module, params: module.mha),
     "jax_mha": ("torch_ref", lambda module, params: module.mha),
@@ -51,6 +55,7 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
     "nnx_jit_mha": ("torch_ref", lambda module, params: _nnx_jit(module, params)),
+    "nnx_dropout_mha": ("torch_ref", lambda module, params: module.build(params, NUM_HEADS)),
 }
 
 
@@ -308,6 +313,21 @@ BUGS = [
         "nnx_mha",
         "context = context.transpose(0, 2, 1, 3).reshape(b, t, n * h)",
         "context = context.reshape(b, t, n * h)",
+    ),
+    # NNX module with a dropout, in eval mode
+    B(
+        "nnx_dropout_not_deterministic",
+        "nnx_dropout_mha",
+        "weights = self.dropout(weights)",
+        "weights = self.dropout(weights, deterministic=False)",
+    ),
+    # JAX port on jax.nn.dot_product_attention
+    B(
+        "dpa_not_causal",
+        "jax_dpa",
+        'out = jax.nn.dot_product_attention(heads("W_query"), heads("W_key"), heads("W_value"), '
+        "is_causal=True)",
+        'out = jax.nn.dot_product_attention(heads("W_query"), heads("W_key"), heads("W_value"))',
     ),
     # NumPy port of a user's own fused torch module
     B(
