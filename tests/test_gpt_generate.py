@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from transformers import GPT2LMHeadModel
+import transformers  # its models load on first use (tests/test_gpt_hf.py)
 
 import jax_attn
 import numpy_attn
@@ -54,9 +54,10 @@ def test_cached_decode_logits_equal_the_full_pass(params, framework, decode, ini
     assert compare_arrays(f"{framework} logits", expected, np.concatenate(actual, axis=1)).ok
 
 
+@pytest.mark.xdist_group("transformers")  # on the worker that runs tests/test_gpt_hf.py
 def test_greedy_generation_equals_transformers_greedy_generate(params, model, tmp_path):
     numpy_attn.save_hf_gpt2(tmp_path, params, TINY)
-    hf = GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
     prompt = token_ids(2, 4, seed=3)
     with torch.no_grad():
         expected = hf.generate(

@@ -1,5 +1,7 @@
 """Hugging Face GPT-2 checkpoints: read with NumPy alone, written back, against transformers' forward."""
 
+from __future__ import annotations
+
 import json
 import os
 import re
@@ -8,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+import transformers  # its models load on first use (GPT2LMHeadModel: 2 s), so only where used
 from safetensors import safe_open
-from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 
 import jax_attn
 import numpy_attn
@@ -18,15 +20,18 @@ from parity_tests.compare import compare_arrays
 from tests.cpu_time import within_cpu_seconds
 from tests.gpt_cases import TINY, token_ids, torch_model
 
+# one worker imports transformers' GPT-2 (2 s), not both (tests/test_gpt_generate.py joins it)
+pytestmark = pytest.mark.xdist_group("transformers")
 
-def hf_model(seed: int = 0, **overrides) -> GPT2LMHeadModel:
+
+def hf_model(seed: int = 0, **overrides) -> transformers.GPT2LMHeadModel:
     """A random small GPT-2 (no dropout), as transformers initialises it under ``seed``."""
     arguments = dict(
         vocab_size=53, n_positions=20, n_embd=24, n_layer=2, n_head=3, bos_token_id=0, eos_token_id=0
     )
     arguments |= dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     torch.manual_seed(seed)
-    return GPT2LMHeadModel(GPT2Config(**arguments | overrides)).eval()
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(**arguments | overrides)).eval()
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +42,7 @@ def checkpoint(tmp_path_factory):
     return model, directory
 
 
-def hf_logits(model: GPT2LMHeadModel, ids: np.ndarray) -> np.ndarray:
+def hf_logits(model: transformers.GPT2LMHeadModel, ids: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         return model(torch.tensor(ids)).logits.numpy()
 
@@ -74,7 +79,8 @@ def test_a_written_checkpoint_loads_in_transformers_and_gives_torch_ref_logits(t
     ids = token_ids(2, 16, config)
     with torch.no_grad():
         expected = model(torch.tensor(ids)).numpy()
-    assert compare_arrays("logits", expected, hf_logits(GPT2LMHeadModel.from_pretrained(tmp_path), ids)).ok
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path)
+    assert compare_arrays("logits", expected, hf_logits(hf, ids)).ok
     params_back, config_back = numpy_attn.load_hf_gpt2(tmp_path)
     assert config_back == config | {"qkv_bias": True}
     assert compare_arrays("logits", expected, numpy_attn.gpt_model(params_back, ids, config_back)).ok
@@ -94,7 +100,8 @@ def test_the_jax_model_writes_a_checkpoint_transformers_loads(checkpoint, tmp_pa
     jax_attn.GPTModel.from_hf_gpt2(directory).save_hf_gpt2(tmp_path)
     ids = token_ids(1, 20, {"vocab_size": 53})
     expected = hf_logits(model, ids)
-    assert compare_arrays("logits", expected, hf_logits(GPT2LMHeadModel.from_pretrained(tmp_path), ids)).ok
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path)
+    assert compare_arrays("logits", expected, hf_logits(hf, ids)).ok
 
 
 @pytest.mark.parametrize("missing", ["config.json", "model.safetensors"])
@@ -109,10 +116,10 @@ def test_a_folder_missing_a_file_is_refused(checkpoint, tmp_path, missing):
 
 def test_a_bert_checkpoint_is_refused(tmp_path):
     torch.manual_seed(0)
-    config = BertConfig(
+    config = transformers.BertConfig(
         vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
     )
-    BertModel(config).save_pretrained(tmp_path)
+    transformers.BertModel(config).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="holds a 'bert' model, not 'gpt2'"):
         numpy_attn.load_hf_gpt2(tmp_path)
     with pytest.raises(ValueError, match="holds a 'bert' model"):
