@@ -40,14 +40,14 @@ def locate(
 ) -> LocateReport:
     """Compare ``candidate`` with ``reference`` line by line, neither instrumented.
 
-    Each is a torch module or function, a JAX function, jitted callable or NNX module, or a NumPy
-    function (the framework is read from the callable, or given); ``inputs`` is one array or a tuple
-    of positional arguments from any framework; ``params`` (the weights format) goes first to the
-    callables that are not modules. A torch reference runs in eval mode unless ``train``; then the
-    keep-masks of its dropouts are given to a JAX candidate in place of its own random draws (the
-    boolean of its ``bernoulli`` or ``uniform`` comparison, matched by size in order), or drawn
-    by the ``np.random.Generator`` a NumPy candidate is given (both ways of reading uniform draws
-    tried: ``u >= p`` and ``u < 1 - p`` keep), so both sides drop the same entries.
+    Each is a torch module or function, a JAX function, jitted callable or NNX module, or a NumPy function
+    (the framework is read from the callable, or given); ``inputs`` is one array or a tuple of positional
+    arguments from any framework; ``params`` (the weights format) goes first to the functions (a module or
+    other callable object holds its own weights). A torch reference runs in eval mode unless ``train``;
+    then the keep-masks of its dropouts are given to a JAX candidate in place of its own random draws (the
+    boolean of its ``bernoulli`` or ``uniform`` comparison, matched by size in order), or drawn by the
+    ``np.random.Generator`` a NumPy candidate is given (both ways of reading uniform draws tried:
+    ``u >= p`` and ``u < 1 - p`` keep), so both sides drop the same entries.
 
     A candidate that raises is a finding: the report names the exception (``raised``) and the
     candidate's line raising it (see ``raised_report``). A reference that raises is the caller's
