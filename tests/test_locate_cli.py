@@ -350,3 +350,44 @@ def test_diff_a_class_refusing_its_init_with_any_exception_is_one_line_and_exit_
     )
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith(f"attn-parity diff: error: {REFERENCE} d_model=-8 n_head=2: RuntimeError: ")
+
+
+JAX_FUSED = (HERE / "jax_fused.py").read_text()
+JAX_RAISING = {  # a planted line -> the cause
+    '    y = jnp.einsum("bnqk,bknh->bqnh", att, v.reshape(B, T, C))': (
+        f"the last value equal to the reference's is softmax ({HERE / 'torch_user_block.py'}:23), "
+        "computed at {port}:14"
+    ),
+    "    keep = jnp.tril(jnp.ones((T, T), dtype=bool)) if float(att.sum()) else None": (
+        "JAX raised while tracing, so no value was evaluated to compare (run without jit, the port does "
+        "not raise this)"
+    ),
+}  # fmt: skip
+JAX_ORIGINAL = [
+    '    y = jnp.einsum("bnqk,bknh->bqnh", att, v)',
+    "    keep = jnp.tril(jnp.ones((T, T), dtype=bool))",
+]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["plain", "jit"])
+@pytest.mark.parametrize("planted", list(JAX_RAISING), ids=["after-softmax", "tracing-only"])
+def test_locate_a_jax_candidate_raising_while_traced_lists_the_values_before(tmp_path, planted, jit):
+    """JAX raises while tracing, before it evaluates anything: before, the report said "no value the
+    candidate computed before it equals a reference value" with no line verified, although the
+    lines before the raise were right. Now the port is run again eagerly (``jax.disable_jit``) up to
+    the same exception, as a NumPy port is; an error of tracing alone (``float`` of a traced value)
+    is said to be one."""
+    source = JAX_FUSED.replace(JAX_ORIGINAL[list(JAX_RAISING).index(planted)], planted)
+    source += '\nattention = jax.jit(attention, static_argnames="n_head")\n' if jit else ""
+    (tmp_path / "port.py").write_text(source)
+    port, line = tmp_path / "port.py", source.splitlines().index(planted) + 1
+    candidate = load("port", source, tmp_path).attention
+    ref = reference("fused")
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    params = {k: v.detach().numpy() for k, v in ref.named_parameters()}
+    report = locate(ref, candidate, x, params=params)
+    assert not report.ok and report.raised is not None
+    assert (report.candidate_location, report.candidate_op) == (f"{port}:{line}", planted.strip())
+    cause = JAX_RAISING[planted].format(port=port)
+    assert report.causes == [cause]
+    assert [row.split("  ")[0] for row in report.verified[-1:]] == ([f"{port}:14"] if "14" in cause else [])

@@ -150,8 +150,10 @@ def raised_report(expected: Trace, raised: Raised, candidate: Any) -> LocateRepo
     """The report for a candidate that raised: ``raised`` (``type: message``), the candidate's line
     raising it (``candidate_location``, its source text as ``candidate_op``: the innermost frame
     in the file defining ``candidate``, else the innermost of the user's frames), ``verified``
-    the lines it computed before whose values equal reference values (none from a JAX candidate,
-    which raises while traced), and a cause naming the last reference value it reproduced."""
+    the lines it computed before whose values equal reference values (for a JAX candidate raising
+    while traced, those of its eager run up to the same exception, see ``capture_jax``), and a cause
+    naming the last reference value it reproduced; where JAX evaluated nothing (the eager run did not
+    raise the same), the cause says so."""
     frames = traceback.extract_tb(raised.error.__traceback__)
     own = source_file(candidate)
     own = own and os.path.realpath(own)
@@ -177,6 +179,11 @@ def raised_report(expected: Trace, raised: Raised, candidate: Any) -> LocateRepo
         report.causes.append(
             f"the last value equal to the reference's is {_label(expected, other.index)} "
             f"({other.location}), computed at {last.location}"
+        )
+    elif actual.framework == "jax" and not actual.records:
+        report.causes.append(
+            "JAX raised while tracing, so no value was evaluated to compare (run without jit, the port "
+            "does not raise this)"
         )
     else:
         report.causes.append("no value the candidate computed before it equals a reference value")
