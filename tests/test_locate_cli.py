@@ -254,3 +254,140 @@ def test_diff_a_name_that_is_not_callable_is_one_line_and_exit_code_2(tmp_path, 
         f"attn-parity diff: error: {bad!r}: 'x' in {tmp_path / 'misc.py'} is of type int, not callable: "
         "expected a function, a module or a class\n",
     )
+
+
+OBJECT_PORT = """
+import torch
+
+
+class Port:
+    \"\"\"A NumPy port as a callable object holding its own weights (torch's Linear layers built
+    in the reference's order, so the same seed gives the same weights).\"\"\"
+
+    def __init__(self, d_model, n_head):
+        layers = {"qkv": torch.nn.Linear(d_model, 3 * d_model), "proj": torch.nn.Linear(d_model, d_model)}
+        self.params = {
+            f"{name}.{key}": value.detach().numpy()
+            for name, layer in layers.items()
+            for key, value in layer.state_dict().items()
+        }
+        self.n_head = n_head
+
+    def __call__(self, x):
+        return attention(self.params, x, self.n_head)
+
+
+torch.manual_seed(0)
+port = Port(8, 2)
+"""
+
+
+@pytest.mark.parametrize("name, init", [("port", []), ("Port", INIT)], ids=["instance", "class"])
+def test_diff_calls_a_callable_object_on_the_input_alone(tmp_path, capsys, name, init):
+    """A NumPy port written as a class, an instance the file builds or one diff builds from
+    ``--init``, holds its weights: before, it was given the reference's weights first and reported
+    as a port raising TypeError (exit 1, ``candidate None None``)."""
+    (tmp_path / "port.py").write_text(FUSED + OBJECT_PORT)
+    code = main(["diff", REFERENCE, f"{tmp_path / 'port.py'}:{name}", *INIT, *init, "--shape", "2,5,8"])
+    assert code == 0
+    assert "ok: the outputs match" in capsys.readouterr().out
+
+
+NNX_OPTION_PORT = """
+import torch
+from flax import nnx
+
+from tests.ports.nnx_mha import MHA
+from torch_ref import MultiHeadAttention, to_params
+
+torch.manual_seed(0)
+reference = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2, qkv_bias=True)
+
+
+class Scaled(MHA):
+    def __call__(self, x, scale=2.0):
+        return super().__call__(x) * scale
+
+
+port = Scaled(8, 8, 2, rngs=nnx.Rngs(0)).load_torch(to_params(reference))
+"""
+
+
+@pytest.mark.parametrize("option, code", [([], 1), (["--option", "scale=1.0"], 0)], ids=["default", "option"])
+def test_diff_gives_options_to_an_nnx_module_without_the_weights(tmp_path, capsys, option, code):
+    """``--option`` wraps the candidate in a ``functools.partial``: before, an NNX module inside it
+    was no longer seen as holding its weights, and was given the torch reference's first (a
+    TypeError, ``takes 2 positional arguments but 3 were given``)."""
+    (tmp_path / "port.py").write_text(NNX_OPTION_PORT)
+    argv = ["diff", f"{tmp_path / 'port.py'}:reference", f"{tmp_path / 'port.py'}:port", *option]
+    assert main([*argv, "--shape", "2,5,8", "--width", "400"]) == code
+    out = capsys.readouterr().out
+    assert "the candidate raised" not in out and ("ok: the outputs match" in out) == (code == 0)
+
+
+REFUSING = """
+class Refusing:
+    def __init__(self, d_model, n_head):
+        assert d_model % n_head == 0, "d_model must be divisible by n_head"
+"""
+
+
+def test_diff_a_class_refusing_its_init_with_any_exception_is_one_line_and_exit_code_2(tmp_path, capsys):
+    """Before, only TypeError and ValueError were usage errors: an ``assert`` in the constructor (the
+    book's MultiHeadAttention has one) or torch's RuntimeError for a negative size was a traceback
+    with exit 1, the status of a port that diverges."""
+    (tmp_path / "refusing.py").write_text(REFUSING)
+    refusing = f"{tmp_path / 'refusing.py'}:Refusing"
+    init = ["--init", "d_model=9", "--init", "n_head=2"]
+    code, err = diff_usage_error(capsys, refusing, PORT, *init, "--shape", "2,5,9")
+    assert (code, err) == (
+        2,
+        f"attn-parity diff: error: {refusing} d_model=9 n_head=2: AssertionError: d_model must be divisible "
+        "by n_head\n",
+    )
+    code, err = diff_usage_error(
+        capsys, REFERENCE, PORT, "--init", "d_model=-8", *INIT[2:], "--shape", "2,5,8"
+    )
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith(f"attn-parity diff: error: {REFERENCE} d_model=-8 n_head=2: RuntimeError: ")
+
+
+JAX_FUSED = (HERE / "jax_fused.py").read_text()
+JAX_RAISING = {  # a planted line -> the cause
+    '    y = jnp.einsum("bnqk,bknh->bqnh", att, v.reshape(B, T, C))': (
+        f"the last value equal to the reference's is softmax ({HERE / 'torch_user_block.py'}:23), "
+        "computed at {port}:14"
+    ),
+    "    keep = jnp.tril(jnp.ones((T, T), dtype=bool)) if float(att.sum()) else None": (
+        "JAX raised while tracing, so no value was evaluated to compare (run without jit, the port does "
+        "not raise this)"
+    ),
+}  # fmt: skip
+JAX_ORIGINAL = [
+    '    y = jnp.einsum("bnqk,bknh->bqnh", att, v)',
+    "    keep = jnp.tril(jnp.ones((T, T), dtype=bool))",
+]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["plain", "jit"])
+@pytest.mark.parametrize("planted", list(JAX_RAISING), ids=["after-softmax", "tracing-only"])
+def test_locate_a_jax_candidate_raising_while_traced_lists_the_values_before(tmp_path, planted, jit):
+    """JAX raises while tracing, before it evaluates anything: before, the report said "no value the
+    candidate computed before it equals a reference value" with no line verified, although the
+    lines before the raise were right. Now the port is run again eagerly (``jax.disable_jit``) up to
+    the same exception, as a NumPy port is; an error of tracing alone (``float`` of a traced value)
+    is said to be one."""
+    source = JAX_FUSED.replace(JAX_ORIGINAL[list(JAX_RAISING).index(planted)], planted)
+    source += '\nattention = jax.jit(attention, static_argnames="n_head")\n' if jit else ""
+    (tmp_path / "port.py").write_text(source)
+    port, line = tmp_path / "port.py", source.splitlines().index(planted) + 1
+    candidate = load("port", source, tmp_path).attention
+    ref = reference("fused")
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    params = {k: v.detach().numpy() for k, v in ref.named_parameters()}
+    report = locate(ref, candidate, x, params=params)
+    assert not report.ok and report.raised is not None
+    assert (report.candidate_location, report.candidate_op) == (f"{port}:{line}", planted.strip())
+    cause = JAX_RAISING[planted].format(port=port)
+    assert report.causes == [cause]
+    assert [row.split("  ")[0] for row in report.verified[-1:]] == ([f"{port}:14"] if "14" in cause else [])

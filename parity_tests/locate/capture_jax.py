@@ -62,8 +62,7 @@ def capture_jax(
     ``gradient_seed``, also the cotangent of every floating value for the loss
     ``sum(output * cotangent_for(output, gradient_seed))``; with ``keep_masks`` (a reference's
     dropout keep-masks, in order), its random keep-masks replaced by them. An exception ``fn``
-    raises while traced comes as ``Raised``, with no values (none is evaluated before tracing
-    ends)."""
+    raises while traced comes as ``Raised``, with the values ``_eager_trace`` finds before it."""
     import functools
     import sys
 
@@ -94,7 +93,7 @@ def capture_jax(
     try:
         closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*arrays)
     except Exception as error:  # raised while tracing: nothing is evaluated yet
-        raise Raised(error, Trace("jax")) from error
+        raise Raised(error, _eager_trace(fn, args, kwargs, error)) from error
     names = [_leaf_name(paths[i], position) for position, i in enumerate(traced)]
     trace = Trace("jax")
     outs = _run(closed, arrays, names, _Recording(trace, keep_masks))
@@ -106,6 +105,28 @@ def capture_jax(
     if gradient_seed is not None:
         _cotangents(trace, closed, arrays, names, cotangent_for(outs[0][0], gradient_seed), keep_masks)
     return trace
+
+
+def _eager_trace(
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], error: Exception
+) -> Trace:
+    """The values ``fn`` computed before raising ``error`` while traced: ``fn`` run again eagerly
+    (``jax.disable_jit``), its lines' arrays recorded as a NumPy function's are. Kept only where that
+    run raises the same (type and text), so that they are the values the traced run would have had;
+    else (an error of tracing alone, such as a traced value in a Python ``if``) an empty trace:
+    nothing was evaluated."""
+    import jax
+
+    from parity_tests.locate.capture_numpy import capture_numpy
+
+    try:
+        with jax.disable_jit():
+            capture_numpy(fn, args, kwargs)
+    except Raised as eager:
+        if type(eager.error) is type(error) and str(eager.error) == str(error):
+            eager.trace.framework = "jax"
+            return eager.trace
+    return Trace("jax")
 
 
 def _run(closed: Any, arrays: Sequence[Any], names: Sequence[str], recorder: Any) -> list[tuple[Any, int]]:

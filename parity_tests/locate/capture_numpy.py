@@ -112,13 +112,20 @@ def _statements(filename: str) -> dict[int, tuple[frozenset[str], frozenset[str]
     return table
 
 
+def _is_array(value: Any) -> bool:
+    """A NumPy array, or a JAX array (a JAX port run eagerly after it raised while traced, see
+    ``capture_jax``)."""
+    jax = sys.modules.get("jax")
+    return isinstance(value, np.ndarray) or (jax is not None and isinstance(value, jax.Array))
+
+
 def _arrays_in(value: Any) -> list[np.ndarray]:
-    if isinstance(value, np.ndarray):
+    if _is_array(value):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [v for v in value if isinstance(v, np.ndarray)]
+        return [v for v in value if _is_array(v)]
     if isinstance(value, dict):
-        return [v for v in value.values() if isinstance(v, np.ndarray)]
+        return [v for v in value.values() if _is_array(v)]
     return []
 
 
@@ -293,11 +300,11 @@ def capture_numpy(
     for position, arg in enumerate(args):
         if isinstance(arg, dict):
             for key, value in arg.items():
-                if isinstance(value, np.ndarray):
+                if _is_array(value):
                     recorder.produced[id(value)] = trace.add(
                         "input", value, value.dtype.name, "input", leaf=key
                     )
-        elif isinstance(arg, np.ndarray):
+        elif _is_array(arg):
             recorder.produced[id(arg)] = trace.add(
                 "input", arg, arg.dtype.name, "input", leaf=f"input{position}"
             )

@@ -41,14 +41,14 @@ def locate(
 ) -> LocateReport:
     """Compare ``candidate`` with ``reference`` line by line, neither instrumented.
 
-    Each is a torch module or function, a JAX function, jitted callable or NNX module, or a NumPy
-    function (the framework is read from the callable, or given); ``inputs`` is one array or a tuple
-    of positional arguments from any framework; ``params`` (the weights format) goes first to the
-    callables that are not modules. A torch reference runs in eval mode unless ``train``; then the
-    keep-masks of its dropouts are given to a JAX candidate in place of its own random draws (the
-    boolean of its ``bernoulli`` or ``uniform`` comparison, matched by size in order), or drawn
-    by the ``np.random.Generator`` a NumPy candidate is given (both ways of reading uniform draws
-    tried: ``u >= p`` and ``u < 1 - p`` keep), so both sides drop the same entries.
+    Each is a torch module or function, a JAX function, jitted callable or NNX module, or a NumPy function
+    (the framework is read from the callable, or given); ``inputs`` is one array or a tuple of positional
+    arguments from any framework; ``params`` (the weights format) goes first to the functions (a module or
+    other callable object holds its own weights). A torch reference runs in eval mode unless ``train``;
+    then the keep-masks of its dropouts are given to a JAX candidate in place of its own random draws (the
+    boolean of its ``bernoulli`` or ``uniform`` comparison, matched by size in order), or drawn by the
+    ``np.random.Generator`` a NumPy candidate is given (both ways of reading uniform draws tried:
+    ``u >= p`` and ``u < 1 - p`` keep), so both sides drop the same entries.
 
     A candidate that raises is a finding: the report names the exception (``raised``) and the
     candidate's line raising it (see ``raised_report``). A reference that raises is the caller's
@@ -151,8 +151,10 @@ def raised_report(expected: Trace, raised: Raised, candidate: Any) -> LocateRepo
     """The report for a candidate that raised: ``raised`` (``type: message``), the candidate's line
     raising it (``candidate_location``, its source text as ``candidate_op``: the innermost frame
     in the file defining ``candidate``, else the innermost of the user's frames), ``verified``
-    the lines it computed before whose values equal reference values (none from a JAX candidate,
-    which raises while traced), and a cause naming the last reference value it reproduced."""
+    the lines it computed before whose values equal reference values (for a JAX candidate raising
+    while traced, those of its eager run up to the same exception, see ``capture_jax``), and a cause
+    naming the last reference value it reproduced; where JAX evaluated nothing (the eager run did not
+    raise the same), the cause says so."""
     frames = traceback.extract_tb(raised.error.__traceback__)
     own = source_file(candidate)
     own = own and os.path.realpath(own)
@@ -178,6 +180,11 @@ def raised_report(expected: Trace, raised: Raised, candidate: Any) -> LocateRepo
         report.causes.append(
             f"the last value equal to the reference's is {_label(expected, other.index)} "
             f"({other.location}), computed at {last.location}"
+        )
+    elif actual.framework == "jax" and not actual.records:
+        report.causes.append(
+            "JAX raised while tracing, so no value was evaluated to compare (run without jit, the port "
+            "does not raise this)"
         )
     else:
         report.causes.append("no value the candidate computed before it equals a reference value")

@@ -3,7 +3,9 @@
 ``NAME`` is a function, a module instance or a class in the file; a class (the reference's and
 the candidate's alike) is built with ``--init KEY=VALUE`` after ``torch.manual_seed(--seed)``, a
 Flax NNX class taking ``rngs`` also with ``rngs=nnx.Rngs(--seed)``. A torch reference's weights (its
-``state_dict`` without buffers, as NumPy) go first to a candidate function; ``--option KEY=VALUE``
+``state_dict`` without buffers, as NumPy) go first to a candidate function (plain, jitted or
+decorated; a module or other callable object, such as a class's instance, holds its own weights and
+is called on the input alone); ``--option KEY=VALUE``
 are keyword arguments for the candidate; ``--gradients`` compares the gradients (the first
 diverging backward operation), ``--train`` runs the reference in train mode with its dropout
 keep-masks given to a JAX candidate. Exit 0 when every shape matches, 1 when one does not (a
@@ -68,7 +70,8 @@ def build(spec: str, value: Any, init: dict[str, Any], seed: int) -> Any:
     after ``torch.manual_seed(seed)`` (a Flax NNX class whose constructor takes ``rngs`` and is
     not given it also with ``rngs=nnx.Rngs(seed)``), so that two classes creating the same
     weights in the same order hold the same values; anything else as it is. UsageError (one line)
-    for a class whose constructor refuses ``init`` (TypeError, ValueError)."""
+    for a class whose constructor refuses ``init``: any exception it raises (a TypeError, an
+    ``assert``, torch's RuntimeError for a negative size) is the user's constructor refusing."""
     if not isinstance(value, type):
         return value
     import torch
@@ -81,7 +84,7 @@ def build(spec: str, value: Any, init: dict[str, Any], seed: int) -> Any:
     torch.manual_seed(seed)
     try:
         return value(**arguments)
-    except (TypeError, ValueError) as error:
+    except Exception as error:
         given = "".join(f" {key}={text!r}" for key, text in init.items())
         raise UsageError(f"{spec}{given}: {type(error).__name__}: {error}") from None
 

@@ -91,15 +91,12 @@ def to_numpy(value: Any) -> Any:
 
 
 def _holds_weights(fn: Any) -> bool:
-    """Modules hold their own weights; plain functions take the weights first."""
+    """Whether ``fn`` is called on the inputs alone: a torch module, or a callable object (an NNX
+    module, a NumPy or JAX class's instance) holding its own weights, also inside a
+    ``functools.partial``. A function (plain, jitted or decorated, a method) takes the weights first."""
     from parity_tests.locate.capture_torch import torch_module_of
 
-    nnx = sys.modules.get("flax.nnx")
-    return (
-        torch_module_of(fn) is not None
-        or hasattr(fn, "to_params")
-        or (nnx is not None and isinstance(fn, nnx.Module))
-    )
+    return torch_module_of(fn) is not None or not inspect.isroutine(_unwrap_chain(fn)[-1])
 
 
 def _convert(value: Any, framework: str, dtype: Any) -> Any:
@@ -164,14 +161,14 @@ def capture(
     keep_masks: Sequence[Any] | None = None,
     kept_high: bool = True,
 ) -> Trace:
-    """Run ``fn`` on ``inputs`` (converted to its framework; ``params`` first when ``fn`` is not a
-    module) and capture every value it computes. A torch module runs in eval mode unless ``train``.
-    With ``gradient_seed``, also every value's cotangent (``Trace.cotangents``): torch and JAX only,
-    NumPy has no gradients (TypeError). ``keep_masks`` (a torch reference's dropout keep-masks,
-    ``Trace.keep_masks``) replace a JAX callable's random keep-masks, or are drawn by the NumPy
-    ``Generator`` passed to a NumPy callable (``kept_high``: which draws keep, see
-    ``capture_numpy``). An exception ``fn`` raises comes as ``Raised`` (the exception, and the
-    values ``fn`` computed before it)."""
+    """Run ``fn`` on ``inputs`` (converted to its framework; ``params`` first when ``fn`` is a
+    function, see ``_holds_weights``) and capture every value it computes. A torch module runs in eval
+    mode unless ``train``. With ``gradient_seed``, also every value's cotangent (``Trace.cotangents``):
+    torch and JAX only, NumPy has no gradients (TypeError). ``keep_masks`` (a torch reference's dropout
+    keep-masks, ``Trace.keep_masks``) replace a JAX callable's random keep-masks, or are drawn by the
+    NumPy ``Generator`` passed to a NumPy callable (``kept_high``: which draws keep, see
+    ``capture_numpy``). An exception ``fn`` raises comes as ``Raised`` (the exception, and the values
+    ``fn`` computed before it)."""
     from parity_tests.locate.capture_jax import capture_jax
     from parity_tests.locate.capture_numpy import capture_numpy
     from parity_tests.locate.capture_torch import capture_torch, torch_module_of

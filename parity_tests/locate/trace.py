@@ -55,8 +55,8 @@ def is_user_file(path: str) -> bool:
 
 class Raised(Exception):
     """A captured callable raised ``error`` (``type: message`` is this exception's text);
-    ``trace`` holds the values it computed before (none for JAX, which traces the whole function
-    before it evaluates anything)."""
+    ``trace`` holds the values it computed before (for JAX, which traces the whole function before
+    it evaluates anything, those of an eager run raising the same; none where that run does not)."""
 
     def __init__(self, error: BaseException, trace: Trace) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
