@@ -31,6 +31,7 @@ STDLIB = {
     "zipfile",
     "io",
     "reprlib",
+    "secrets",
     "stat",
     "zlib",
 }
