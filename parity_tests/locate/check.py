@@ -17,6 +17,7 @@ from parity_tests.locate.align import (
     blame_location,
     layout_classes,
     match_values,
+    take_part,
     tolerance_of,
 )
 from parity_tests.locate.causes import axis_names, describe_scale, read_causes
@@ -198,8 +199,7 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     blamed, diverging = actual.records[alignment.shown], expected.records[alignment.diverging]
     counterpart = expected.records[alignment.counterpart]
     if alignment.counterpart_part is not None:  # one head of it: the slice, as a record of its own
-        axis, index = alignment.counterpart_part
-        value = np.take(counterpart.value, index, axis=axis)
+        value = take_part(counterpart.value, *alignment.counterpart_part)
         counterpart = Record(
             counterpart.index, counterpart.op, value, counterpart.dtype, counterpart.location
         )
@@ -235,13 +235,15 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"({other.location}): taken from the wrong variable or weights"
         )
     if alignment.rerouted_from is not None and blamed.index in alignment.parts:
-        r, axis, index = alignment.parts[blamed.index][0]
+        r, axes, indices = alignment.parts[blamed.index][0]
         other = expected.records[r]
-        name = axis_names(other.shape, sizes)[axis]
+        names = axis_names(other.shape, sizes)
+        slice_name = ", ".join(f"{names[a]} {i}" for a, i in zip(axes, indices, strict=True))
+        name = names[axes[-1]]
         classes = layout_classes(expected, alignment.rules)
         named = next((x for x in expected.records if x.step and classes[x.index] == classes[r]), other)
         report.causes.append(
-            f"this value equals {name} {index} of the reference's {_label(expected, named.index)} "
+            f"this value equals {slice_name} of the reference's {_label(expected, named.index)} "
             f"({named.location}), as a value this line computed before does: the same slice taken "
             f"again where another {name}'s is due"
         )
