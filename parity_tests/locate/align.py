@@ -397,11 +397,12 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     bad_r = sorted(path_r - good_r)
     result.diverging = bad_r[0] if bad_r else reference.output
     filled = {  # an array's value before a write into part of it of wrong numbers computed from others
-        record.inputs[0]
+        record.inputs[0]  # (not a mask's fill: -inf written where a mask says, whatever came before)
         for record in candidate.records
         if record.written is not None
         and record.written not in good_c
         and candidate.records[record.written].inputs
+        and not (candidate.records[record.written].value <= _VERY_NEGATIVE).all()
         and len(record.inputs) == 2
     }
     result.blamed = next((i for i in bad_c if i not in filled), bad_c[0]) if bad_c else candidate.output

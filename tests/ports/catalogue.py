@@ -48,6 +48,7 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "numpy_loop_heads": ("torch_ref", lambda module, params: module.mha),
     "numpy_head_buffer": ("torch_ref", lambda module, params: module.mha),
     "numpy_batch_head_loop": ("torch_ref", lambda module, params: module.mha),
+    "numpy_batch_loop": ("torch_ref", lambda module, params: module.mha),
     "numpy_scale_first": ("torch_ref", lambda module, params: module.mha),
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
@@ -143,6 +144,14 @@ BUGS = [
         "ctx[i, :, h * hd : (h + 1) * hd] = w @ vh",
         "ctx[i, :, h * hd : (h + 1) * hd] = w @ qh",
     ),
+    # NumPy port looping over the batch, masking in place
+    B(
+        "np_batch_loop_scale_by_head_dim",
+        "numpy_batch_loop",
+        "s = q @ k.transpose(0, 2, 1) / np.sqrt(hd)",
+        "s = q @ k.transpose(0, 2, 1) / hd",
+    ),
+    B("np_batch_loop_mask_inverted", "numpy_batch_loop", "s[:, mask] = -np.inf", "s[:, ~mask] = -np.inf"),
     # NumPy port of the book's class
     B(
         "np_query_weight_not_transposed",
