@@ -128,6 +128,25 @@ def test_no_mask_applied_is_said_of_a_port_masking_nowhere(tmp_path):
     assert "no mask applied: the reference has -inf entries here" in report.causes, f"\n{report}"
 
 
+def test_a_mask_computed_but_not_used_reproduces_nothing(tmp_path):
+    """The masked scores are computed into a name the port never reads again: that dead value does
+    not count as reproducing the reference's masked_scores (the step was attn_weights, no cause)."""
+    bug = Bug(
+        "np_mask_unused",
+        "numpy_mha",
+        "scores = np.where(mask, -np.inf, scores)",
+        "masked = np.where(mask, -np.inf, scores)",
+    )
+    source, line = plant(bug)
+    ref = reference("torch_ref")
+    report = locate(ref, load(bug.port, source, tmp_path).mha, inputs(), params=to_params(ref))
+    assert report.first_divergence == "masked_scores", f"\n{report}"
+    assert report.causes[0] == (
+        f"computed but not used: {tmp_path / bug.port}.py:{line} (masked = np.where(mask, -np.inf, "
+        "scores)) equals the reference's masked_scores, but the output is not computed from it"
+    )
+
+
 def test_a_port_filling_a_zeros_buffer_head_by_head_is_verified_line_by_line(tmp_path):
     """Each head's values are matched to one head of the reference's; the ``np.zeros`` buffer the
     loop overwrites is never compared (it was blamed as scores "0 times the reference")."""

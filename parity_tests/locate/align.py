@@ -385,7 +385,8 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         out_r.value, out_c.value, *tolerance_of(out_c, out_r)
     )
     matched_c = {c for c, found in result.matches.items() if candidate.records[c].leaf is None}
-    matched_r = {m.reference for c in matched_c for m in result.matches[c]} | _covered(result)
+    used = ancestors(candidate, candidate.output)  # a value feeding no output reproduces nothing
+    matched_r = {m.reference for c in matched_c & used for m in result.matches[c]} | _covered(result)
     matched_c |= set(result.parts)
     path_c, good_c = _good(candidate, matched_c)
     path_r, good_r = _good(reference, matched_r)

@@ -234,6 +234,19 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"this value equals the reference's {_label(expected, other.index)} "
             f"({other.location}): taken from the wrong variable or weights"
         )
+    used = ancestors(actual, actual.output)
+    unused = [
+        r
+        for r in actual.records
+        if r.leaf is None
+        and r.index not in used
+        and any(m.reference == counterpart.index for m in alignment.matches.get(r.index, []))
+    ]
+    if unused:
+        report.causes.append(
+            f"computed but not used: {unused[0].location} ({unused[0].op}) equals the reference's "
+            f"{_label(expected, counterpart.index)}, but the output is not computed from it"
+        )
     if alignment.rerouted_from is not None and blamed.index in alignment.parts:
         r, axes, indices = alignment.parts[blamed.index][0]
         other = expected.records[r]
