@@ -147,6 +147,40 @@ def test_a_mask_computed_but_not_used_reproduces_nothing(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "port, loop, short, step, unwritten",
+    [
+        (
+            "numpy_head_buffer",
+            "for h in range(num_heads):",
+            "for h in range(num_heads - 1):",
+            "context_vec",
+            "60 of 120 entries (head 1)",
+        ),
+        (
+            "numpy_batch_loop",
+            "for i in range(b):",
+            "for i in range(b - 1):",
+            "linear",
+            "40 of 120 entries (batch 2)",
+        ),
+    ],
+)
+def test_a_buffer_its_loop_leaves_part_unwritten_is_said_so(port, loop, short, step, unwritten, tmp_path):
+    """A loop one short leaves part of the np.zeros buffer unwritten: the buffer is blamed, compared
+    with the value it should hold (not the scores), and no "0 times the reference" scale is read."""
+    source, _ = plant(Bug("short_loop", port, loop, short))
+    ref = reference("torch_ref")
+    report = locate(ref, load(port, source, tmp_path).mha, inputs(), params=to_params(ref))
+    buffer = next(i for i, text in enumerate(source.splitlines(), 1) if "np.zeros" in text)
+    location = f"{tmp_path / port}.py:{buffer}"
+    assert (report.first_divergence, report.candidate_location) == (step, location), f"\n{report}"
+    assert report.causes == [
+        f"never written: {unwritten} keep the value the buffer of {location} started with: the loop "
+        "filling it stops short"
+    ], f"\n{report}"
+
+
 def test_a_port_filling_a_zeros_buffer_head_by_head_is_verified_line_by_line(tmp_path):
     """Each head's values are matched to one head of the reference's; the ``np.zeros`` buffer the
     loop overwrites is never compared (it was blamed as scores "0 times the reference")."""
@@ -447,3 +481,12 @@ def test_a_bug_inside_lines_the_reference_computes_in_one_op_names_all_of_them(t
     assert f"the reference computes lines {lines} in one operation (softmax)" in "\n".join(report.causes)
     single, _ = planted("np_scale_by_d_out", tmp_path)  # a bug in one line: no such cause
     assert not any("in one operation" in cause for cause in single.causes)
+
+
+def test_all_zeros_is_not_read_as_a_scale():
+    """Zeros where the reference has numbers (entries never written) are no "0 times the reference"."""
+    from parity_tests.locate.causes import read_causes
+
+    expected = np.random.default_rng(0).standard_normal((2, 5, 4))
+    causes = read_causes(expected, np.zeros_like(expected), ["head", "token", "head_dim"], {}, 1e-5, 1e-6)
+    assert not any("times the reference" in c for c in causes), causes

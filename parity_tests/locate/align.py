@@ -63,7 +63,8 @@ class Alignment:
     loop over both); ``factors``: the scales the
     reference applies (those its ``scaled`` records are computed after); ``counterpart_part``:
     ``(axes, indices)`` where the shown value should have equalled that slice of the counterpart
-    (one head's value in a loop over heads)."""
+    (one head's value in a loop over heads); ``unwritten``: the blamed buffer (``np.zeros``) whose
+    writes never covered it, the shown value being what the last write made of it."""
 
     reference: Trace
     candidate: Trace
@@ -81,6 +82,7 @@ class Alignment:
     parts: dict[int, list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)
     factors: list[float] = field(default_factory=list)
     counterpart_part: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    unwritten: int | None = None
 
 
 def _comparable(record: Record) -> bool:
@@ -427,6 +429,18 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
             part = _part_counterpart(result, result.shown, unmatched, classes)
             if part is not None:
                 result.counterpart, result.counterpart_part = part[0], part[1:]
+    unfinished = _unfinished(candidate, result.blamed)
+    if unfinished is not None:  # a buffer its loop left part unwritten: show what the writes made
+        result.shown, result.unwritten = unfinished, result.blamed
+        unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
+        shape = candidate.records[unfinished].shape
+        written = [  # the reference values the writes hold slices of, whole
+            r
+            for r, _, _ in result.parts.get(candidate.records[unfinished].written, [])
+            if in_layout(reference.records[r].value, shape, result.rules) is not None
+        ]
+        result.counterpart = (written or [_counterpart(result, unfinished, unmatched, classes)])[0]
+        result.diverging = result.counterpart
     if result.counterpart in path_r and result.counterpart < result.diverging:
         result.diverging = result.counterpart
     line = blame_location(result)
@@ -434,6 +448,22 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         i for i in result.verified if i < result.blamed and candidate.records[i].location != line
     ]
     return result
+
+
+def _unfinished(trace: Trace, buffer: int) -> int | None:
+    """The last write into ``buffer``, a constant array (``np.zeros``) the writes of a loop never
+    covered (its value still feeds them: see ``capture_numpy``), if it is one."""
+    value, last = trace.records[buffer].value, None
+    if value.size == 0 or not (value == value.flat[0]).all():
+        return None
+    while True:
+        write = next(
+            (r for r in trace.records if r.written is not None and r.inputs[:1] == ((last or buffer),)),
+            None,
+        )
+        if write is None:
+            return last
+        last = write.index
 
 
 def blame_location(result: Alignment) -> str:

@@ -278,6 +278,9 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         reference_scale = None
         if alignment.factors and counterpart.index not in alignment.scaled:
             reference_scale = alignment.factors[0]
+        if alignment.unwritten is not None:
+            buffer = actual.records[alignment.unwritten]
+            report.causes.append(_never_written(a == buffer.value.flat[0], report.axes, buffer.location))
         masks = _masks(actual)
         report.causes += read_causes(
             counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks, reference_scale
@@ -289,6 +292,21 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
                 found = read_causes(counterpart.value, joined, report.axes, sizes, rtol, atol, masks)
                 report.causes += [c for c in found if c not in report.causes]
     return report
+
+
+def _never_written(unwritten: np.ndarray, axes: list[str], location: str) -> str:
+    """The cause for a buffer whose writes left ``unwritten`` (its entries still at their initial
+    value), naming the slices (``head 1``) that are wholly unwritten where they are all of it."""
+    where = ""
+    for axis, name in enumerate(axes):
+        whole = [i for i in range(unwritten.shape[axis]) if np.take(unwritten, i, axis=axis).all()]
+        if whole and np.take(unwritten, whole, axis=axis).sum() == unwritten.sum():
+            where = f" ({name} {', '.join(map(str, whole))})"
+            break
+    return (
+        f"never written: {int(unwritten.sum())} of {unwritten.size} entries{where} keep the value the "
+        f"buffer of {location} started with: the loop filling it stops short"
+    )
 
 
 def _masks(trace: Trace) -> bool:
