@@ -74,6 +74,7 @@ def test_report_names_the_step_both_lines_the_worst_entry_and_the_cause(tmp_path
         ("np_loop_queries_keys_swapped", "attn_scores", "transposed over (query, key)"),
         ("np_batch_head_loop_scale_by_head_dim", "attn_scores", "smaller by sqrt(head_dim)"),
         ("np_batch_loop_scale_by_head_dim", "attn_scores", "smaller by sqrt(head_dim)"),
+        ("np_mult_mask_scale_by_head_dim", "masked_scores", "smaller by sqrt(head_dim)"),
     ],
 )
 def test_causes_are_read_from_the_data(bug, step, cause, tmp_path):

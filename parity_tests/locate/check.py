@@ -311,10 +311,17 @@ def _never_written(unwritten: np.ndarray, axes: list[str], location: str) -> str
 
 def _masks(trace: Trace) -> bool:
     """Whether a value on the way to the trace's output hides entries (-inf, a fill at or below
-    -1e4) or is a boolean mask."""
+    -1e4), is a boolean mask, or zeroes entries of its input (weights times ``np.tril(np.ones(...))``)."""
     for index in ancestors(trace, trace.output):
         value = trace.records[index].value
         if value.dtype == bool or (value.dtype.kind == "f" and (value <= -1e4).any()):
+            return True
+        zeroed = [  # entries of an input set to 0 (times np.tril(np.ones(...)), a 0/1 matrix)
+            source
+            for source in trace.records[index].inputs
+            if trace.records[source].value.shape == value.shape and value.dtype.kind == "f"
+        ]
+        if any(((value == 0) & (trace.records[s].value != 0)).any() for s in zeroed):
             return True
     return False
 

@@ -49,6 +49,7 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "numpy_head_buffer": ("torch_ref", lambda module, params: module.mha),
     "numpy_batch_head_loop": ("torch_ref", lambda module, params: module.mha),
     "numpy_batch_loop": ("torch_ref", lambda module, params: module.mha),
+    "numpy_mult_mask": ("torch_ref", lambda module, params: module.mha),
     "numpy_scale_first": ("torch_ref", lambda module, params: module.mha),
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
@@ -152,6 +153,13 @@ BUGS = [
         "s = q @ k.transpose(0, 2, 1) / hd",
     ),
     B("np_batch_loop_mask_inverted", "numpy_batch_loop", "s[:, mask] = -np.inf", "s[:, ~mask] = -np.inf"),
+    # NumPy port masking its exp weights by multiplying with np.tril(np.ones(...))
+    B(
+        "np_mult_mask_scale_by_head_dim",
+        "numpy_mult_mask",
+        "scores = scores / np.sqrt(hd)",
+        "scores = scores / hd",
+    ),
     # NumPy port of the book's class
     B(
         "np_query_weight_not_transposed",
