@@ -74,6 +74,9 @@ def test_report_names_the_step_both_lines_the_worst_entry_and_the_cause(tmp_path
         ("np_loop_queries_keys_swapped", "attn_scores", "transposed over (query, key)"),
         ("nnx_softmax_of_exp", "attn_weights", "scale differs: yours is larger by sqrt(head_dim)"),
         ("nnx_dropout_not_deterministic", "attn_weights", "a dropout left on"),
+        ("np_batch_head_loop_scale_by_head_dim", "attn_scores", "smaller by sqrt(head_dim)"),
+        ("np_batch_loop_scale_by_head_dim", "attn_scores", "smaller by sqrt(head_dim)"),
+        ("np_mult_mask_scale_by_head_dim", "masked_scores", "smaller by sqrt(head_dim)"),
     ],
 )
 def test_causes_are_read_from_the_data(bug, step, cause, tmp_path):
@@ -163,6 +166,59 @@ def test_a_dropout_left_on_is_named_on_its_line_against_the_values_it_drops(tmp_
         f"entries dropped: yours equals the reference's value with {dropped.sum()} of 90 nonzero entries "
         "zeroed and the others scaled by 1/(1 - p), p = 0.1: a dropout left on where the reference drops "
         "none (call model.eval() or pass deterministic=True)"
+    ], f"\n{report}"
+
+
+def test_a_mask_computed_but_not_used_reproduces_nothing(tmp_path):
+    """The masked scores are computed into a name the port never reads again: that dead value does
+    not count as reproducing the reference's masked_scores (the step was attn_weights, no cause)."""
+    bug = Bug(
+        "np_mask_unused",
+        "numpy_mha",
+        "scores = np.where(mask, -np.inf, scores)",
+        "masked = np.where(mask, -np.inf, scores)",
+    )
+    source, line = plant(bug)
+    ref = reference("torch_ref")
+    report = locate(ref, load(bug.port, source, tmp_path).mha, inputs(), params=to_params(ref))
+    assert report.first_divergence == "masked_scores", f"\n{report}"
+    assert report.causes[0] == (
+        f"computed but not used: {tmp_path / bug.port}.py:{line} (masked = np.where(mask, -np.inf, "
+        "scores)) equals the reference's masked_scores, but the output is not computed from it"
+    )
+
+
+@pytest.mark.parametrize(
+    "port, loop, short, step, unwritten",
+    [
+        (
+            "numpy_head_buffer",
+            "for h in range(num_heads):",
+            "for h in range(num_heads - 1):",
+            "context_vec",
+            "60 of 120 entries (head 1)",
+        ),
+        (
+            "numpy_batch_loop",
+            "for i in range(b):",
+            "for i in range(b - 1):",
+            "linear",
+            "40 of 120 entries (batch 2)",
+        ),
+    ],
+)
+def test_a_buffer_its_loop_leaves_part_unwritten_is_said_so(port, loop, short, step, unwritten, tmp_path):
+    """A loop one short leaves part of the np.zeros buffer unwritten: the buffer is blamed, compared
+    with the value it should hold (not the scores), and no "0 times the reference" scale is read."""
+    source, _ = plant(Bug("short_loop", port, loop, short))
+    ref = reference("torch_ref")
+    report = locate(ref, load(port, source, tmp_path).mha, inputs(), params=to_params(ref))
+    buffer = next(i for i, text in enumerate(source.splitlines(), 1) if "np.zeros" in text)
+    location = f"{tmp_path / port}.py:{buffer}"
+    assert (report.first_divergence, report.candidate_location) == (step, location), f"\n{report}"
+    assert report.causes == [
+        f"never written: {unwritten} keep the value the buffer of {location} started with: the loop "
+        "filling it stops short"
     ], f"\n{report}"
 
 
@@ -466,3 +522,12 @@ def test_a_bug_inside_lines_the_reference_computes_in_one_op_names_all_of_them(t
     assert f"the reference computes lines {lines} in one operation (softmax)" in "\n".join(report.causes)
     single, _ = planted("np_scale_by_d_out", tmp_path)  # a bug in one line: no such cause
     assert not any("in one operation" in cause for cause in single.causes)
+
+
+def test_all_zeros_is_not_read_as_a_scale():
+    """Zeros where the reference has numbers (entries never written) are no "0 times the reference"."""
+    from parity_tests.locate.causes import read_causes
+
+    expected = np.random.default_rng(0).standard_normal((2, 5, 4))
+    causes = read_causes(expected, np.zeros_like(expected), ["head", "token", "head_dim"], {}, 1e-5, 1e-6)
+    assert not any("times the reference" in c for c in causes), causes

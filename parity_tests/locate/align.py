@@ -14,6 +14,8 @@ weights, operands swapped), the line that produced the misrouted value is blamed
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +34,7 @@ __all__ = [
     "layout_classes",
     "line_records",
     "match_values",
+    "take_part",
     "tolerance_of",
 ]
 
@@ -56,11 +59,13 @@ class Alignment:
     reproduces; ``shown``: the value of the blamed line shown in the report (its last operation's);
     ``counterpart``: the reference record the shown value should have equalled; ``scaled``: the
     reference records computed after its scale was applied; ``parts``: for a candidate value that
-    holds no reference value whole, the parts it holds as ``(reference record, axis, index)`` (one
-    head of the reference's values, computed in a loop over heads); ``factors``: the scales the
+    holds no reference value whole, the parts it holds as ``(reference record, axes, indices)`` (one
+    head of the reference's values, computed in a loop over heads, or one batch entry's head in a
+    loop over both); ``factors``: the scales the
     reference applies (those its ``scaled`` records are computed after); ``counterpart_part``:
-    ``(axis, index)`` where the shown value should have equalled that slice of the counterpart
-    (one head's value in a loop over heads)."""
+    ``(axes, indices)`` where the shown value should have equalled that slice of the counterpart
+    (one head's value in a loop over heads); ``unwritten``: the blamed buffer (``np.zeros``) whose
+    writes never covered it, the shown value being what the last write made of it."""
 
     reference: Trace
     candidate: Trace
@@ -75,9 +80,10 @@ class Alignment:
     rerouted_from: int | None = None
     shown: int | None = None
     scaled: set[int] = field(default_factory=set)
-    parts: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+    parts: dict[int, list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)
     factors: list[float] = field(default_factory=list)
-    counterpart_part: tuple[int, int] | None = None
+    counterpart_part: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    unwritten: int | None = None
 
 
 def _comparable(record: Record) -> bool:
@@ -328,29 +334,50 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
     return result
 
 
-def _parts(c: Record, reference: Trace, rules, scales, fingerprints) -> list[tuple[int, int, int]]:
-    """``(reference record, axis, index)`` for each slice ``r[..., index, ...]`` (one index along one
-    axis of a computed reference value ``n`` times ``c``'s size) that ``c`` holds."""
+def take_part(value: np.ndarray, axes: tuple[int, ...], indices: tuple[int, ...]) -> np.ndarray:
+    """``value[..., indices[0], ..., indices[1], ...]``: one index along each of ``axes``."""
+    for axis, index in sorted(zip(axes, indices, strict=True), reverse=True):
+        value = np.take(value, index, axis=axis)
+    return value
+
+
+def _slicings(shape: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
+    """The axes (one, or two: a loop over batch and heads) whose sizes multiply to ``n``."""
+    single = [(a,) for a, size in enumerate(shape) if size == n]
+    pairs = [
+        (a, b)
+        for a in range(len(shape))
+        for b in range(a + 1, len(shape))
+        if shape[a] > 1 and shape[b] > 1 and shape[a] * shape[b] == n
+    ]
+    return single + pairs
+
+
+def _parts(c: Record, reference: Trace, rules, scales, fingerprints) -> list[tuple[int, tuple, tuple]]:
+    """``(reference record, axes, indices)`` for each slice (one index along one axis, or along two:
+    a loop over batch and heads, of a computed reference value ``n`` times ``c``'s size) that ``c``
+    holds."""
     found = []
     for r in reference.records:
         n = r.value.size // max(c.value.size, 1)
         if r.leaf is not None or n < 2 or r.value.size != n * c.value.size or not _comparable(r):
             continue
-        for axis in (a for a, size in enumerate(r.shape) if size == n):
-            for index in range(n):
-                part = np.take(r.value, index, axis=axis)
+        for axes in _slicings(r.shape, n):
+            for indices in itertools.product(*(range(r.shape[a]) for a in axes)):
+                part = take_part(r.value, axes, indices)
                 if _match(c, r, rules, scales, fingerprints, part) is not None:
-                    found.append((r.index, axis, index))
+                    found.append((r.index, axes, indices))
     return found
 
 
 def _covered(result: Alignment) -> set[int]:
-    """The reference records whose every slice along one axis some candidate value holds."""
-    seen: dict[tuple[int, int], set[int]] = {}
+    """The reference records whose every slice along some axes some candidate value holds."""
+    seen: dict[tuple[int, tuple], set[tuple]] = {}
     for parts in result.parts.values():
-        for r, axis, index in parts:
-            seen.setdefault((r, axis), set()).add(index)
-    return {r for (r, axis), found in seen.items() if len(found) == result.reference.records[r].shape[axis]}
+        for r, axes, indices in parts:
+            seen.setdefault((r, axes), set()).add(indices)
+    shape = lambda r: result.reference.records[r].shape  # noqa: E731
+    return {r for (r, axes), found in seen.items() if len(found) == math.prod(shape(r)[a] for a in axes)}
 
 
 def align(reference: Trace, candidate: Trace) -> Alignment:
@@ -361,7 +388,8 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         out_r.value, out_c.value, *tolerance_of(out_c, out_r)
     )
     matched_c = {c for c, found in result.matches.items() if candidate.records[c].leaf is None}
-    matched_r = {m.reference for c in matched_c for m in result.matches[c]} | _covered(result)
+    used = ancestors(candidate, candidate.output)  # a value feeding no output reproduces nothing
+    matched_r = {m.reference for c in matched_c & used for m in result.matches[c]} | _covered(result)
     matched_c |= set(result.parts)
     path_c, good_c = _good(candidate, matched_c)
     path_r, good_r = _good(reference, matched_r)
@@ -373,11 +401,12 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     bad_r = sorted(path_r - good_r)
     result.diverging = bad_r[0] if bad_r else reference.output
     filled = {  # an array's value before a write into part of it of wrong numbers computed from others
-        record.inputs[0]
+        record.inputs[0]  # (not a mask's fill: -inf written where a mask says, whatever came before)
         for record in candidate.records
         if record.written is not None
         and record.written not in good_c
         and candidate.records[record.written].inputs
+        and not (candidate.records[record.written].value <= _VERY_NEGATIVE).all()
         and len(record.inputs) == 2
     }
     result.blamed = next((i for i in bad_c if i not in filled), bad_c[0]) if bad_c else candidate.output
@@ -392,11 +421,27 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         result.shown = max(i for i in [result.blamed, *bad_c] if candidate.records[i].location == line)
         unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
         result.counterpart = _counterpart(result, result.shown, unmatched, classes)
-        shape = candidate.records[result.shown].shape
-        if in_layout(reference.records[result.counterpart].value, shape, result.rules) is None:
+        shown = candidate.records[result.shown].value
+        expected = reference.records[result.counterpart].value
+        if (
+            in_layout(expected, shown.shape, result.rules) is None
+            or (expected.dtype == bool) != (shown.dtype == bool)  # a mask for a float value
+        ):  # another value's counterpart: one head of a value the shown one should have equalled
             part = _part_counterpart(result, result.shown, unmatched, classes)
             if part is not None:
                 result.counterpart, result.counterpart_part = part[0], part[1:]
+    unfinished = _unfinished(candidate, result.blamed)
+    if unfinished is not None:  # a buffer its loop left part unwritten: show what the writes made
+        result.shown, result.unwritten = unfinished, result.blamed
+        unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
+        shape = candidate.records[unfinished].shape
+        written = [  # the reference values the writes hold slices of, whole
+            r
+            for r, _, _ in result.parts.get(candidate.records[unfinished].written, [])
+            if in_layout(reference.records[r].value, shape, result.rules) is not None
+        ]
+        result.counterpart = (written or [_counterpart(result, unfinished, unmatched, classes)])[0]
+        result.diverging = result.counterpart
     if result.counterpart in path_r and result.counterpart < result.diverging:
         result.diverging = result.counterpart
     line = blame_location(result)
@@ -404,6 +449,22 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         i for i in result.verified if i < result.blamed and candidate.records[i].location != line
     ]
     return result
+
+
+def _unfinished(trace: Trace, buffer: int) -> int | None:
+    """The last write into ``buffer``, a constant array (``np.zeros``) the writes of a loop never
+    covered (its value still feeds them: see ``capture_numpy``), if it is one."""
+    value, last = trace.records[buffer].value, None
+    if value.size == 0 or not (value == value.flat[0]).all():
+        return None
+    while True:
+        write = next(
+            (r for r in trace.records if r.written is not None and r.inputs[:1] == ((last or buffer),)),
+            None,
+        )
+        if write is None:
+            return last
+        last = write.index
 
 
 def blame_location(result: Alignment) -> str:
@@ -601,15 +662,16 @@ def _reroute_part(result: Alignment, bad_r: list[int], classes: list[int]) -> No
 
 def _part_counterpart(
     result: Alignment, shown: int, unmatched: list[int], classes: list[int]
-) -> tuple[int, int, int] | None:
-    """``(reference record, axis, index)``: the slice the shown value should have equalled where its
-    inputs hold parts of one index (one head) alone: among the unmatched reference values with a
-    slice of its layout, the one computed from most of the values those inputs hold parts of."""
+) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
+    """``(reference record, axes, indices)``: the slice the shown value should have equalled where its
+    inputs hold parts of one index (one head, or one batch entry's head) alone: among the unmatched
+    reference values with a slice of its layout, the one computed from most of the values those
+    inputs hold parts of."""
     record = result.candidate.records[shown]
     held = [p for s in record.inputs for p in result.parts.get(s, [])]
-    if len({index for _, _, index in held}) != 1:
+    if len({indices for _, _, indices in held}) != 1:
         return None
-    index, ours = held[0][2], {classes[r] for r, _, _ in held}
+    indices, ours = held[0][2], {classes[r] for r, _, _ in held}
     best, best_shared = None, 0
     for r in unmatched:
         value = result.reference.records[r].value
@@ -617,8 +679,12 @@ def _part_counterpart(
         shared = len(ours & {classes[s] for s in result.reference.records[r].inputs})
         if n < 2 or value.size != n * record.value.size or shared <= best_shared:
             continue
-        for axis in (a for a, size in enumerate(value.shape) if size == n and index < size):
-            if in_layout(np.take(value, index, axis=axis), record.shape, result.rules) is not None:
-                best, best_shared = (r, axis, index), shared
+        for axes in _slicings(value.shape, n):
+            if len(axes) != len(indices):
+                continue
+            if any(i >= value.shape[a] for a, i in zip(axes, indices, strict=True)):
+                continue
+            if in_layout(take_part(value, axes, indices), record.shape, result.rules) is not None:
+                best, best_shared = (r, axes, indices), shared
                 break
     return best

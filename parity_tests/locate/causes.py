@@ -199,7 +199,7 @@ def read_causes(
             break
     keep = np.isfinite(expected) & np.isfinite(actual)
     factor = _factor(expected, actual)
-    if factor is not None:
+    if factor is not None and abs(factor) > 1e-6:  # 0 times the reference is no scale: nothing written
         if abs(factor - 1) > 1e-3 and _close(
             factor * np.where(keep, expected, 0), np.where(keep, actual, 0), rtol, atol
         ):

@@ -18,6 +18,7 @@ from parity_tests.locate.align import (
     layout_classes,
     line_records,
     match_values,
+    take_part,
     tolerance_of,
 )
 from parity_tests.locate.causes import axis_names, describe_scale, read_causes
@@ -206,8 +207,7 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     blamed, diverging = actual.records[alignment.shown], expected.records[alignment.diverging]
     counterpart = expected.records[alignment.counterpart]
     if alignment.counterpart_part is not None:  # one head of it: the slice, as a record of its own
-        axis, index = alignment.counterpart_part
-        value = np.take(counterpart.value, index, axis=axis)
+        value = take_part(counterpart.value, *alignment.counterpart_part)
         counterpart = Record(
             counterpart.index, counterpart.op, value, counterpart.dtype, counterpart.location
         )
@@ -242,14 +242,29 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"this value equals the reference's {_label(expected, other.index)} "
             f"({other.location}): taken from the wrong variable or weights"
         )
+    used = ancestors(actual, actual.output)
+    unused = [
+        r
+        for r in actual.records
+        if r.leaf is None
+        and r.index not in used
+        and any(m.reference == counterpart.index for m in alignment.matches.get(r.index, []))
+    ]
+    if unused:
+        report.causes.append(
+            f"computed but not used: {unused[0].location} ({unused[0].op}) equals the reference's "
+            f"{_label(expected, counterpart.index)}, but the output is not computed from it"
+        )
     if alignment.rerouted_from is not None and blamed.index in alignment.parts:
-        r, axis, index = alignment.parts[blamed.index][0]
+        r, axes, indices = alignment.parts[blamed.index][0]
         other = expected.records[r]
-        name = axis_names(other.shape, sizes)[axis]
+        names = axis_names(other.shape, sizes)
+        slice_name = ", ".join(f"{names[a]} {i}" for a, i in zip(axes, indices, strict=True))
+        name = names[axes[-1]]
         classes = layout_classes(expected, alignment.rules)
         named = next((x for x in expected.records if x.step and classes[x.index] == classes[r]), other)
         report.causes.append(
-            f"this value equals {name} {index} of the reference's {_label(expected, named.index)} "
+            f"this value equals {slice_name} of the reference's {_label(expected, named.index)} "
             f"({named.location}), as a value this line computed before does: the same slice taken "
             f"again where another {name}'s is due"
         )
@@ -271,6 +286,9 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         reference_scale = None
         if alignment.factors and counterpart.index not in alignment.scaled:
             reference_scale = alignment.factors[0]
+        if alignment.unwritten is not None:
+            buffer = actual.records[alignment.unwritten]
+            report.causes.append(_never_written(a == buffer.value.flat[0], report.axes, buffer.location))
         masks = _masks(actual)
         report.causes += read_causes(
             counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks, reference_scale
@@ -314,14 +332,43 @@ def _skipped_step(alignment: Alignment) -> np.ndarray | None:
     return None
 
 
+def _never_written(unwritten: np.ndarray, axes: list[str], location: str) -> str:
+    """The cause for a buffer whose writes left ``unwritten`` (its entries still at their initial
+    value), naming the slices (``head 1``) that are wholly unwritten where they are all of it."""
+    where = ""
+    for axis, name in enumerate(axes):
+        whole = [i for i in range(unwritten.shape[axis]) if np.take(unwritten, i, axis=axis).all()]
+        if whole and np.take(unwritten, whole, axis=axis).sum() == unwritten.sum():
+            where = f" ({name} {', '.join(map(str, whole))})"
+            break
+    return (
+        f"never written: {int(unwritten.sum())} of {unwritten.size} entries{where} keep the value the "
+        f"buffer of {location} started with: the loop filling it stops short"
+    )
+
+
 def _masks(trace: Trace) -> bool:
     """Whether a value on the way to the trace's output hides entries (-inf, a fill at or below
-    -1e4) or is a boolean mask."""
+    -1e4), is a boolean mask, or is one of its inputs with some entries zeroed and the others
+    unchanged (weights times ``np.tril(np.ones(...))``; not ``x - x.max()``, zero at the maxima,
+    which changes the others)."""
     for index in ancestors(trace, trace.output):
         value = trace.records[index].value
         if value.dtype == bool or (value.dtype.kind == "f" and (value <= -1e4).any()):
             return True
+        if value.dtype.kind == "f" and any(
+            _zeroes_entries(value, trace.records[s].value) for s in trace.records[index].inputs
+        ):
+            return True
     return False
+
+
+def _zeroes_entries(value: np.ndarray, source: np.ndarray) -> bool:
+    """Whether ``value`` is ``source`` with some of its nonzero entries set to 0, the rest as they were."""
+    if source.shape != value.shape:
+        return False
+    kept = value != 0
+    return bool((~kept & (source != 0)).any()) and np.array_equal(value[kept], source[kept])
 
 
 def _scale_left_out(alignment: Alignment) -> int | None:

@@ -51,6 +51,9 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "jax_fused": ("user_torch", lambda module, params: module.attention),
     "numpy_loop_heads": ("torch_ref", lambda module, params: module.mha),
     "numpy_head_buffer": ("torch_ref", lambda module, params: module.mha),
+    "numpy_batch_head_loop": ("torch_ref", lambda module, params: module.mha),
+    "numpy_batch_loop": ("torch_ref", lambda module, params: module.mha),
+    "numpy_mult_mask": ("torch_ref", lambda module, params: module.mha),
     "numpy_scale_first": ("torch_ref", lambda module, params: module.mha),
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
@@ -133,6 +136,34 @@ BUGS = [
         "numpy_head_buffer",
         "ctx[:, :, h * hd : (h + 1) * hd] = w @ vh",
         "ctx[:, :, (1 - h) * hd : (2 - h) * hd] = w @ vh",
+    ),
+    # NumPy port looping over the batch and the heads
+    B(
+        "np_batch_head_loop_scale_by_head_dim",
+        "numpy_batch_head_loop",
+        "s = qh @ kh.T / np.sqrt(hd)",
+        "s = qh @ kh.T / hd",
+    ),
+    B(
+        "np_batch_head_loop_context_from_queries",
+        "numpy_batch_head_loop",
+        "ctx[i, :, h * hd : (h + 1) * hd] = w @ vh",
+        "ctx[i, :, h * hd : (h + 1) * hd] = w @ qh",
+    ),
+    # NumPy port looping over the batch, masking in place
+    B(
+        "np_batch_loop_scale_by_head_dim",
+        "numpy_batch_loop",
+        "s = q @ k.transpose(0, 2, 1) / np.sqrt(hd)",
+        "s = q @ k.transpose(0, 2, 1) / hd",
+    ),
+    B("np_batch_loop_mask_inverted", "numpy_batch_loop", "s[:, mask] = -np.inf", "s[:, ~mask] = -np.inf"),
+    # NumPy port masking its exp weights by multiplying with np.tril(np.ones(...))
+    B(
+        "np_mult_mask_scale_by_head_dim",
+        "numpy_mult_mask",
+        "scores = scores / np.sqrt(hd)",
+        "scores = scores / hd",
     ),
     # NumPy port of the book's class
     B(
