@@ -309,14 +309,7 @@ def create_regular_file(path: str | os.PathLike) -> BinaryIO:
     came, and again on the open descriptor): a ValueError otherwise. Every file numpy_attn
     writes (weights, a checkpoint's config) is opened so."""
     check_regular_file(path, missing_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0)
-    file = os.fdopen(os.open(path, flags, 0o666), "wb")
-    try:
-        _check_still_regular(file, path)
-    except BaseException:
-        file.close()
-        raise
-    return file
+    return _open_checked(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "wb")
 
 
 def open_regular_file(path: str | os.PathLike) -> BinaryIO:
@@ -324,7 +317,13 @@ def open_regular_file(path: str | os.PathLike) -> BinaryIO:
     so that a FIFO or a device cannot block, and again on the open descriptor): a ValueError
     otherwise. Every file numpy_attn reads (weights, a checkpoint's config) is opened so."""
     check_regular_file(path)
-    file = os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb")
+    return _open_checked(path, os.O_RDONLY, "rb")
+
+
+def _open_checked(path: str | os.PathLike, flags: int, mode: str) -> BinaryIO:
+    """``path`` opened with ``flags`` and without blocking (a FIFO that came after the check
+    cannot hold the open), then checked again on the open descriptor (closed on a refusal)."""
+    file = os.fdopen(os.open(path, flags | getattr(os, "O_NONBLOCK", 0), 0o666), mode)
     try:
         _check_still_regular(file, path)
     except BaseException:
