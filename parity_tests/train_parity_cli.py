@@ -1,10 +1,12 @@
 """``attn-parity train-parity``: train the GPT in torch and JAX side by side, print and plot the losses.
 
-    attn-parity train-parity [--steps N] [--learning-rate LR] [--weight-decay WD] [--out PNG]
+    attn-parity train-parity [--steps N] [--learning-rate LR] [--weight-decay WD] [--dtype D] [--out PNG]
 
 Prints one row per step (torch's loss, JAX's, their difference, within tolerance or not) and
 the final weights' worst relative error, writes a PNG of both loss curves; exit 1 when a loss
-or a final weight differs beyond the tolerance table.
+or a final weight differs beyond the tolerance table. Both train in float64 unless ``--dtype
+float32``: in float32 AdamW's updates of near-zero gradients can move a correct port's final
+weights beyond float32's bound (``parity_tests.training``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from parity_tests.training import TRAIN_DTYPES
 from parity_tests.usage import MAX_SEED, integer, number, png_path
 
 __all__ = ["TOY_CONFIG", "add_train_parity_parser", "write_loss_plot"]
@@ -58,9 +61,12 @@ def _run(args: argparse.Namespace) -> int:
     hp = Hyperparameters(
         steps=args.steps, learning_rate=args.learning_rate, weight_decay=args.weight_decay, seed=args.seed
     )
-    result = train_parity(TOY_CONFIG, hp)
-    table = Table(title=f"GPT {TOY_CONFIG} trained {hp.steps} steps, AdamW lr={hp.learning_rate:g}, "
-                  f"weight decay {hp.weight_decay:g}", title_justify="left")  # fmt: skip
+    result = train_parity(TOY_CONFIG, hp, dtype=args.dtype)
+    title = (
+        f"GPT {TOY_CONFIG} trained {hp.steps} steps in {args.dtype}, AdamW lr={hp.learning_rate:g}, "
+        f"weight decay {hp.weight_decay:g}"
+    )
+    table = Table(title=title, title_justify="left")
     for column in ("step", "torch loss", "jax loss", "|difference|", "ok"):
         table.add_column(column, justify="right")
     for step, (expected, actual, row) in enumerate(
@@ -105,6 +111,13 @@ def add_train_parity_parser(commands: argparse._SubParsersAction) -> None:
         type=integer("--seed", 0, MAX_SEED),
         default=0,
         help="seeds the initial weights and the batches",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=TRAIN_DTYPES,
+        default="float64",
+        help="both sides train in it (default float64: in float32 AdamW's updates of near-zero "
+        "gradients can move a correct port's final weights beyond float32's tolerance)",
     )
     parser.add_argument(
         "--out", default="train_parity.png", help="the loss curves, a PNG (in a folder: train_parity.png)"
