@@ -74,7 +74,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def main(out: pathlib.Path) -> None:
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
+    flags = os.environ.get("XLA_FLAGS", "")  # the test run's own flags (tests/conftest.py) kept
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={DEVICES}"
     import jax
     import jax.numpy as jnp
     import numpy as np
