@@ -59,6 +59,7 @@ def test_report_names_the_step_both_lines_the_worst_entry_and_the_cause(tmp_path
         ("nnx_mask_inverted", "masked_scores", "mask inverted"),
         ("jit_mask_strict", "masked_scores", "mask off by one"),
         ("jit_softmax_wrong_axis", "attn_weights", "softmax over the wrong axis"),
+        ("scan_softmax_over_queries", "attn_weights", "softmax over the wrong axis"),
         ("np_query_bias_missing", "queries", "a bias missing"),
         ("np_heads_merged_without_transpose", "context_vec", "reshape without the transpose"),
         ("np_values_from_key_weights", "values", "equals the reference's keys"),

@@ -664,11 +664,16 @@ def _part_counterpart(
     result: Alignment, shown: int, unmatched: list[int], classes: list[int]
 ) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
     """``(reference record, axes, indices)``: the slice the shown value should have equalled where its
-    inputs hold parts of one index (one head, or one batch entry's head) alone: among the unmatched
-    reference values with a slice of its layout, the one computed from most of the values those
-    inputs hold parts of."""
+    inputs hold parts of one index (one head, or one batch entry's head) alone, or where they hold
+    none, the values its line takes from other lines (a softmax's last operation, whose inputs are
+    the line's own): among the unmatched reference values with a slice of its layout, the one
+    computed from most of the values those inputs hold parts of."""
     record = result.candidate.records[shown]
     held = [p for s in record.inputs for p in result.parts.get(s, [])]
+    if not held:
+        line = line_records(result.candidate, shown)
+        taken = {s for r in line for s in r.inputs} - {r.index for r in line}
+        held = [p for s in sorted(taken) for p in result.parts.get(s, [])]
     if len({indices for _, _, indices in held}) != 1:
         return None
     indices, ours = held[0][2], {classes[r] for r, _, _ in held}

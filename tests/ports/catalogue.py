@@ -56,6 +56,7 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "numpy_mult_mask": ("torch_ref", lambda module, params: module.mha),
     "numpy_scale_first": ("torch_ref", lambda module, params: module.mha),
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
+    "jax_scan_heads": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
     "nnx_jit_mha": ("torch_ref", lambda module, params: _nnx_jit(module, params)),
     "nnx_dropout_mha": ("torch_ref", lambda module, params: module.build(params, NUM_HEADS)),
@@ -318,6 +319,13 @@ BUGS = [
         "jax_jit_mha",
         'o = jnp.einsum("bnts,bsnh->btnh", p, v)',
         'o = jnp.einsum("bnts,bsnh->bnth", p, v).reshape(b, t, num_heads, h)',
+    ),
+    # JAX port running its heads with jax.lax.scan
+    B(
+        "scan_softmax_over_queries",
+        "jax_scan_heads",
+        "w = jax.nn.softmax(s, axis=-1)",
+        "w = jax.nn.softmax(s, axis=-2)",
     ),
     # NNX module with its own weight loader
     B(
