@@ -210,7 +210,8 @@ def test_a_mask_computed_but_not_used_reproduces_nothing(tmp_path):
 )
 def test_a_buffer_its_loop_leaves_part_unwritten_is_said_so(port, loop, short, step, unwritten, tmp_path):
     """A loop one short leaves part of the np.zeros buffer unwritten: the buffer is blamed, compared
-    with the value it should hold (not the scores), and no "0 times the reference" scale is read."""
+    with the value it should hold (not the scores), and no "0 times the reference" scale is read; the
+    lines its loop computed right are verified, though they come after the buffer's line."""
     source, _ = plant(Bug("short_loop", port, loop, short))
     ref = reference("torch_ref")
     report = locate(ref, load(port, source, tmp_path).mha, inputs(), params=to_params(ref))
@@ -221,6 +222,8 @@ def test_a_buffer_its_loop_leaves_part_unwritten_is_said_so(port, loop, short, s
         f"never written: {unwritten} keep the value the buffer of {location} started with: the loop "
         "filling it stops short"
     ], f"\n{report}"
+    lines = {v.split("  ", 1)[1] for v in report.verified}  # the loop's lines, after the buffer's
+    assert "w /= w.sum(-1, keepdims=True)" in lines, report.verified
 
 
 def test_a_port_filling_a_zeros_buffer_head_by_head_is_verified_line_by_line(tmp_path):

@@ -445,9 +445,8 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     if result.counterpart in path_r and result.counterpart < result.diverging:
         result.diverging = result.counterpart
     line = blame_location(result)
-    result.verified = [
-        i for i in result.verified if i < result.blamed and candidate.records[i].location != line
-    ]
+    last = result.blamed if result.unwritten is None else result.shown  # a buffer: its loop's last write
+    result.verified = [i for i in result.verified if i < last and candidate.records[i].location != line]
     return result
 
 
