@@ -146,6 +146,21 @@ def test_dot_product_attention_without_is_causal_is_named_on_its_line(tmp_path):
     assert report.causes == [NO_CAUSAL_MASK], f"\n{report}"
 
 
+def test_scaled_dot_product_attention_without_is_causal_is_named_on_its_line(tmp_path):
+    """torch computes the scores inside the one captured call: what attention hiding nothing gives
+    from the call's query, key and value equals its output, so its scores are set against the
+    reference's masked ones (its inputs, right, are not blamed)."""
+    report, line = planted("sdpa_not_causal", tmp_path)
+    assert (report.first_divergence, report.candidate_location) == ("masked_scores", line), f"\n{report}"
+    assert report.reference_location.endswith("torch_ref/multi_head.py:67")  # masked_fill_
+    assert report.axes == ("batch", "head", "query", "key")
+    assert report.causes == [
+        "no mask applied: the reference has -inf entries here, every key after its query: the causal mask "
+        "is missing (pass is_causal=True or attn_mask)"
+    ], f"\n{report}"
+    assert [v.rsplit(":", 1)[1] for v in report.verified] == ["12  unbind"]  # q, k, v = qkv.permute(...)
+
+
 def test_a_dropout_left_on_is_named_on_its_line_against_the_values_it_drops(tmp_path):
     """The NNX model is never put in eval mode: its dropout line is set against the reference's
     attention weights (not its mask buffer), of which it zeroes some and scales the others."""

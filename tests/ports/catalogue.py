@@ -368,6 +368,13 @@ BUGS = [
         "is_causal=True)",
         'out = jax.nn.dot_product_attention(heads("W_query"), heads("W_key"), heads("W_value"))',
     ),
+    # torch port on F.scaled_dot_product_attention
+    B(
+        "sdpa_not_causal",
+        "torch_sdpa",
+        "y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+        "y = F.scaled_dot_product_attention(q, k, v)",
+    ),
     # NumPy port of a user's own fused torch module
     B(
         "fused_split_order",
