@@ -59,6 +59,7 @@ def test_report_names_the_step_both_lines_the_worst_entry_and_the_cause(tmp_path
         ("nnx_mask_inverted", "masked_scores", "mask inverted"),
         ("jit_mask_strict", "masked_scores", "mask off by one"),
         ("jit_softmax_wrong_axis", "attn_weights", "softmax over the wrong axis"),
+        ("scan_softmax_over_queries", "attn_weights", "softmax over the wrong axis"),
         ("np_query_bias_missing", "queries", "a bias missing"),
         ("np_heads_merged_without_transpose", "context_vec", "reshape without the transpose"),
         ("np_values_from_key_weights", "values", "equals the reference's keys"),
@@ -145,6 +146,21 @@ def test_dot_product_attention_without_is_causal_is_named_on_its_line(tmp_path):
     assert report.causes == [NO_CAUSAL_MASK], f"\n{report}"
 
 
+def test_scaled_dot_product_attention_without_is_causal_is_named_on_its_line(tmp_path):
+    """torch computes the scores inside the one captured call: what attention hiding nothing gives
+    from the call's query, key and value equals its output, so its scores are set against the
+    reference's masked ones (its inputs, right, are not blamed)."""
+    report, line = planted("sdpa_not_causal", tmp_path)
+    assert (report.first_divergence, report.candidate_location) == ("masked_scores", line), f"\n{report}"
+    assert report.reference_location.endswith("torch_ref/multi_head.py:67")  # masked_fill_
+    assert report.axes == ("batch", "head", "query", "key")
+    assert report.causes == [
+        "no mask applied: the reference has -inf entries here, every key after its query: the causal mask "
+        "is missing (pass is_causal=True or attn_mask)"
+    ], f"\n{report}"
+    assert [v.rsplit(":", 1)[1] for v in report.verified] == ["12  unbind"]  # q, k, v = qkv.permute(...)
+
+
 def test_a_dropout_left_on_is_named_on_its_line_against_the_values_it_drops(tmp_path):
     """The NNX model is never put in eval mode: its dropout line is set against the reference's
     attention weights (not its mask buffer), of which it zeroes some and scales the others."""
@@ -209,7 +225,8 @@ def test_a_mask_computed_but_not_used_reproduces_nothing(tmp_path):
 )
 def test_a_buffer_its_loop_leaves_part_unwritten_is_said_so(port, loop, short, step, unwritten, tmp_path):
     """A loop one short leaves part of the np.zeros buffer unwritten: the buffer is blamed, compared
-    with the value it should hold (not the scores), and no "0 times the reference" scale is read."""
+    with the value it should hold (not the scores), and no "0 times the reference" scale is read; the
+    lines its loop computed right are verified, though they come after the buffer's line."""
     source, _ = plant(Bug("short_loop", port, loop, short))
     ref = reference("torch_ref")
     report = locate(ref, load(port, source, tmp_path).mha, inputs(), params=to_params(ref))
@@ -220,6 +237,8 @@ def test_a_buffer_its_loop_leaves_part_unwritten_is_said_so(port, loop, short, s
         f"never written: {unwritten} keep the value the buffer of {location} started with: the loop "
         "filling it stops short"
     ], f"\n{report}"
+    lines = {v.split("  ", 1)[1] for v in report.verified}  # the loop's lines, after the buffer's
+    assert "w /= w.sum(-1, keepdims=True)" in lines, report.verified
 
 
 def test_a_port_filling_a_zeros_buffer_head_by_head_is_verified_line_by_line(tmp_path):

@@ -65,7 +65,10 @@ class Alignment:
     reference applies (those its ``scaled`` records are computed after); ``counterpart_part``:
     ``(axes, indices)`` where the shown value should have equalled that slice of the counterpart
     (one head's value in a loop over heads); ``unwritten``: the blamed buffer (``np.zeros``) whose
-    writes never covered it, the shown value being what the last write made of it."""
+    writes never covered it, the shown value being what the last write made of it; ``unmasked_scores``:
+    where the blamed value is a fused attention call hiding nothing (torch's
+    ``scaled_dot_product_attention`` without ``is_causal`` or a mask), the scores it computed inside,
+    set against the reference's first masked value (``counterpart``)."""
 
     reference: Trace
     candidate: Trace
@@ -84,6 +87,7 @@ class Alignment:
     factors: list[float] = field(default_factory=list)
     counterpart_part: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     unwritten: int | None = None
+    unmasked_scores: np.ndarray | None = None
 
 
 def _comparable(record: Record) -> bool:
@@ -412,8 +416,10 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     result.blamed = next((i for i in bad_c if i not in filled), bad_c[0]) if bad_c else candidate.output
     classes = layout_classes(reference, result.rules)
     result.counterpart = _counterpart(result, result.blamed, bad_r, classes)
-    _reroute(result, bad_r, classes)
-    if result.rerouted_from is None:
+    result.unmasked_scores = _unmasked_scores(candidate, result.blamed)
+    if result.unmasked_scores is None:  # a call hiding nothing is to blame, not the inputs it takes
+        _reroute(result, bad_r, classes)
+    if result.rerouted_from is None and result.unmasked_scores is None:
         _reroute_part(result, bad_r, classes)
     result.shown = result.blamed
     if result.rerouted_from is None:  # show the blamed line's result, not its first operation
@@ -444,11 +450,37 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         result.diverging = result.counterpart
     if result.counterpart in path_r and result.counterpart < result.diverging:
         result.diverging = result.counterpart
+    if result.unmasked_scores is not None:  # the mask the call never applied: the first value hiding entries
+        masked = [i for i in sorted(path_r) if i >= result.diverging and _hides(reference.records[i].value)]
+        if masked:
+            result.diverging = result.counterpart = masked[0]
     line = blame_location(result)
-    result.verified = [
-        i for i in result.verified if i < result.blamed and candidate.records[i].location != line
-    ]
+    last = result.blamed if result.unwritten is None else result.shown  # a buffer: its loop's last write
+    result.verified = [i for i in result.verified if i < last and candidate.records[i].location != line]
     return result
+
+
+def _hides(value: np.ndarray) -> bool:
+    return value.dtype.kind == "f" and bool((value <= _VERY_NEGATIVE).any())
+
+
+def _unmasked_scores(trace: Trace, index: int) -> np.ndarray | None:
+    """The scores ``q @ k^T / sqrt(E)`` of a fused attention call (torch's ``scaled_dot_product_attention``,
+    captured as one operation) given its query, key and value alone, when its output equals attention
+    over them hiding nothing (no ``is_causal``, no mask); None for any other value."""
+    record = trace.records[index]
+    if record.op != "scaled_dot_product_attention" or len(record.inputs) != 3:
+        return None
+    q, k, v = (trace.records[s].value.astype(np.float64) for s in record.inputs)
+    fits = q.ndim >= 2 and k.shape[:-2] + k.shape[-1:] == q.shape[:-2] + q.shape[-1:]
+    if not fits or v.shape[:-1] != k.shape[:-1]:  # (..., L, E), (..., S, E), (..., S, Ev)
+        return None
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    output = weights / weights.sum(-1, keepdims=True) @ v
+    if output.shape != record.shape or not close(output, record.value, *tolerance_of(record, record)):
+        return None
+    return scores
 
 
 def _unfinished(trace: Trace, buffer: int) -> int | None:
@@ -664,11 +696,16 @@ def _part_counterpart(
     result: Alignment, shown: int, unmatched: list[int], classes: list[int]
 ) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
     """``(reference record, axes, indices)``: the slice the shown value should have equalled where its
-    inputs hold parts of one index (one head, or one batch entry's head) alone: among the unmatched
-    reference values with a slice of its layout, the one computed from most of the values those
-    inputs hold parts of."""
+    inputs hold parts of one index (one head, or one batch entry's head) alone, or where they hold
+    none, the values its line takes from other lines (a softmax's last operation, whose inputs are
+    the line's own): among the unmatched reference values with a slice of its layout, the one
+    computed from most of the values those inputs hold parts of."""
     record = result.candidate.records[shown]
     held = [p for s in record.inputs for p in result.parts.get(s, [])]
+    if not held:
+        line = line_records(result.candidate, shown)
+        taken = {s for r in line for s in r.inputs} - {r.index for r in line}
+        held = [p for s in sorted(taken) for p in result.parts.get(s, [])]
     if len({indices for _, _, indices in held}) != 1:
         return None
     indices, ours = held[0][2], {classes[r] for r, _, _ in held}

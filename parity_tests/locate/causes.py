@@ -141,6 +141,7 @@ def read_causes(
     atol: float,
     masks: bool = False,
     reference_scale: float | None = None,
+    causal_fix: str = "pass is_causal=True or a mask",
 ) -> list[str]:
     """Causes that the numbers show: ``actual`` is ``expected`` with entries dropped, transposed,
     scaled, masked the other way, shifted by a bias, normalised over another axis, or the same
@@ -148,7 +149,8 @@ def read_causes(
     ``masks``: the candidate hides entries somewhere on the way to its output (then "no mask
     applied" is not said: its value is compared before its mask or after its exp);
     ``reference_scale``: the scale the reference applies after ``expected`` (see
-    ``_describe_factor``)."""
+    ``_describe_factor``); ``causal_fix``: how the missing causal mask is passed, in the words of the
+    port's framework."""
     causes = []
     if expected.dtype == bool or actual.dtype == bool or expected.shape != actual.shape:
         if expected.shape == actual.shape and expected.ndim >= 2:
@@ -190,8 +192,7 @@ def read_causes(
                 causes.append(
                     f"no mask applied: the reference has {label} entries here"
                     + (
-                        ", every key after its query: the causal mask is missing (pass is_causal=True "
-                        "or a mask)"
+                        f", every key after its query: the causal mask is missing ({causal_fix})"
                         if e.shape[-1] == e.shape[-2] and np.array_equal(e, causal)
                         else ""
                     )

@@ -234,7 +234,8 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"the reference computes lines {', '.join(span)} in one operation ({counterpart.op}) from "
             "values found equal: the bug may be on any of them, not only the first"
         )
-    laid_out = in_layout(blamed.value, counterpart.shape, alignment.rules)
+    unmasked = alignment.unmasked_scores  # a fused call's scores, where the reference masks them
+    laid_out = in_layout(blamed.value if unmasked is None else unmasked, counterpart.shape, alignment.rules)
     misrouted = [m for m in alignment.matches.get(blamed.index, []) if m.kind == "exact"]
     if misrouted:
         other = expected.records[misrouted[0].reference]
@@ -290,8 +291,9 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             buffer = actual.records[alignment.unwritten]
             report.causes.append(_never_written(a == buffer.value.flat[0], report.axes, buffer.location))
         masks = _masks(actual)
+        fix = "pass is_causal=True or a mask" if unmasked is None else "pass is_causal=True or attn_mask"
         report.causes += read_causes(
-            counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks, reference_scale
+            counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks, reference_scale, fix
         )
         skipped = _skipped_step(alignment)
         if skipped is not None:  # the line's value where the reference computes the diverging one

@@ -56,6 +56,7 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "numpy_mult_mask": ("torch_ref", lambda module, params: module.mha),
     "numpy_scale_first": ("torch_ref", lambda module, params: module.mha),
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
+    "jax_scan_heads": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
     "nnx_jit_mha": ("torch_ref", lambda module, params: _nnx_jit(module, params)),
     "nnx_dropout_mha": ("torch_ref", lambda module, params: module.build(params, NUM_HEADS)),
@@ -319,6 +320,13 @@ BUGS = [
         'o = jnp.einsum("bnts,bsnh->btnh", p, v)',
         'o = jnp.einsum("bnts,bsnh->bnth", p, v).reshape(b, t, num_heads, h)',
     ),
+    # JAX port running its heads with jax.lax.scan
+    B(
+        "scan_softmax_over_queries",
+        "jax_scan_heads",
+        "w = jax.nn.softmax(s, axis=-1)",
+        "w = jax.nn.softmax(s, axis=-2)",
+    ),
     # NNX module with its own weight loader
     B(
         "nnx_scale_by_num_heads",
@@ -359,6 +367,13 @@ BUGS = [
         'out = jax.nn.dot_product_attention(heads("W_query"), heads("W_key"), heads("W_value"), '
         "is_causal=True)",
         'out = jax.nn.dot_product_attention(heads("W_query"), heads("W_key"), heads("W_value"))',
+    ),
+    # torch port on F.scaled_dot_product_attention
+    B(
+        "sdpa_not_causal",
+        "torch_sdpa",
+        "y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+        "y = F.scaled_dot_product_attention(q, k, v)",
     ),
     # NumPy port of a user's own fused torch module
     B(
