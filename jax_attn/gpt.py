@@ -41,6 +41,7 @@ from jax_attn.modules import MultiHeadAttention
 from jax_attn.multi_head import multi_head_attention
 from numpy_attn.gpt import BLOCK_STEPS, LAYER_NORM_EPS, apply_block, apply_model
 from numpy_attn.gpt_spec import (
+    CONFIG_KEYS,
     FIRST_WEIGHT,
     check_block,
     check_config,
@@ -225,8 +226,14 @@ def gpt_model(
     check_token_ids(token_ids, config, check_values=concrete)
     check_key(key)  # before jit makes an array of an int and jax.random.split reads it
     if concrete:
-        return _compiled_gpt_model(params, token_ids, tuple(config.items()), key, return_steps)
+        return _compiled_gpt_model(params, token_ids, static_config(config), key, return_steps)
     return _gpt_model(params, token_ids, config, key, return_steps)
+
+
+def static_config(config: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A checked ``config``'s ``CONFIG_KEYS`` items, a static ``jax.jit`` argument (hashable): the
+    other keys a config may carry (a list from config.json) are not the model's, and left out."""
+    return tuple((key, config[key]) for key in CONFIG_KEYS)
 
 
 def check_jax_gpt_params(

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_attn.checks import check_key, is_concrete
-from jax_attn.gpt import GPTModel, block_parts, check_jax_gpt_params, head_parts
+from jax_attn.gpt import GPTModel, block_parts, check_jax_gpt_params, head_parts, static_config
 from jax_attn.kv_cache import KVCache, cache_length, init_kv_cache, unchecked_multi_head_attention_decode
 from numpy_attn.gpt import apply_block, apply_model
 from numpy_attn.gpt_spec import (
@@ -174,7 +174,7 @@ def generate(
     token_ids = jnp.asarray(token_ids)
     caches = init_gpt_cache(config, token_ids.shape[0], params["tok_emb.weight"].dtype)
     keys = jax.random.split(rng, max_new_tokens) if rng is not None else [None] * max_new_tokens
-    config_items, new_tokens, step_input, finite = tuple(config.items()), [], token_ids, []
+    config_items, new_tokens, step_input, finite = static_config(config), [], token_ids, []
     for key in keys:
         next_tokens, caches, step_finite = _step(
             params, step_input, caches, key, temperature, config_items, top_k

@@ -29,7 +29,7 @@ import numpy as np
 
 from numpy_attn.gpt import LAYER_NORM_EPS
 from numpy_attn.gpt_spec import check_gpt_params, without_gpt_buffers
-from numpy_attn.validation import check_dropout, check_params, check_size
+from numpy_attn.validation import check_divisible, check_dropout, check_flag, check_params, check_size
 from numpy_attn.weights_file import (
     MAX_TENSORS,
     check_regular_file,
@@ -65,13 +65,17 @@ _SUPPORTED = {
 
 
 def _read_config(directory: str) -> dict[str, Any]:
-    """``config.json`` of a GPT-2 folder, checked before anything is built from it: JSON of at
-    most ``_MAX_CONFIG`` bytes, UTF-8, ``model_type`` gpt2, positive int sizes (a ``n_layer``
-    whose blocks could not fit in a weight file is refused here, before its tensors are listed),
-    a dropout rate in [0, 1) and the settings this GPT computes as GPT-2 does."""
+    """``config.json`` of a GPT-2 folder, checked before anything is built from it (both files
+    must exist, as regular files): JSON of at most ``_MAX_CONFIG`` bytes, UTF-8, ``model_type``
+    gpt2, positive int sizes (a ``n_layer`` whose blocks could not fit in a weight file is
+    refused here, before its tensors are listed), ``n_head`` dividing ``n_embd``, a bool
+    ``tie_word_embeddings`` (set to its default, True, where absent), a dropout rate in [0, 1)
+    and the settings this GPT computes as GPT-2 does."""
     for file in (CONFIG_FILE, WEIGHTS_FILE):
-        if not os.path.isfile(os.path.join(directory, file)):
+        path = os.path.join(directory, file)
+        if not os.path.exists(path):  # a link to nothing too; a FIFO or a folder is not missing
             raise ValueError(f"{directory} is not a GPT-2 checkpoint folder: {file} is missing")
+        check_regular_file(path)  # both before either is read
     name = f"{directory}/{CONFIG_FILE}"
     with open_regular_file(os.path.join(directory, CONFIG_FILE)) as file:
         text = file.read(_MAX_CONFIG + 1)
@@ -90,6 +94,8 @@ def _read_config(directory: str) -> dict[str, Any]:
         raise ValueError(f"{name} is missing keys {missing}")
     for key in _SIZES:
         check_size(f"{name}: {key}", hf_config[key])
+    check_divisible(f"{name}: n_embd", hf_config["n_embd"], hf_config["n_head"], heads_name="n_head")
+    check_flag(f"{name}: tie_word_embeddings", hf_config.setdefault("tie_word_embeddings", True))
     check_dropout(f"{name}: resid_pdrop", hf_config.get("resid_pdrop", 0.1))
     n_layer, per_block = hf_config["n_layer"], len(_hf_block_shapes("", 1))
     if n_layer * per_block > MAX_TENSORS:
@@ -134,10 +140,12 @@ def _hf_shapes(config: Mapping[str, Any], lm_head: bool) -> dict[str, tuple[int,
 def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """``(params, config)`` from a transformers GPT-2 folder: the weights in the project's format
     (torch_ref ``GPTModel``'s names and layout) and the book's config dict (``qkv_bias`` True,
-    ``drop_rate`` from ``resid_pdrop``). ValueError names a missing file, another architecture,
-    an unsupported setting, a ``config.json`` that is not JSON (UTF-8, at most 1 MiB) or whose
-    sizes are not positive ints (TypeError for a non-int, naming the key), or every missing,
-    unexpected and mis-shaped tensor."""
+    ``drop_rate`` from ``resid_pdrop``). ValueError names a missing file or one that is not a
+    regular file, another architecture, an unsupported setting, a ``config.json`` that is not
+    JSON (UTF-8, at most 1 MiB) or whose sizes are not positive ints (TypeError for a non-int,
+    naming the key) or do not cut ``n_embd`` into ``n_head`` heads, or every missing, unexpected
+    and mis-shaped tensor (``lm_head.weight`` is required when ``tie_word_embeddings`` is false:
+    ``wte`` is the head only of a tied checkpoint)."""
     directory = os.fspath(directory)
     hf_config = _read_config(directory)
     config = {
@@ -150,7 +158,9 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
         "qkv_bias": True,
     }
     hf = _transformer_names(load_weights(os.path.join(directory, WEIGHTS_FILE)), directory)
-    check_params(hf, _hf_shapes(config, "lm_head.weight" in hf), layer=f"GPT-2 checkpoint {directory}")
+    # an untied head must be in the file (transformers would draw it at random), a tied one may be
+    lm_head = not hf_config["tie_word_embeddings"] or "lm_head.weight" in hf
+    check_params(hf, _hf_shapes(config, lm_head), layer=f"GPT-2 checkpoint {directory}")
     params = {"tok_emb.weight": hf["transformer.wte.weight"], "pos_emb.weight": hf["transformer.wpe.weight"]}
     for index in range(config["n_layers"]):
         block, hf_block = f"trf_blocks.{index}.", f"transformer.h.{index}."

@@ -468,10 +468,12 @@ def check_rng(rng: Any) -> None:
         )
 
 
-def check_divisible(width_name: str, width: int, num_heads: int) -> None:
-    check_size("num_heads", num_heads)
+def check_divisible(width_name: str, width: int, num_heads: int, *, heads_name: str = "num_heads") -> None:
+    """``width`` cut into ``num_heads`` equal heads (``heads_name``: the head count's name where
+    it has another, config.json's ``n_head``)."""
+    check_size(heads_name, num_heads)
     if width % num_heads != 0:
-        raise ValueError(f"{width_name}={width} is not divisible by num_heads={num_heads}")
+        raise ValueError(f"{width_name}={width} is not divisible by {heads_name}={num_heads}")
 
 
 def check_parts(weight_shape: tuple[int, ...], parts: Any) -> None:

@@ -188,3 +188,30 @@ def test_the_jax_gpt_with_numpy_weights_jits_and_vmaps_over_the_ids():
     caches = jax_attn.init_gpt_cache(TINY, 2)
     logits, _ = jax.jit(lambda i, c: jax_attn.gpt_model_decode(params, i, c, TINY))(ids, caches)
     assert compare_arrays("decode logits", expected, np.asarray(logits)).ok
+
+
+def test_a_config_with_an_unhashable_extra_key_works_at_every_entry_point():
+    """Extra keys are allowed (a config read from config.json may hold a list): jax_attn.gpt_model
+    and generate passed every item as a static jit argument and failed with JAX's "Non-hashable
+    static arguments" error where numpy_attn and the module took the config."""
+    config = TINY | {"architectures": ["GPT2LMHeadModel"]}
+    params = torch_ref.to_params(torch_model())
+    ids = token_ids(2, 5)
+    expected = numpy_attn.gpt_model(params, ids, TINY)  # (B, T, V)
+    caches = jax_attn.init_gpt_cache(config, 2)
+    for label, actual in [
+        ("numpy", numpy_attn.gpt_model(params, ids, config)),
+        ("jax", jax_attn.gpt_model(params, ids, config)),
+        ("jax under jit", jax.jit(lambda i: jax_attn.gpt_model(params, i, config))(ids)),
+        ("module", jax_attn.GPTModel.from_params(params, config)(jnp.asarray(ids))),
+        ("decode", jax_attn.gpt_model_decode(params, ids, caches, config)[0]),
+        (
+            "decode under jit",
+            jax.jit(lambda i, c: jax_attn.gpt_model_decode(params, i, c, config))(ids, caches)[0],
+        ),
+    ]:
+        assert compare_arrays(label, expected, np.asarray(actual)).ok
+    generated = numpy_attn.generate(params, ids, TINY, 3)
+    np.testing.assert_array_equal(numpy_attn.generate(params, ids, config, 3), generated)
+    model = jax_attn.GPTModel.from_params(params, config)
+    np.testing.assert_array_equal(jax_attn.generate(model, jnp.asarray(ids), 3), generated)

@@ -170,6 +170,10 @@ CONFIG_FILES = {
                       ": n_embd must be a positive int, got '24' (str)"),
     "resid_pdrop_1.5": (lambda d: _hf_config_bytes(d, resid_pdrop=1.5), ValueError,
                         ": resid_pdrop must be in [0, 1), got 1.5"),
+    "n_head_5": (lambda d: _hf_config_bytes(d, n_head=5), ValueError,
+                 ": n_embd=24 is not divisible by n_head=5"),
+    "tie_word_embeddings_string": (lambda d: _hf_config_bytes(d, tie_word_embeddings="false"), TypeError,
+                                   ": tie_word_embeddings must be a bool, got 'false' (str)"),
     "deeply_nested": (lambda d: b"[" * 100_000 + b"]" * 100_000, ValueError,
                       " is not valid JSON: nested too deeply"),
     "not_utf8": (lambda d: b'{"model_type": "gpt2", "a": "\xff"}', ValueError,
@@ -195,6 +199,33 @@ def test_a_hostile_config_json_is_refused_quickly_naming_the_file_and_key(
     expected = f"^{re.escape(f'{tmp_path}/config.json{message}')}$"
     with within_cpu_seconds(1), pytest.raises(error, match=expected):
         load(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["n_head_5", "tie_word_embeddings_string"])
+def test_a_config_json_error_comes_before_the_weights_are_read(checkpoint, tmp_path, name):
+    """n_head not dividing n_embd was found only by the weights' check, after the whole
+    model.safetensors was read, as "emb_dim=24 is not divisible by num_heads=5": here the file
+    is not a weight file at all, and the config.json error is the one raised."""
+    _, directory = checkpoint
+    text, error, message = CONFIG_FILES[name]
+    (tmp_path / "config.json").write_bytes(text(directory))
+    (tmp_path / "model.safetensors").write_bytes(b"not a weight file")
+    with pytest.raises(error, match=f"^{re.escape(f'{tmp_path}/config.json{message}')}$"):
+        numpy_attn.load_hf_gpt2(tmp_path)
+
+
+def test_an_untied_checkpoint_without_lm_head_is_refused(tmp_path):
+    """config.json says tie_word_embeddings false and the file has no lm_head.weight: transformers
+    reports the key missing (and draws the head at random); wte was loaded as the head, silently."""
+    hf_model(seed=1).save_pretrained(tmp_path)  # tied: the file holds wte alone
+    hf_config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(hf_config | {"tie_word_embeddings": False}))
+    _, info = transformers.GPT2LMHeadModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert set(info["missing_keys"]) == {"lm_head.weight"}
+    message = f"params do not fit GPT-2 checkpoint {tmp_path}: missing keys ['lm_head.weight']"
+    for load in (numpy_attn.load_hf_gpt2, jax_attn.GPTModel.from_hf_gpt2):
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            load(tmp_path)
 
 
 def test_writing_checks_the_weights_against_the_config_first(tmp_path):

@@ -18,7 +18,7 @@ import pytest
 import safetensors.numpy
 import torch
 
-from numpy_attn import gpt_param_shapes, load_weights, save_hf_gpt2, save_weights, weights_file
+from numpy_attn import gpt_param_shapes, load_hf_gpt2, load_weights, save_hf_gpt2, save_weights, weights_file
 from tests.cpu_time import within_cpu_seconds
 
 W = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -805,3 +805,28 @@ def test_a_gpt2_checkpoint_whose_file_is_not_a_regular_file_is_refused_writing_n
     assert other.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["config.json", "model.safetensors"]
     )  # nothing rewritten, no temporary
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+@pytest.mark.parametrize("kind", ["fifo", "directory", "link_to_dev_zero", "link_to_nothing"])
+def test_a_gpt2_checkpoint_file_that_is_not_a_regular_file_is_not_called_missing(tmp_path, kind, name):
+    """A FIFO, a folder or a link to a device in place of a checkpoint's file was reported as
+    "config.json is missing": "missing" is for what does not exist (a link to nothing too)."""
+    config = {"vocab_size": 11, "context_length": 8, "emb_dim": 4, "n_heads": 2, "n_layers": 1}
+    config |= {"drop_rate": 0.0, "qkv_bias": True}
+    params = {k: np.zeros(s, np.float32) for k, s in gpt_param_shapes(config).items()}
+    save_hf_gpt2(tmp_path, params, config)
+    path = tmp_path / name
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero" if kind == "link_to_dev_zero" else tmp_path / "nothing")
+    error = raised_in_thread(lambda: load_hf_gpt2(tmp_path), path, reading=True)
+    if kind == "link_to_nothing":
+        message = f"{tmp_path} is not a GPT-2 checkpoint folder: {name} is missing"
+    else:
+        message = f"{path} is not a regular file (a FIFO, device, directory or a link to one)"
+    assert type(error) is ValueError and str(error) == message
