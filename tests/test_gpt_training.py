@@ -1,5 +1,7 @@
 """Training parity: 20 AdamW steps in torch and JAX give the same losses and final weights."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -53,6 +55,28 @@ def test_twenty_steps_in_float32_give_the_same_losses():
 def test_a_dtype_other_than_float32_or_float64_is_refused():
     with pytest.raises(ValueError, match=r"dtype must be one of \('float32', 'float64'\), got 'float16'"):
         train_parity(TOY_CONFIG, Hyperparameters(steps=1), dtype="float16")
+
+
+def test_a_config_with_dropout_is_refused_before_anything_is_built(monkeypatch):
+    """With dropout on, torch (trained in .train()) and JAX (no dropout stream) took different
+    steps and two correct ports were reported diverging at step 1."""
+    monkeypatch.setattr("torch_ref.GPTModel", None)  # refused before a model is built
+    message = (
+        "config['drop_rate'] must be 0 for training parity, got 0.1: torch and JAX would draw "
+        "different dropout masks, so two correct ports would diverge"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        train_parity({**TOY_CONFIG, "drop_rate": 0.1}, Hyperparameters(steps=1), dtype="float64")
+
+
+def test_a_text_shorter_than_a_training_window_is_refused_naming_both_lengths():
+    """It was NumPy's ``high <= 0`` from inside make_batches."""
+    message = "the text has 13 tokens; a training window needs at least context_length + 1 = 17"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        train_parity(TOY_CONFIG, Hyperparameters(steps=1), text="Your journey!")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        make_batches(np.arange(13), 16, Hyperparameters(steps=1))
+    assert make_batches(np.arange(17), 16, Hyperparameters(steps=1, batch_size=2))[0][0].shape == (2, 16)
 
 
 def test_the_cli_prints_the_step_table_and_writes_the_loss_curves(tmp_path, capsys, monkeypatch, parity):
