@@ -1,6 +1,8 @@
 """Training parity: 20 AdamW steps in torch and JAX give the same losses and final weights."""
 
+import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -92,3 +94,26 @@ def test_the_cli_prints_the_step_table_and_writes_the_loss_curves(tmp_path, caps
     assert f"{parity.torch.losses[0]:.6f}" in printed and f"{parity.torch.losses[-1]:.6f}" in printed
     assert "final weights match" in printed
     assert out.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("change", ["fifo", "no folder"])
+def test_the_cli_turns_a_failed_save_after_training_into_one_line_and_exit_code_2(
+    tmp_path, capsys, monkeypatch, parity, change
+):
+    """The destination changed after png_path checked it (a FIFO came, never opened; the folder
+    went): an OSError traceback and exit 1, which reads as "parity failed"."""
+    out = tmp_path / "plots" / "curves.png"
+    out.parent.mkdir()
+
+    def train(config, hp, dtype):
+        os.mkfifo(out) if change == "fifo" else shutil.rmtree(out.parent)
+        return parity
+
+    monkeypatch.setattr("parity_tests.training.train_parity", train)
+    assert main(["train-parity", "--out", str(out)]) == 2
+    why = (
+        f"{out} is not a regular file (a FIFO, device, directory or a link to one)"
+        if change == "fifo"
+        else f"[Errno 2] No such file or directory: '{out}'"
+    )
+    assert capsys.readouterr().err == f"attn-parity train-parity: error: cannot write {out}: {why}\n"
