@@ -13,6 +13,7 @@ from numpy_attn.weights_file import check_regular_file
 __all__ = [
     "MAX_ENTRIES",
     "MAX_SEED",
+    "OneLineParser",
     "UsageError",
     "check_folder_of",
     "check_sizes",
@@ -25,6 +26,13 @@ __all__ = [
 
 MAX_ENTRIES = 2**27  # the largest array a command line may ask for (512 MiB of float32)
 MAX_SEED = 2**32 - 1  # seeds are unsigned 32-bit integers (NumPy's legacy seeds, JAX's keys)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one-line errors (``attn-parity trace: error: ...``), exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 class UsageError(Exception):
