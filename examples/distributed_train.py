@@ -1,12 +1,14 @@
 """A data-parallel GPT train step over several processes with ``jax.distributed``, on localhost.
 
-Run ``python examples/distributed_train.py --out DIR``: it starts ``--num-processes`` (2) copies of
-itself, each one JAX process with one CPU device, joined by ``jax.distributed.initialize`` (CPU
-collectives over gloo). They build the same GPT from the same seed, split one global batch over
-a ("data",) mesh that spans the processes (each process feeds only its own rows) and take one
-SGD step: ``jax.jit`` all-reduces the gradients across processes. The launcher then takes the
-same step in one process on the whole batch. DIR receives ``distributed.npz`` (written by
-process 0) and ``single.npz``: the loss and every parameter after the step, which must agree.
+Run ``python examples/distributed_train.py --out DIR``: it starts ``--num-processes`` (2, a divisor
+of the batch of 8 rows, so that every process feeds as many) copies of itself, each one JAX
+process with one CPU device, joined by ``jax.distributed.initialize`` (CPU collectives over
+gloo). They build the same GPT from the same seed, split one global batch over a ("data",) mesh
+that spans the processes (each process feeds only its own rows) and take one SGD step:
+``jax.jit`` all-reduces the gradients across processes. The launcher then takes the same step in
+one process on the whole batch. DIR receives ``distributed.npz`` (written by process 0) and
+``single.npz``: the loss and every parameter after the step. The launcher compares them with the
+project's tolerance table and exits 1, naming the first that differs, if any does.
 
 On a real cluster, run the worker part on every host with the coordinator's address instead.
 """
@@ -26,6 +28,8 @@ from flax import nnx
 
 from jax_attn import GPTModel
 from jax_attn.parallel import shard_model
+from parity_tests.compare import compare_steps
+from parity_tests.usage import OneLineParser
 
 CONFIG = {
     "vocab_size": 96, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_layers": 2,
@@ -101,6 +105,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def process_count(text: str) -> int:
+    """The argparse ``type`` of ``--num-processes``: a divisor of ``BATCH`` (each process feeds
+    ``BATCH // num_processes`` rows; with another count some rows would be fed by none)."""
+    divisors = [n for n in range(1, BATCH + 1) if BATCH % n == 0]
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value not in divisors:
+        raise argparse.ArgumentTypeError(
+            f"--num-processes {text!r}: expected a divisor of the batch of {BATCH} rows: "
+            f"{', '.join(map(str, divisors))}"
+        )
+    return value
+
+
+def check_same_step(out: pathlib.Path) -> None:
+    """``out``'s distributed.npz against single.npz (the expected values), the loss and every
+    weight, with the project's tolerance table: SystemExit (exit code 1) naming the first that
+    differs."""
+    report = compare_steps(np.load(out / "single.npz"), np.load(out / "distributed.npz"))
+    if not report.ok:
+        raise SystemExit(
+            f"the distributed step differs from the one-process step, first at {report.first_divergence}:\n"
+            f"{report}"
+        )
+
+
 def launch(num_processes: int, out: pathlib.Path) -> None:
     """Start the workers, wait for them, then take the same step in this one process."""
     out.mkdir(parents=True, exist_ok=True)
@@ -118,15 +150,17 @@ def launch(num_processes: int, out: pathlib.Path) -> None:
     save_step(out / "single.npz", loss, model)
     distributed = np.load(out / "distributed.npz")
     print(f"loss: {float(distributed['loss']):.6f} over {num_processes} processes, {float(loss):.6f} in one")
+    check_same_step(out)
+    print("the loss and every weight agree within the tolerance table")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = OneLineParser(prog="python examples/distributed_train.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, required=True)
-    parser.add_argument("--num-processes", type=int, default=2)
+    parser.add_argument("--num-processes", type=process_count, default=2, help="a divisor of 8 (default 2)")
     parser.add_argument("--process-id", type=int, help="run as this worker (the launcher sets it)")
     parser.add_argument("--port", type=int, help="the coordinator's port (the launcher sets it)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.process_id is None:
         launch(args.num_processes, args.out)
     else:

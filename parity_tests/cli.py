@@ -30,7 +30,7 @@ from parity_tests.cases import SHAPES
 from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS
 from parity_tests.locate.cli import add_diff_parser
 from parity_tests.train_parity_cli import add_train_parity_parser
-from parity_tests.usage import UsageError, console_width, integer, png_path
+from parity_tests.usage import OneLineParser, UsageError, console_width, integer, png_path
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -38,13 +38,6 @@ __all__ = ["UsageError", "build_parser", "main"]
 EXTRAS = {
     "torch": "torch", "ml_dtypes": "torch", "jax": "jax", "flax": "jax", "rich": "cli", "matplotlib": "cli",
 }  # fmt: skip
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (``attn-parity trace: error: ...``), exit code 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _console(args: argparse.Namespace):
@@ -215,7 +208,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="attn-parity", description="Check attention ports between PyTorch, NumPy and JAX.")
+    parser = OneLineParser(
+        prog="attn-parity", description="Check attention ports between PyTorch, NumPy and JAX."
+    )
     parser.add_argument("--width", type=console_width, default=None, help="terminal width for tables")
     commands = parser.add_subparsers(dest="command", required=True)
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from numpy_attn.weights_file import create_regular_file
 from parity_tests.training import TRAIN_DTYPES
-from parity_tests.usage import MAX_SEED, integer, number, png_path
+from parity_tests.usage import MAX_SEED, UsageError, integer, number, png_path
 
 __all__ = ["TOY_CONFIG", "add_train_parity_parser", "write_loss_plot"]
 
@@ -32,7 +33,8 @@ TOY_CONFIG = {
 
 
 def write_loss_plot(torch_losses: list[float], jax_losses: list[float], path: str) -> None:
-    """A PNG of both loss curves against the step."""
+    """A PNG of both loss curves against the step, written to ``path`` (opened with
+    ``create_regular_file``: a ValueError, never a blocked open, for a FIFO or a device)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -47,8 +49,11 @@ def write_loss_plot(torch_losses: list[float], jax_losses: list[float], path: st
     axes.set_title("GPT training parity")
     axes.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    try:
+        with create_regular_file(path) as file:
+            figure.savefig(file, format="png", dpi=100)
+    finally:
+        plt.close(figure)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -83,7 +88,10 @@ def _run(args: argparse.Namespace) -> int:
         else f"[bold red]differ (first: {result.weights.first_divergence})"
     )
     console.print(f"final weights {verdict}[/]: worst relative error {worst.max_rel_err:.1e} ({worst.step})")
-    write_loss_plot(result.torch.losses, result.jax.losses, out)
+    try:
+        write_loss_plot(result.torch.losses, result.jax.losses, out)
+    except (OSError, ValueError) as error:  # png_path checked it; the file changed since, or a disk filled
+        raise UsageError(f"cannot write {out}: {error}") from None
     console.print(f"wrote {out}")
     return 0 if result.ok else 1
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from numpy_attn.gpt_spec import check_config
 from parity_tests.compare import StepReport, compare_steps
 
 __all__ = [
@@ -88,7 +89,13 @@ def make_batches(
     ids: np.ndarray, context_length: int, hp: Hyperparameters
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """``hp.steps`` batches of ``(inputs, targets)``, each ``(batch_size, context_length)``:
-    windows at random offsets (seeded), targets shifted by one token."""
+    windows at random offsets (seeded), targets shifted by one token. ValueError unless ``ids``
+    holds at least ``context_length + 1`` tokens (a window and its shifted targets)."""
+    if len(ids) <= context_length:
+        raise ValueError(
+            f"the text has {len(ids)} tokens; a training window needs at least context_length + 1 = "
+            f"{context_length + 1}"
+        )
     rng = np.random.default_rng(hp.seed)
     batches = []
     for _ in range(hp.steps):
@@ -193,9 +200,16 @@ def train_parity(
 ) -> TrainParity:
     """Train torch_ref's and jax_attn's GPT from the same torch-initialised weights (seed
     ``hp.seed``, cast to ``dtype``: "float32" or "float64") on ``text``; ``config``'s
-    ``vocab_size`` must be at least the text's alphabet."""
+    ``vocab_size`` must be at least the text's alphabet and its ``drop_rate`` 0: the two runs
+    are compared step by step, and torch and JAX would draw different dropout masks."""
     if dtype not in TRAIN_DTYPES:
         raise ValueError(f"dtype must be one of {TRAIN_DTYPES}, got {dtype!r}")
+    check_config(config)
+    if config["drop_rate"] != 0:
+        raise ValueError(
+            f"config['drop_rate'] must be 0 for training parity, got {config['drop_rate']!r}: torch and "
+            "JAX would draw different dropout masks, so two correct ports would diverge"
+        )
     import torch
 
     import torch_ref

@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import tempfile
 from collections.abc import Callable, Sequence
+
+from numpy_attn.weights_file import check_regular_file
 
 __all__ = [
     "MAX_ENTRIES",
     "MAX_SEED",
+    "OneLineParser",
     "UsageError",
     "check_folder_of",
     "check_sizes",
+    "check_writable",
     "console_width",
     "integer",
     "number",
@@ -21,6 +26,13 @@ __all__ = [
 
 MAX_ENTRIES = 2**27  # the largest array a command line may ask for (512 MiB of float32)
 MAX_SEED = 2**32 - 1  # seeds are unsigned 32-bit integers (NumPy's legacy seeds, JAX's keys)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one-line errors (``attn-parity trace: error: ...``), exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 class UsageError(Exception):
@@ -69,11 +81,33 @@ def check_folder_of(path: str) -> None:
         raise UsageError(f"the folder {folder} does not exist")
 
 
+def check_writable(path: str) -> None:
+    """The file ``path`` must be one this process can write, before any work is done: an
+    existing entry must be a regular file (``check_regular_file``: a FIFO would block the writer,
+    a device or a folder cannot hold the file) that is writable, and its folder must take a new
+    file (probed with an anonymous temporary file: ``os.access`` says yes to root for ``/proc``)."""
+    try:
+        check_regular_file(path, missing_ok=True)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(f"{path}: {error.strerror}") from None
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise UsageError(f"{path}: the file is not writable")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise UsageError(f"the folder {folder} cannot hold a new file: {error.strerror}") from None
+
+
 def png_path(path: str, name: str) -> str:
     """The PNG file that ``path`` names: ``name`` inside it when it is an existing folder, with
     ``.png`` added when it has no extension (as matplotlib adds it); UsageError for an empty
     path or file name, a file name that is only the extension (``.png``, which matplotlib would
-    write as ``.png.png``), another extension or a folder that does not exist."""
+    write as ``.png.png``), another extension, a folder that does not exist or a file that cannot
+    be written (``check_writable``)."""
     if os.path.isdir(path):
         path = os.path.join(path, name)
     if os.path.basename(path).lower() in ("", ".png"):
@@ -86,6 +120,7 @@ def png_path(path: str, name: str) -> str:
     elif extension.lower() != ".png":
         raise UsageError(f"{path}: expected a .png file, a name without extension or a folder")
     check_folder_of(path)
+    check_writable(path)
     return path
 
 

@@ -369,6 +369,33 @@ def test_real_options_out_of_range_and_empty_png_names_are_one_line_and_exit_cod
     assert list(tmp_path.iterdir()) == []
 
 
+UNWRITABLE = [
+    ("heatmap", ["heatmap", "CausalAttention", "--out"]),
+    ("train-parity", ["train-parity", "--steps", "1", "--out"]),
+    ("diff", [*DIFF, "--heatmap"]),
+]
+
+
+@pytest.mark.parametrize("command, argv", UNWRITABLE)
+def test_a_png_that_cannot_be_written_is_one_line_and_exit_code_2_before_any_work(
+    tmp_path, monkeypatch, capsys, command, argv
+):
+    """A FIFO, a link to a device and a folder that takes no file (/proc): train-parity trained
+    for the whole run, then died with matplotlib's traceback (exit 1, read as "parity failed")."""
+    monkeypatch.setattr("parity_tests.training.train_parity", None)  # refused before training
+    fifo, device = tmp_path / "fifo.png", tmp_path / "null.png"
+    os.mkfifo(fifo)
+    device.symlink_to(os.devnull)
+    not_regular = "is not a regular file (a FIFO, device, directory or a link to one)"
+    for out, message in [
+        (fifo, f"{fifo} {not_regular}"),
+        (device, f"{device} {not_regular}"),
+        ("/proc/x.png", "the folder /proc cannot hold a new file: No such file or directory"),
+    ]:
+        assert usage_error(capsys, *argv, str(out)) == (2, f"attn-parity {command}: error: {message}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.png", "null.png"]
+
+
 @pytest.mark.parametrize("text", ["0", "nan", "65"])
 def test_the_weights_io_bench_refuses_a_size_out_of_range(capsys, text):
     from parity_tests.bench.weights_io import main as weights_io

@@ -1,5 +1,9 @@
 """Training parity: 20 AdamW steps in torch and JAX give the same losses and final weights."""
 
+import os
+import re
+import shutil
+
 import numpy as np
 import pytest
 
@@ -55,6 +59,28 @@ def test_a_dtype_other_than_float32_or_float64_is_refused():
         train_parity(TOY_CONFIG, Hyperparameters(steps=1), dtype="float16")
 
 
+def test_a_config_with_dropout_is_refused_before_anything_is_built(monkeypatch):
+    """With dropout on, torch (trained in .train()) and JAX (no dropout stream) took different
+    steps and two correct ports were reported diverging at step 1."""
+    monkeypatch.setattr("torch_ref.GPTModel", None)  # refused before a model is built
+    message = (
+        "config['drop_rate'] must be 0 for training parity, got 0.1: torch and JAX would draw "
+        "different dropout masks, so two correct ports would diverge"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        train_parity({**TOY_CONFIG, "drop_rate": 0.1}, Hyperparameters(steps=1), dtype="float64")
+
+
+def test_a_text_shorter_than_a_training_window_is_refused_naming_both_lengths():
+    """It was NumPy's ``high <= 0`` from inside make_batches."""
+    message = "the text has 13 tokens; a training window needs at least context_length + 1 = 17"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        train_parity(TOY_CONFIG, Hyperparameters(steps=1), text="Your journey!")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        make_batches(np.arange(13), 16, Hyperparameters(steps=1))
+    assert make_batches(np.arange(17), 16, Hyperparameters(steps=1, batch_size=2))[0][0].shape == (2, 16)
+
+
 def test_the_cli_prints_the_step_table_and_writes_the_loss_curves(tmp_path, capsys, monkeypatch, parity):
     out = tmp_path / "curves.png"
     dtypes = []
@@ -68,3 +94,26 @@ def test_the_cli_prints_the_step_table_and_writes_the_loss_curves(tmp_path, caps
     assert f"{parity.torch.losses[0]:.6f}" in printed and f"{parity.torch.losses[-1]:.6f}" in printed
     assert "final weights match" in printed
     assert out.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("change", ["fifo", "no folder"])
+def test_the_cli_turns_a_failed_save_after_training_into_one_line_and_exit_code_2(
+    tmp_path, capsys, monkeypatch, parity, change
+):
+    """The destination changed after png_path checked it (a FIFO came, never opened; the folder
+    went): an OSError traceback and exit 1, which reads as "parity failed"."""
+    out = tmp_path / "plots" / "curves.png"
+    out.parent.mkdir()
+
+    def train(config, hp, dtype):
+        os.mkfifo(out) if change == "fifo" else shutil.rmtree(out.parent)
+        return parity
+
+    monkeypatch.setattr("parity_tests.training.train_parity", train)
+    assert main(["train-parity", "--out", str(out)]) == 2
+    why = (
+        f"{out} is not a regular file (a FIFO, device, directory or a link to one)"
+        if change == "fifo"
+        else f"[Errno 2] No such file or directory: '{out}'"
+    )
+    assert capsys.readouterr().err == f"attn-parity train-parity: error: cannot write {out}: {why}\n"
