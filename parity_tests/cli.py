@@ -30,7 +30,7 @@ from parity_tests.cases import SHAPES
 from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS
 from parity_tests.locate.cli import add_diff_parser
 from parity_tests.train_parity_cli import add_train_parity_parser
-from parity_tests.usage import OneLineParser, UsageError, console_width, integer, png_path
+from parity_tests.usage import OneLineParser, UsageError, console_width, integer, png_path, writing
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -170,7 +170,8 @@ def _heatmap(args: argparse.Namespace) -> int:
     from parity_tests.heatmap import write_heatmap
 
     path = png_path(args.out, "heatmap.png")
-    maps = write_heatmap(args.layer, path)
+    with writing(path):
+        maps = write_heatmap(args.layer, path)
     print(
         f"wrote {path}: {args.layer}, {maps['torch'].shape[0]} head(s), "
         f"max |difference| {maps['difference'].max():.1e}"

@@ -10,6 +10,7 @@ from parity_tests.arrays import to_float64
 from parity_tests.cases import Case
 from parity_tests.frameworks import jax_context, run_case, run_jax, run_torch
 from parity_tests.notes import INPUTS, TOKENS
+from parity_tests.png import pyplot, save_png
 from torch_ref import to_params
 
 __all__ = ["attention_maps", "notes_case", "write_heatmap"]
@@ -47,18 +48,13 @@ def attention_maps(case: Case, x: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def write_heatmap(layer: str, path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Draw the maps (one row per head: torch, NumPy, JAX, max |difference|) to a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
+    """Draw the maps (one row per head: torch, NumPy, JAX, max |difference|) to a PNG (``save_png``)."""
     case, x = notes_case(layer)
     maps = attention_maps(case, x)
     difference = np.maximum(np.abs(maps["numpy"] - maps["torch"]), np.abs(maps["jax"] - maps["torch"]))
     panels = {"torch_ref": maps["torch"], "numpy_attn": maps["numpy"], "jax_attn": maps["jax"]}
     heads = maps["torch"].shape[0]
-    figure, axes = plt.subplots(heads, 4, figsize=(16, 3.8 * heads), squeeze=False)
+    figure, axes = pyplot().subplots(heads, 4, figsize=(16, 3.8 * heads), squeeze=False)
     for head in range(heads):
         for column, (title, weights) in enumerate([*panels.items(), ("max |difference|", difference)]):
             axis = axes[head, column]
@@ -69,6 +65,5 @@ def write_heatmap(layer: str, path: str | os.PathLike) -> dict[str, np.ndarray]:
             figure.colorbar(image, ax=axis, fraction=0.046, format="%.1e" if column == 3 else "%.2f")
     figure.suptitle(f"{layer}: attention weights on the notes' sentence (seed 123)")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    save_png(figure, path)
     return {**maps, "difference": difference}

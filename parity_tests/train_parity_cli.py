@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from numpy_attn.weights_file import create_regular_file
+from parity_tests.png import pyplot, save_png
 from parity_tests.training import TRAIN_DTYPES
-from parity_tests.usage import MAX_SEED, UsageError, integer, number, png_path
+from parity_tests.usage import MAX_SEED, integer, number, png_path, writing
 
 __all__ = ["TOY_CONFIG", "add_train_parity_parser", "write_loss_plot"]
 
@@ -33,15 +33,10 @@ TOY_CONFIG = {
 
 
 def write_loss_plot(torch_losses: list[float], jax_losses: list[float], path: str) -> None:
-    """A PNG of both loss curves against the step, written to ``path`` (opened with
-    ``create_regular_file``: a ValueError, never a blocked open, for a FIFO or a device)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """A PNG of both loss curves against the step, written to ``path`` (``save_png``: a ValueError,
+    never a blocked open, for a FIFO or a device)."""
     steps = range(1, len(torch_losses) + 1)
-    figure, axes = plt.subplots(figsize=(6, 3.5))
+    figure, axes = pyplot().subplots(figsize=(6, 3.5))
     axes.plot(steps, torch_losses, "o-", label="torch_ref + torch.optim.AdamW")
     axes.plot(steps, jax_losses, "x--", label="jax_attn + optax.adamw")
     axes.set_xlabel("step")
@@ -49,11 +44,7 @@ def write_loss_plot(torch_losses: list[float], jax_losses: list[float], path: st
     axes.set_title("GPT training parity")
     axes.legend()
     figure.tight_layout()
-    try:
-        with create_regular_file(path) as file:
-            figure.savefig(file, format="png", dpi=100)
-    finally:
-        plt.close(figure)
+    save_png(figure, path)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -88,10 +79,8 @@ def _run(args: argparse.Namespace) -> int:
         else f"[bold red]differ (first: {result.weights.first_divergence})"
     )
     console.print(f"final weights {verdict}[/]: worst relative error {worst.max_rel_err:.1e} ({worst.step})")
-    try:
+    with writing(out):
         write_loss_plot(result.torch.losses, result.jax.losses, out)
-    except (OSError, ValueError) as error:  # png_path checked it; the file changed since, or a disk filled
-        raise UsageError(f"cannot write {out}: {error}") from None
     console.print(f"wrote {out}")
     return 0 if result.ok else 1
 

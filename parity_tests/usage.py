@@ -6,7 +6,8 @@ import argparse
 import math
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from numpy_attn.weights_file import check_regular_file
 
@@ -22,6 +23,7 @@ __all__ = [
     "integer",
     "number",
     "png_path",
+    "writing",
 ]
 
 MAX_ENTRIES = 2**27  # the largest array a command line may ask for (512 MiB of float32)
@@ -100,6 +102,17 @@ def check_writable(path: str) -> None:
             pass
     except OSError as error:
         raise UsageError(f"the folder {folder} cannot hold a new file: {error.strerror}") from None
+
+
+@contextmanager
+def writing(path: str) -> Iterator[None]:
+    """Around a command's final write of ``path`` (checked by ``png_path`` before any work): the
+    file replaced since by one that is not regular (``save_png``'s ValueError) or a full disk
+    (OSError) becomes a UsageError, one line."""
+    try:
+        yield
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot write {path}: {error}") from None
 
 
 def png_path(path: str, name: str) -> str:

@@ -396,6 +396,20 @@ def test_a_png_that_cannot_be_written_is_one_line_and_exit_code_2_before_any_wor
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.png", "null.png"]
 
 
+def test_heatmap_turns_a_file_replaced_by_a_fifo_after_the_check_into_one_line(tmp_path, monkeypatch, capsys):
+    """The --out file became a FIFO between png_path's check and the save: savefig opened it and
+    blocked until a reader came; now the save refuses it, one line, exit code 2."""
+    from parity_tests import usage
+
+    out, check_writable = tmp_path / "maps.png", usage.check_writable
+    monkeypatch.setattr(usage, "check_writable", lambda path: (check_writable(path), os.mkfifo(path)))
+    why = f"{out} is not a regular file (a FIFO, device, directory or a link to one)"
+    assert usage_error(capsys, "heatmap", "CausalAttention", "--out", str(out)) == (
+        2,
+        f"attn-parity heatmap: error: cannot write {out}: {why}\n",
+    )
+
+
 @pytest.mark.parametrize("text", ["0", "nan", "65"])
 def test_the_weights_io_bench_refuses_a_size_out_of_range(capsys, text):
     from parity_tests.bench.weights_io import main as weights_io

@@ -31,6 +31,26 @@ def test_diff_names_the_planted_line_and_draws_the_heatmap(tmp_path, capsys):
     assert heatmap.stat().st_size > 0
 
 
+def test_diff_turns_a_heatmap_file_replaced_by_a_fifo_after_the_check_into_one_line(
+    tmp_path, capsys, monkeypatch
+):
+    """The --heatmap file became a FIFO between png_path's check and the save: savefig opened it
+    and blocked until a reader came; now the save refuses it, one line, exit code 2."""
+    import os
+
+    from parity_tests import usage
+
+    source = (HERE / "numpy_fused.py").read_text().replace("/ np.sqrt(hs)", "/ np.sqrt(C)")
+    (tmp_path / "port.py").write_text(source)
+    heatmap = tmp_path / "first.png"
+    check_writable = usage.check_writable
+    monkeypatch.setattr(usage, "check_writable", lambda path: (check_writable(path), os.mkfifo(path)))
+    args = ["diff", REFERENCE, f"{tmp_path / 'port.py'}:attention", *INIT, "--shape", "2,5,8"]
+    assert main([*args, "--heatmap", str(heatmap), "--width", "400"]) == 2
+    why = f"{heatmap} is not a regular file (a FIFO, device, directory or a link to one)"
+    assert capsys.readouterr().err == f"attn-parity diff: error: cannot write {heatmap}: {why}\n"
+
+
 def test_diff_refuses_a_missing_name(capsys):
     assert main(["diff", f"{HERE / 'numpy_fused.py'}:nothing", REFERENCE, "--shape", "2,5,8"]) == 2
     assert "has no 'nothing'" in capsys.readouterr().err

@@ -6,6 +6,8 @@ import json
 import os
 from typing import Any
 
+from parity_tests.png import pyplot, save_png
+
 __all__ = ["format_time", "markdown_table", "update_readme", "write_chart", "write_json"]
 
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -73,15 +75,10 @@ def update_readme(results: dict[str, Any], path: str | os.PathLike) -> None:
 
 def write_chart(results: dict[str, Any], path: str | os.PathLike) -> None:
     """Time relative to torch SDPA per shape and implementation (lower is faster), as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = [r for r in results["results"] if r.get("ratio_to_torch_sdpa") is not None]
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     names = list(dict.fromkeys(r["implementation"] for r in rows))
-    figure, axis = plt.subplots(figsize=(12, 5))
+    figure, axis = pyplot().subplots(figsize=(12, 5))
     width = 0.8 / len(names)
     for i, name in enumerate(names):
         ratios = {r["shape"]: r["ratio_to_torch_sdpa"] for r in rows if r["implementation"] == name}
@@ -94,5 +91,4 @@ def write_chart(results: dict[str, Any], path: str | os.PathLike) -> None:
     axis.set_title(f"causal MultiHeadAttention, {results['dtype']}, {results['machine']['cpus']} CPU cores")
     axis.legend(fontsize=8, ncol=2)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    save_png(figure, path)

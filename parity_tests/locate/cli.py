@@ -26,7 +26,7 @@ import os
 import sys
 from typing import Any
 
-from parity_tests.usage import MAX_SEED, UsageError, check_sizes, console_width, integer, png_path
+from parity_tests.usage import MAX_SEED, UsageError, check_sizes, console_width, integer, png_path, writing
 
 __all__ = ["add_diff_parser", "build", "load_object"]
 
@@ -159,7 +159,8 @@ def _diff(args: argparse.Namespace) -> int:
         if failed.expected_value is None:
             console.print(f"no heatmap: {'the candidate raised' if failed.raised else NO_HEATMAP}")
         else:
-            failed.write_heatmap(heatmap)
+            with writing(heatmap):
+                failed.write_heatmap(heatmap)
             console.print(f"heatmap of the first diverging tensor: {heatmap}")
     return 0 if failed is None else 1
 

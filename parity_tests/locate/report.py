@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from parity_tests.png import pyplot, save_png
+
 __all__ = ["NO_HEATMAP", "LocateReport"]
 
 # why a report that does not match may have no heatmap
@@ -108,11 +110,6 @@ class LocateReport:
         """Draw the first diverging tensor's error, in units of the tolerance, on a fixed log scale
         (within tolerance is dark, 100x the tolerance and beyond is hot: rounding noise never looks
         hot); the last two axes of the slice holding the worst entry. Returns the plotted array."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
         if self.ok:
             raise ValueError("write_heatmap: the outputs match, there is no diverging tensor to draw")
         if self.expected_value is None:
@@ -128,13 +125,12 @@ class LocateReport:
                 else units.reshape(-1, units.shape[-1])
             )
         units = np.atleast_2d(units)
-        figure, axis = plt.subplots(figsize=(6, 5))
+        figure, axis = pyplot().subplots(figsize=(6, 5))
         image = axis.imshow(np.minimum(units, 2), cmap="inferno", vmin=-2, vmax=2)
         axis.set_xlabel(self.axes[-1] if self.axes else "")
         axis.set_ylabel(self.axes[-2] if len(self.axes) > 1 else "")
         axis.set_title(f"{self.first_divergence}: |error| / tolerance\n{self.candidate_location}", fontsize=9)
         figure.colorbar(image, ax=axis, label="log10(|error| / tolerance)")
         figure.tight_layout()
-        figure.savefig(path, dpi=100)
-        plt.close(figure)
+        save_png(figure, path)
         return units
