@@ -73,7 +73,8 @@ def _decode(
     queries: jax.Array, keys: jax.Array, values: jax.Array, cache: KVCache, padding_mask: jax.Array | None
 ) -> tuple[jax.Array, KVCache]:
     """Append the new keys/values (B, N, t, H) and attend the new queries to the whole cache."""
-    start, num_tokens = jnp.asarray(cache.length), queries.shape[-2]  # a hand-built cache's int too
+    # int32, as init_kv_cache's: a hand-built cache's int too, and a narrow one (uint8) would wrap
+    start, num_tokens = jnp.asarray(cache.length, jnp.int32), queries.shape[-2]
     zero = jnp.zeros((), start.dtype)  # update indices share one integer type
     new_padding = jnp.zeros((*queries.shape[:1], num_tokens), bool) if padding_mask is None else padding_mask
     cache = KVCache(

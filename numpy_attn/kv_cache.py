@@ -72,7 +72,8 @@ def _decode(
 ) -> tuple[np.ndarray, KVCache]:
     """A new cache with the new keys/values (B, N, t, H) appended, and the new queries attended
     to it; the given cache is left as it was."""
-    start, num_tokens = cache.length, queries.shape[-2]
+    # an int, as init_kv_cache's: a narrow integer length (uint8) would wrap
+    start, num_tokens = cache_length(cache), queries.shape[-2]
     end = start + num_tokens
     cache = KVCache(cache.keys.copy(), cache.values.copy(), cache.padding.copy(), end)  # (B, N, L, H)
     cache.keys[:, :, start:end] = keys

@@ -1,5 +1,6 @@
 """KV-cache decoding: prefill, then token by token, equals the full causal pass."""
 
+import functools
 import re
 
 import jax
@@ -218,6 +219,27 @@ def test_a_hand_built_cache_with_a_python_int_length_decodes_like_init_kv_cache(
     )
     np.testing.assert_array_equal(np.asarray(output), np.asarray(expected))
     assert int(new_cache.length) == int(expected_cache.length) == 3
+
+
+@pytest.mark.parametrize("framework, jit", [("numpy", False), ("jax", False), ("jax", True)])
+def test_a_narrow_integer_cache_length_does_not_wrap(framework, jit):
+    """A hand-built length np.uint8(255) plus one token was 0 (uint8 arithmetic) in both packages:
+    the cache forgot its tokens in silence. Now the new length is 256, in init_kv_cache's type."""
+    case = decode_case("MultiHeadAttention", "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    package = PACKAGES[framework]
+    step = functools.partial(package.multi_head_attention_decode, num_heads=2, context_length=300)
+    if jit:
+        step = jax.jit(step)
+    cache = package.init_kv_cache(2, 2, 300, 4)
+    expected, expected_cache = step(params, x[:, :1], cache._replace(length=255))
+    output, new_cache = step(params, x[:, :1], cache._replace(length=np.uint8(255)))
+    np.testing.assert_array_equal(np.asarray(output), np.asarray(expected))
+    assert int(new_cache.length) == int(expected_cache.length) == 256
+    if framework == "numpy":
+        assert type(new_cache.length) is int
+    else:
+        assert new_cache.length.dtype == np.int32
 
 
 @pytest.mark.parametrize("framework", ["numpy", "jax"])
