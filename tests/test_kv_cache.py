@@ -91,6 +91,24 @@ def test_a_full_cache_refuses_more_tokens(framework):
         package.multi_head_attention_decode(params, x[:, :1], cache, num_heads=2, context_length=12)
 
 
+@pytest.mark.parametrize("framework", ["numpy", "jax"])
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_a_cache_longer_than_the_context_refuses_tokens_past_it(layer, framework):
+    """A cache of 20 tokens for a layer whose context is 12 held 10 and took 3 more: 13 tokens,
+    which the full causal pass refuses. Now the context-length error, counting the cache's."""
+    case = decode_case(layer, "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    package, name = PACKAGES[framework], "context_length" if layer == "MultiHeadAttention" else "context_size"
+    decode_fn = getattr(package, LAYERS[layer])
+    cache = package.init_kv_cache(2, 2, 20, 4)
+    _, cache = decode_fn(params, x[:, :10], cache, num_heads=2, **{name: 12})
+    message = f"x has 3 tokens (shape {x[:, :3].shape}) after the cache's 10, 13 in all, but {name} is 12"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        decode_fn(params, x[:, :3], cache, num_heads=2, **{name: 12})
+    _, cache = decode_fn(params, x[:, 10:12], cache, num_heads=2, **{name: 12})  # up to the context: fine
+    assert int(cache.length) == 12
+
+
 BAD_SIZES = [
     ((2, 2, 6.0, 2), TypeError, "max_length must be a positive int, got 6.0 (float)"),
     ((2, 2, 0, 2), ValueError, "max_length must be a positive int, got 0"),
