@@ -22,7 +22,7 @@ from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
 from jax_attn.linear import unchecked_linear, unchecked_qkv_projections
 from jax_attn.masks import unchecked_causal_mask
 from numpy_attn.validation import (
-    check_cache_room,
+    check_decode_room,
     check_kv_cache,
     check_kv_cache_sizes,
     check_padding_mask,
@@ -62,18 +62,22 @@ def cache_length(cache: KVCache) -> int | None:
     return None if isinstance(cache.length, jax.core.Tracer) else int(cache.length)
 
 
-def _check_cache(cache: KVCache, x: jax.Array, num_heads: int, head_dim: int) -> None:
-    """A decode function's ``cache`` for new tokens ``x``: ``check_kv_cache``, then room for x's
-    tokens where the length is concrete (under jax.jit the caller keeps within the cache)."""
+def _check_cache(
+    cache: KVCache, x: jax.Array, num_heads: int, head_dim: int, context_length: int, context_name: str
+) -> None:
+    """A decode function's ``cache`` for new tokens ``x``: ``check_kv_cache``, then, where the
+    length is concrete (under jax.jit the caller keeps within the cache and the context), room
+    for x's tokens in the cache and within the layer's ``context_length`` (``context_name``)."""
     check_kv_cache(cache, KVCache, jax.Array, x, num_heads, head_dim)
-    check_cache_room(cache_length(cache), cache.keys.shape[-2], x.shape[1])
+    check_decode_room(cache_length(cache), cache.keys.shape[-2], x.shape, context_length, context_name)
 
 
 def _decode(
     queries: jax.Array, keys: jax.Array, values: jax.Array, cache: KVCache, padding_mask: jax.Array | None
 ) -> tuple[jax.Array, KVCache]:
     """Append the new keys/values (B, N, t, H) and attend the new queries to the whole cache."""
-    start, num_tokens = jnp.asarray(cache.length), queries.shape[-2]  # a hand-built cache's int too
+    # int32, as init_kv_cache's: a hand-built cache's int too, and a narrow one (uint8) would wrap
+    start, num_tokens = jnp.asarray(cache.length, jnp.int32), queries.shape[-2]
     zero = jnp.zeros((), start.dtype)  # update indices share one integer type
     new_padding = jnp.zeros((*queries.shape[:1], num_tokens), bool) if padding_mask is None else padding_mask
     cache = KVCache(
@@ -101,10 +105,15 @@ def multi_head_attention_decode(
 
     Returns ``(output (B, t, E), new_cache)`` (the given cache is unchanged): the outputs the
     full causal pass gives at those positions (evaluation mode: no dropout). Prefill with the
-    prompt, then call with one token.
+    prompt, then call with one token. ``context_length`` is the layer's: the tokens the cache
+    holds plus x's may exceed neither it (the full causal pass refuses that many) nor the cache's
+    size, ValueError otherwise (checked where the cache's length is concrete: under jax.jit it is
+    traced, and the caller keeps within the cache and the context).
     """
     check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
-    _check_cache(cache, x, num_heads, params["out_proj.weight"].shape[1] // num_heads)
+    _check_cache(
+        cache, x, num_heads, params["out_proj.weight"].shape[1] // num_heads, context_length, "context_length"
+    )
     return unchecked_multi_head_attention_decode(params, x, cache, num_heads=num_heads)
 
 
@@ -136,12 +145,15 @@ def fused_causal_attention_decode(
     """``FusedCausalAttention`` on new tokens ``x`` (B, t, D) given the cache of the earlier ones;
     ``padding_mask`` (bool ``(B, t)``, True = padding) marks new padding tokens, which stay
     hidden from every later query. Returns ``(output (B, t, D), new_cache)``, evaluation mode;
-    the given cache is unchanged."""
+    the given cache is unchanged. ``context_size`` is the layer's: the tokens the cache holds
+    plus x's may exceed neither it (the full causal pass refuses that many) nor the cache's size,
+    ValueError otherwise (checked where the cache's length is concrete: under jax.jit it is
+    traced, and the caller keeps within the cache and the context)."""
     check_layer("FusedCausalAttention", params, x, num_heads=num_heads, context_length=context_size,
                 context_name="context_size")  # fmt: skip
     if padding_mask is not None:
         check_padding_mask(padding_mask, x.shape[0], x.shape[1])
-    _check_cache(cache, x, num_heads, params["Wo.weight"].shape[1] // num_heads)
+    _check_cache(cache, x, num_heads, params["Wo.weight"].shape[1] // num_heads, context_size, "context_size")
     x = jnp.asarray(x)  # arrays from any framework compute here
     qkv = unchecked_linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3 * D)
     queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, t, D)

@@ -22,7 +22,7 @@ from numpy_attn.masks import unchecked_causal_mask
 from numpy_attn.spec import check_layer
 from numpy_attn.validation import (
     NUMPY_FLOATS,
-    check_cache_room,
+    check_decode_room,
     check_dtype_argument,
     check_kv_cache,
     check_kv_cache_sizes,
@@ -60,11 +60,14 @@ def cache_length(cache: KVCache) -> int:
     return int(cache.length)
 
 
-def _check_cache(cache: KVCache, x: np.ndarray, num_heads: int, head_dim: int) -> None:
-    """A decode function's ``cache`` for new tokens ``x``: ``check_kv_cache``, then room for x's
-    tokens where the length is concrete (under jax.jit the caller keeps within the cache)."""
+def _check_cache(
+    cache: KVCache, x: np.ndarray, num_heads: int, head_dim: int, context_length: int, context_name: str
+) -> None:
+    """A decode function's ``cache`` for new tokens ``x``: ``check_kv_cache``, then, where the
+    length is concrete (under jax.jit the caller keeps within the cache and the context), room
+    for x's tokens in the cache and within the layer's ``context_length`` (``context_name``)."""
     check_kv_cache(cache, KVCache, np.ndarray, x, num_heads, head_dim)
-    check_cache_room(cache_length(cache), cache.keys.shape[-2], x.shape[1])
+    check_decode_room(cache_length(cache), cache.keys.shape[-2], x.shape, context_length, context_name)
 
 
 def _decode(
@@ -72,7 +75,8 @@ def _decode(
 ) -> tuple[np.ndarray, KVCache]:
     """A new cache with the new keys/values (B, N, t, H) appended, and the new queries attended
     to it; the given cache is left as it was."""
-    start, num_tokens = cache.length, queries.shape[-2]
+    # an int, as init_kv_cache's: a narrow integer length (uint8) would wrap
+    start, num_tokens = cache_length(cache), queries.shape[-2]
     end = start + num_tokens
     cache = KVCache(cache.keys.copy(), cache.values.copy(), cache.padding.copy(), end)  # (B, N, L, H)
     cache.keys[:, :, start:end] = keys
@@ -94,10 +98,14 @@ def multi_head_attention_decode(
 
     Returns ``(output (B, t, E), new_cache)`` (the given cache is unchanged): the outputs the
     full causal pass gives at those positions (evaluation mode: no dropout). Prefill with the
-    prompt, then call with one token.
+    prompt, then call with one token. ``context_length`` is the layer's: the tokens the cache
+    holds plus x's may exceed neither it (the full causal pass refuses that many) nor the cache's
+    size, ValueError otherwise.
     """
     check_layer("MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length)
-    _check_cache(cache, x, num_heads, params["out_proj.weight"].shape[1] // num_heads)
+    _check_cache(
+        cache, x, num_heads, params["out_proj.weight"].shape[1] // num_heads, context_length, "context_length"
+    )
     return unchecked_multi_head_attention_decode(params, x, cache, num_heads=num_heads)
 
 
@@ -129,12 +137,14 @@ def fused_causal_attention_decode(
     """``FusedCausalAttention`` on new tokens ``x`` (B, t, D) given the cache of the earlier ones;
     ``padding_mask`` (bool ``(B, t)``, True = padding) marks new padding tokens, which stay
     hidden from every later query. Returns ``(output (B, t, D), new_cache)``, evaluation mode;
-    the given cache is unchanged."""
+    the given cache is unchanged. ``context_size`` is the layer's: the tokens the cache holds
+    plus x's may exceed neither it (the full causal pass refuses that many) nor the cache's size,
+    ValueError otherwise."""
     check_layer("FusedCausalAttention", params, x, num_heads=num_heads, context_length=context_size,
                 context_name="context_size")  # fmt: skip
     if padding_mask is not None:
         check_padding_mask(padding_mask, x.shape[0], x.shape[1])
-    _check_cache(cache, x, num_heads, params["Wo.weight"].shape[1] // num_heads)
+    _check_cache(cache, x, num_heads, params["Wo.weight"].shape[1] // num_heads, context_size, "context_size")
     x = np.asarray(x)  # arrays from any framework compute here
     qkv = unchecked_linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3 * D)
     queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, t, D)

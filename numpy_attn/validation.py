@@ -34,6 +34,7 @@ __all__ = [
     "check_causal_lengths",
     "check_causal_mask_args",
     "check_context_length",
+    "check_decode_room",
     "check_divisible",
     "check_dropout",
     "check_dtype_argument",
@@ -452,11 +453,17 @@ def check_input(
     return shape
 
 
-def check_context_length(shape: Sequence[int], context_length: int, name: str = "context_length"):
-    """The reference classes slice a (context_length, context_length) mask: T may not exceed it."""
+def check_context_length(
+    shape: Sequence[int], context_length: int, name: str = "context_length", cached: int = 0
+) -> None:
+    """The reference classes slice a (context_length, context_length) mask: T may not exceed it,
+    nor, for a KV-cache decode (``cached``: the tokens its cache holds), may ``cached + T``."""
     num_tokens = shape[-2]
-    if num_tokens > context_length:
-        raise ValueError(f"x has {num_tokens} tokens (shape {tuple(shape)}) but {name} is {context_length}")
+    if cached + num_tokens > context_length:
+        after = f" after the cache's {cached}, {cached + num_tokens} in all," if cached else ""
+        raise ValueError(
+            f"x has {num_tokens} tokens (shape {tuple(shape)}){after} but {name} is {context_length}"
+        )
 
 
 def check_rng(rng: Any) -> None:
@@ -718,6 +725,24 @@ def check_cache_room(length: int | None, max_length: int, num_tokens: int, name:
         raise ValueError(f"{name}.length is {length}, outside [0, {max_length}]: not a cache's length")
     if length + num_tokens > max_length:
         raise ValueError(f"{name} holds {length} of {max_length} tokens; {num_tokens} more do not fit")
+
+
+def check_decode_room(
+    length: int | None,
+    max_length: int,
+    shape: Sequence[int],
+    context_length: int,
+    context_name: str = "context_length",
+) -> None:
+    """A layer's decode of x of ``shape`` (B, t, D) into a cache of ``max_length`` tokens holding
+    ``length`` (None where it is not concrete: under jax.jit the caller keeps within the cache
+    and the context): room for t more in the cache (``check_cache_room``), and ``length + t``
+    within the layer's ``context_length`` (named ``context_name``; ``check_context_length``'s
+    error: the full causal pass refuses that many tokens). ValueError otherwise."""
+    if length is None:
+        return
+    check_cache_room(length, max_length, shape[-2])
+    check_context_length(shape, context_length, context_name, cached=length)
 
 
 def check_causal_mask_args(

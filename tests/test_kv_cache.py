@@ -1,5 +1,6 @@
 """KV-cache decoding: prefill, then token by token, equals the full causal pass."""
 
+import functools
 import re
 
 import jax
@@ -88,6 +89,24 @@ def test_a_full_cache_refuses_more_tokens(framework):
     _, cache = package.multi_head_attention_decode(params, x, cache, num_heads=2, context_length=12)
     with pytest.raises(ValueError, match=r"^cache holds 12 of 12 tokens; 1 more do not fit$"):
         package.multi_head_attention_decode(params, x[:, :1], cache, num_heads=2, context_length=12)
+
+
+@pytest.mark.parametrize("framework", ["numpy", "jax"])
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_a_cache_longer_than_the_context_refuses_tokens_past_it(layer, framework):
+    """A cache of 20 tokens for a layer whose context is 12 held 10 and took 3 more: 13 tokens,
+    which the full causal pass refuses. Now the context-length error, counting the cache's."""
+    case = decode_case(layer, "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    package, name = PACKAGES[framework], "context_length" if layer == "MultiHeadAttention" else "context_size"
+    decode_fn = getattr(package, LAYERS[layer])
+    cache = package.init_kv_cache(2, 2, 20, 4)
+    _, cache = decode_fn(params, x[:, :10], cache, num_heads=2, **{name: 12})
+    message = f"x has 3 tokens (shape {x[:, :3].shape}) after the cache's 10, 13 in all, but {name} is 12"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        decode_fn(params, x[:, :3], cache, num_heads=2, **{name: 12})
+    _, cache = decode_fn(params, x[:, 10:12], cache, num_heads=2, **{name: 12})  # up to the context: fine
+    assert int(cache.length) == 12
 
 
 BAD_SIZES = [
@@ -218,6 +237,27 @@ def test_a_hand_built_cache_with_a_python_int_length_decodes_like_init_kv_cache(
     )
     np.testing.assert_array_equal(np.asarray(output), np.asarray(expected))
     assert int(new_cache.length) == int(expected_cache.length) == 3
+
+
+@pytest.mark.parametrize("framework, jit", [("numpy", False), ("jax", False), ("jax", True)])
+def test_a_narrow_integer_cache_length_does_not_wrap(framework, jit):
+    """A hand-built length np.uint8(255) plus one token was 0 (uint8 arithmetic) in both packages:
+    the cache forgot its tokens in silence. Now the new length is 256, in init_kv_cache's type."""
+    case = decode_case("MultiHeadAttention", "float32")
+    params, x = to_params(case.build_torch()), case.make_input()
+    package = PACKAGES[framework]
+    step = functools.partial(package.multi_head_attention_decode, num_heads=2, context_length=300)
+    if jit:
+        step = jax.jit(step)
+    cache = package.init_kv_cache(2, 2, 300, 4)
+    expected, expected_cache = step(params, x[:, :1], cache._replace(length=255))
+    output, new_cache = step(params, x[:, :1], cache._replace(length=np.uint8(255)))
+    np.testing.assert_array_equal(np.asarray(output), np.asarray(expected))
+    assert int(new_cache.length) == int(expected_cache.length) == 256
+    if framework == "numpy":
+        assert type(new_cache.length) is int
+    else:
+        assert new_cache.length.dtype == np.int32
 
 
 @pytest.mark.parametrize("framework", ["numpy", "jax"])
