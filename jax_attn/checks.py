@@ -51,11 +51,16 @@ def check_key(key: Any, name: str = "key") -> None:
         )
 
 
+def _without_x64(dtype: Any) -> bool:
+    """Whether ``dtype`` is float64 while JAX's 64-bit mode is off (JAX would make it float32)."""
+    return np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64
+
+
 def check_x64(name: str, value: Any) -> None:
     """TypeError for a float64 array while JAX's 64-bit mode is off: JAX would compute it in
     float32 without a word. (Under an outer ``jax.jit`` the cast happens before any function
     runs, so there float64 inputs arrive as float32: JAX's own rule.)"""
-    if np.dtype(value.dtype) == np.float64 and not jax.config.jax_enable_x64:
+    if _without_x64(value.dtype):
         raise TypeError(
             f"{name} has dtype float64, which JAX computes in float32 unless 64-bit mode is on: "
             "call jax.config.update('jax_enable_x64', True) at start-up (or compute inside "
@@ -65,10 +70,14 @@ def check_x64(name: str, value: Any) -> None:
 
 def check_dtype(dtype: Any) -> np.dtype:
     """A ``dtype`` argument of jax_attn (a constructor's, ``init_kv_cache``'s):
-    ``check_dtype_argument`` with JAX's floats, then float64 only in 64-bit mode (``check_x64``,
-    the functions' error); returned as a NumPy dtype."""
+    ``check_dtype_argument`` with JAX's floats, then float64 only in 64-bit mode (a TypeError
+    saying how to turn it on, or to pass float32); returned as a NumPy dtype."""
     resolved = check_dtype_argument(dtype, JAX_FLOATS)
-    check_x64("dtype", np.empty(0, resolved))
+    if _without_x64(resolved):
+        raise TypeError(
+            "dtype=float64 needs JAX's 64-bit mode: call jax.config.update('jax_enable_x64', True) at "
+            "start-up (or construct inside `with jax.enable_x64(True):`), or pass dtype=jnp.float32"
+        )
     return resolved
 
 

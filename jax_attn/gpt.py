@@ -32,7 +32,8 @@ from jax_attn.module_base import (
     check_loaded,
     check_rngs,
     check_weights_to_draw,
-    fill,
+    load_variables,
+    param_paths,
     readable_weights,
     torch_linear,
     torch_normal,
@@ -54,7 +55,7 @@ from numpy_attn.gpt_spec import (
 )
 from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.steps import Steps
-from numpy_attn.validation import JAX_FLOATS, check_cast_finite
+from numpy_attn.validation import JAX_FLOATS, check_cast_finite, check_flag
 
 __all__ = [
     "BLOCK_STEPS",
@@ -370,6 +371,7 @@ class GPTModel(nnx.Module):
         self.out_head = torch_linear(emb, vocab, False, dtype, rngs)
 
     def __call__(self, token_ids: jax.Array, *, return_steps: bool = False):
+        check_flag("return_steps", return_steps)
         check_token_ids(token_ids, self.config, check_values=not isinstance(token_ids, jax.core.Tracer))
         num_tokens = token_ids.shape[1]
         tok_embeds = self.tok_emb(token_ids)  # (B, T, D)
@@ -407,7 +409,9 @@ class GPTModel(nnx.Module):
         save_hf_gpt2(directory, self.to_params(), self.config)
 
     def _param_variables(self) -> dict[str, nnx.Param]:
-        return {_torch_name(path): node for path, node in nnx.iter_graph(self) if isinstance(node, nnx.Param)}
+        """torch name -> parameter, for every path to a parameter (a shared one under each of its
+        names: ``param_paths``)."""
+        return {_torch_name(path): node for path, node in param_paths(self)}
 
     def torch_params(self) -> dict[str, jax.Array]:
         """The weights as JAX arrays in the weights format (torch names, layout and order)."""
@@ -427,8 +431,7 @@ class GPTModel(nnx.Module):
         check_jax_gpt_params(weights, self.config)
         variables = self._param_variables()
         check_cast_finite(weights, {name: variable.get_value().dtype for name, variable in variables.items()})
-        for name, variable in variables.items():
-            fill(variable, jnp.asarray(_flax_layout(name, weights[name])))
+        load_variables(variables, lambda name: jnp.asarray(_flax_layout(name, weights[name])))
         return self
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
 import jax
@@ -48,8 +48,8 @@ from numpy_attn.validation import (
 
 __all__ = [
     "MODULE_OPTIONS", "AttentionModule", "build_to_load", "check_loaded", "check_rngs", "check_weight_dtypes",
-    "check_weights_to_draw", "fill", "readable_weights", "torch_linear", "torch_normal", "torch_qkv",
-    "torch_uniform",
+    "check_weights_to_draw", "fill", "load_variables", "param_paths", "readable_weights", "torch_linear",
+    "torch_normal", "torch_qkv", "torch_uniform",
 ]  # fmt: skip
 
 # the constructor arguments of a Flax module that its torch class does not have
@@ -103,6 +103,40 @@ def fill(variable: nnx.Variable, value: jax.Array) -> None:
         variable[...] = value
 
 
+def param_paths(
+    node: Any, path: tuple[str | int, ...] = (), ancestors: frozenset[int] = frozenset()
+) -> Iterator[tuple[tuple[str | int, ...], nnx.Param]]:
+    """``(Flax path, parameter)`` for every parameter under the graph node ``node``, under every
+    path that reaches it: a submodule or parameter shared within the module (``m.W_key =
+    m.W_query``, tied weights) comes once per path, where ``nnx.iter_graph`` gives it once, under
+    its first path only. A node met again inside itself (a cycle) is not followed."""
+    ancestors = ancestors | {id(node)}
+    for key, child in nnx.iter_children(node):
+        if isinstance(child, nnx.Param):
+            yield (*path, key), child
+        elif not isinstance(child, nnx.Variable) and id(child) not in ancestors:
+            yield from param_paths(child, (*path, key), ancestors)
+
+
+def load_variables(variables: Mapping[str, nnx.Variable], value_of: Callable[[str], jax.Array]) -> None:
+    """``fill`` each of ``variables`` (torch name -> variable) with ``value_of(name)`` (its value
+    in Flax's layout). The names of one shared variable (tied weights: ``param_paths``) must get
+    equal values, cast to its dtype: otherwise a ValueError names both keys, and nothing is
+    written; the variable is then filled once."""
+    first: dict[int, str] = {}
+    for name, variable in variables.items():
+        other = first.setdefault(id(variable), name)
+        dtype = variable.get_value().dtype
+        if other != name and not jnp.array_equal(value_of(other).astype(dtype), value_of(name).astype(dtype)):
+            raise ValueError(
+                f"params[{other!r}] and params[{name!r}] share one variable in this module (tied "
+                "weights) but differ: give them equal values"
+            )
+    for name, variable in variables.items():
+        if first[id(variable)] == name:
+            fill(variable, value_of(name))
+
+
 def check_rngs(rngs: Any, *, call: bool = False) -> None:
     """A constructor's ``rngs``: an ``nnx.Rngs`` (its streams draw the weights and dropout).
     With ``call``, a call's ``rngs``: None (the module's own stream), an ``nnx.Rngs`` or one of
@@ -144,7 +178,7 @@ def check_weight_dtypes(
 def check_weights_to_draw(shapes: Mapping[str, tuple[int, ...]], dtype: Any) -> None:
     """What a constructor checks before it draws weights of ``shapes`` (torch name -> shape) in
     ``dtype``: a floating dtype in the machine's byte order (``check_dtype_argument``), float64
-    only with JAX's 64-bit mode (the functions' error), and no weight past ``MAX_ELEMENTS``
+    only with JAX's 64-bit mode (``check_dtype``), and no weight past ``MAX_ELEMENTS``
     elements (``check_array_size``: XLA would abort the process)."""
     check_dtype(dtype)
     for name, shape in shapes.items():
@@ -283,8 +317,12 @@ class AttentionModule(nnx.Module):
     ) -> nnx.Rngs | nnx.RngStream | None:
         """Where this call's dropout masks come from: None in eval mode. ``deterministic`` and
         ``rngs`` given to the call override the module's, as in ``nnx.Dropout``; a call's
-        ``rngs`` of another type is refused in either mode (``check_rngs``)."""
+        ``rngs`` of another type is refused in either mode (``check_rngs``), and so is a
+        ``deterministic`` that is neither None nor a bool (``check_flag``: ``"no"`` would have
+        meant yes)."""
         check_rngs(rngs, call=True)
+        if deterministic is not None:
+            check_flag("deterministic", deterministic)
         if self.deterministic if deterministic is None else deterministic:
             return None
         stream = self.rngs if rngs is None else rngs
@@ -308,6 +346,7 @@ class AttentionModule(nnx.Module):
         self,
         x: Any,
         *,
+        return_steps: bool,
         attn_keep_mask: jax.Array | None = None,
         out_keep_mask: jax.Array | None = None,
         padding_mask: jax.Array | None = None,
@@ -315,7 +354,9 @@ class AttentionModule(nnx.Module):
         """The layer function's checks of a call, with its errors word for word: ``x`` a floating
         array of the layer's layout, as wide as the input weight's input features and of its
         dtype (the TypeError names the weight by its torch name), no longer than the context;
-        the masks' shapes and dtypes (``check_masks``). Returns x as a JAX array."""
+        the masks' shapes and dtypes (``check_masks``); ``return_steps`` a bool (``check_flag``:
+        a string or 1 is a TypeError). Returns x as a JAX array."""
+        check_flag("return_steps", return_steps)
         weight = self
         for step in flax_path(self.input_weight):
             weight = weight[step] if isinstance(step, int) else getattr(weight, step)
@@ -371,9 +412,9 @@ class AttentionModule(nnx.Module):
         return output, Steps(**(sown or {}), **steps)
 
     def _param_variables(self) -> dict[str, tuple[tuple[Any, ...], nnx.Param]]:
-        """torch name -> (Flax path, parameter), for every parameter of the module."""
-        graph = nnx.iter_graph(self)
-        return {torch_name(path): (path, node) for path, node in graph if isinstance(node, nnx.Param)}
+        """torch name -> (Flax path, parameter), for every path to a parameter of the module (a
+        shared one under each of its names: ``param_paths``)."""
+        return {torch_name(path): (path, node) for path, node in param_paths(self)}
 
     def to_params(self) -> dict[str, np.ndarray]:
         """The weights in the project's format, as NumPy arrays in torch's names, layout and order."""
@@ -406,6 +447,8 @@ class AttentionModule(nnx.Module):
         check_weight_dtypes(self.layer, weights, shapes, variables[next(iter(shapes))][1].get_value().dtype)
         check_finite(weights)
         check_cast_finite(weights, {name: var.get_value().dtype for name, (_, var) in variables.items()})
-        for name, (_, variable) in variables.items():
-            fill(variable, flax_value(name, as_jax(weights[name])))
+        load_variables(
+            {name: variable for name, (_, variable) in variables.items()},
+            lambda name: flax_value(name, as_jax(weights[name])),
+        )
         return self

@@ -61,7 +61,7 @@ class SelfAttentionV1(AttentionModule):
         self.W_value = nnx.Param(init(rngs.params(), (d_in, d_out), dtype))
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
-        x = self._check_call(x)
+        x = self._check_call(x, return_steps=return_steps)
         queries = x @ self.W_query[...]  # (T, E)
         keys = x @ self.W_key[...]  # (T, E)
         values = x @ self.W_value[...]  # (T, E)
@@ -84,7 +84,7 @@ class SelfAttentionV2(AttentionModule):
         self.W_query, self.W_key, self.W_value = torch_qkv(d_in, d_out, qkv_bias, dtype, rngs)
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
-        x = self._check_call(x)
+        x = self._check_call(x, return_steps=return_steps)
         queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # 3 x (T, E)
         context_vec, steps = self._attention(queries, keys, values, return_steps=return_steps)  # (T, E)
         return self._finish(context_vec, steps, return_steps)
@@ -111,7 +111,7 @@ class CausalAttention(AttentionModule):
         *, attn_keep_mask: KeepMask = None, deterministic: bool | None = None, rngs: Rngs = None,
         return_steps: bool = False,
     ) -> Output:  # fmt: skip
-        x = self._check_call(x, attn_keep_mask=attn_keep_mask)
+        x = self._check_call(x, return_steps=return_steps, attn_keep_mask=attn_keep_mask)
         queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # 3 x (B, T, E)
         dropout = AttnDropout(self.dropout, self._dropout_key(deterministic, rngs), attn_keep_mask)
         context_vec, steps = self._attention(
@@ -148,7 +148,7 @@ class MultiHeadAttentionWrapper(AttentionModule):
         *, attn_keep_mask: KeepMask = None, deterministic: bool | None = None, rngs: Rngs = None,
         return_steps: bool = False,
     ) -> Output:  # fmt: skip
-        x = self._check_call(x, attn_keep_mask=attn_keep_mask)
+        x = self._check_call(x, return_steps=return_steps, attn_keep_mask=attn_keep_mask)
         stream = self._dropout_rngs(deterministic, rngs)
         head_outputs, head_steps = [], Steps()
         for i, head in enumerate(self.heads):
@@ -187,7 +187,7 @@ class MultiHeadAttention(AttentionModule):
         *, attn_keep_mask: KeepMask = None, deterministic: bool | None = None, rngs: Rngs = None,
         return_steps: bool = False,
     ) -> Output:  # fmt: skip
-        x = self._check_call(x, attn_keep_mask=attn_keep_mask)
+        x = self._check_call(x, return_steps=return_steps, attn_keep_mask=attn_keep_mask)
         queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)  # 3 x (B, T, E)
         context_vec, steps = self._attention(
             queries, keys, values, Masking(causal=True),
@@ -214,7 +214,8 @@ class FusedSingleHeadAttention(AttentionModule):
         self.Wo = torch_linear(hidden_size // 4, hidden_size, bias, dtype, rngs)
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
-        queries, keys, values = jnp.split(self.Wqkv(self._check_call(x)), 3, axis=-1)  # 3 x (B, T, E)
+        x = self._check_call(x, return_steps=return_steps)
+        queries, keys, values = jnp.split(self.Wqkv(x), 3, axis=-1)  # 3 x (B, T, E)
         context_vec, steps = self._attention(queries, keys, values, return_steps=return_steps)  # (B, T, E)
         output = self.Wo(context_vec)  # (B, T, D)
         return self._finish(output, steps, return_steps)
@@ -238,7 +239,8 @@ class FusedMultiHeadAttention(AttentionModule):
         self.Wo = torch_linear(hidden_size, hidden_size, bias, dtype, rngs)
 
     def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
-        queries, keys, values = jnp.split(self.Wqkv(self._check_call(x)), 3, axis=-1)  # 3 x (B, T, D)
+        x = self._check_call(x, return_steps=return_steps)
+        queries, keys, values = jnp.split(self.Wqkv(x), 3, axis=-1)  # 3 x (B, T, D)
         context_vec, steps = self._attention(
             queries, keys, values, num_heads=self.num_heads, return_steps=return_steps
         )  # (B, T, D)
@@ -273,8 +275,9 @@ class FusedCausalAttention(AttentionModule):
         rngs: Rngs = None, return_steps: bool = False,
     ) -> Output:  # fmt: skip
         x = self._check_call(
-            x, attn_keep_mask=attn_keep_mask, out_keep_mask=out_keep_mask, padding_mask=padding_mask
-        )
+            x, return_steps=return_steps, attn_keep_mask=attn_keep_mask, out_keep_mask=out_keep_mask,
+            padding_mask=padding_mask,
+        )  # fmt: skip
         key = self._dropout_key(deterministic, rngs)
         attn_key, out_key = (None, None) if key is None else jax.random.split(key)
         queries, keys, values = jnp.split(self.Wqkv(x), 3, axis=-1)  # 3 x (B, T, D)

@@ -1,5 +1,7 @@
 """The book's GPT in three frameworks: the book's own weights load, every step matches torch_ref."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -215,3 +217,32 @@ def test_a_config_with_an_unhashable_extra_key_works_at_every_entry_point():
     np.testing.assert_array_equal(numpy_attn.generate(params, ids, config, 3), generated)
     model = jax_attn.GPTModel.from_params(params, config)
     np.testing.assert_array_equal(jax_attn.generate(model, jnp.asarray(ids), 3), generated)
+
+
+def test_a_model_with_shared_blocks_gives_and_takes_every_torch_name():
+    """Block 1 is block 0 (weight sharing across layers, kept by nnx.split/merge): to_params
+    raised a KeyError, as nnx.iter_graph gives a shared node under one path only. Different
+    values for the two names of one variable are refused, naming both keys."""
+    model = jax_attn.GPTModel(TINY, rngs=nnx.Rngs(0))
+    model.trf_blocks[1] = model.trf_blocks[0]
+    params = model.to_params()
+    assert list(params) == list(numpy_attn.gpt_param_shapes(TINY))
+    for name in params:
+        if name.startswith("trf_blocks.1."):
+            np.testing.assert_array_equal(params[name], params[name.replace(".1.", ".0.", 1)])
+    other = jax_attn.GPTModel(TINY, rngs=nnx.Rngs(1)).to_params()
+    tied = {name: other[name.replace("trf_blocks.1.", "trf_blocks.0.")] for name in other}
+    assert jax.tree.all(jax.tree.map(np.array_equal, model.load_params(tied).to_params(), tied))
+    message = (
+        "params['trf_blocks.0.att.W_key.bias'] and params['trf_blocks.1.att.W_key.bias'] share one variable "
+        "in this module (tied weights) but differ: give them equal values"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        model.load_params(other)
+    assert jax.tree.all(jax.tree.map(np.array_equal, model.to_params(), tied))
+
+
+def test_the_models_return_steps_must_be_a_bool():
+    model = jax_attn.GPTModel(TINY, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match=r"^return_steps must be a bool, got 'no' \(str\)$"):
+        model(token_ids(1, 4), return_steps="no")

@@ -183,7 +183,11 @@ def test_float64_weights_without_x64_are_refused_by_the_jax_gpt(params, call):
 
 def test_a_float64_kv_cache_without_x64_is_refused():
     """jax_attn.init_kv_cache(dtype=float64) made float32 arrays without x64."""
-    with pytest.raises(TypeError, match=r"^dtype has dtype float64, which JAX computes in float32"):
+    message = (
+        "dtype=float64 needs JAX's 64-bit mode: call jax.config.update('jax_enable_x64', True) at start-up "
+        "(or construct inside `with jax.enable_x64(True):`), or pass dtype=jnp.float32"
+    )
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
         jax_attn.init_kv_cache(2, 2, 8, 2, dtype=np.float64)
 
 

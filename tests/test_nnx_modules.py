@@ -353,10 +353,17 @@ def test_big_endian_weights_are_named_with_their_byte_order(load):
             jax_attn.MultiHeadAttention(5, 8, 6, 0.0, 2, True, rngs=nnx.Rngs(0)).load_params(params)
 
 
+DTYPE_X64_MESSAGE = (
+    "dtype=float64 needs JAX's 64-bit mode: call jax.config.update('jax_enable_x64', True) at start-up "
+    "(or construct inside `with jax.enable_x64(True):`), or pass dtype=jnp.float32"
+)
+
+
 @pytest.mark.parametrize("source", SOURCES)
 def test_float64_weights_without_x64_raise_the_functions_x64_error(source):
     """Not a float32 module built in silence: the functions' TypeError with its x64 hint, for
-    the first weight instead of x; and for a float64 dtype given to a constructor."""
+    the first weight instead of x; and for a float64 dtype given to a constructor, a message
+    about the dtype argument (it said "dtype has dtype float64 ... or pass float32 arrays")."""
     case = module_case("MultiHeadAttention", "float64")
     params = {k: v.astype(np.float64) for k, v in to_params(case.build_torch()).items()}
     with jax.enable_x64(False), pytest.raises(TypeError) as expected:
@@ -369,7 +376,7 @@ def test_float64_weights_without_x64_raise_the_functions_x64_error(source):
     with jax.enable_x64(False):
         with pytest.raises(TypeError, match=f"^{re.escape(first + hint)}$"):
             jax_attn.MultiHeadAttention.from_params(weights, **case.kwargs())
-        with pytest.raises(TypeError, match=f"^{re.escape('dtype' + hint)}$"):
+        with pytest.raises(TypeError, match=f"^{re.escape(DTYPE_X64_MESSAGE)}$"):
             jax_attn.MultiHeadAttention(5, 8, 6, 0.0, 2, dtype=jnp.float64, rngs=nnx.Rngs(0))
     with jax.enable_x64(True):  # with x64 the module is float64
         module = jax_attn.MultiHeadAttention.from_params(weights, **case.kwargs())
@@ -471,3 +478,56 @@ def test_finite_weights_that_overflow_the_module_dtype_raise_torch_refs_error(lo
         else:
             module.load_params(params)
     assert all(np.array_equal(after, before[name]) for name, after in module.to_params().items())
+
+
+def test_a_module_with_a_shared_submodule_gives_and_takes_every_torch_name():
+    """``m.W_key = m.W_query`` (weight tying, kept by nnx.split/merge): to_params raised "params
+    do not fit MultiHeadAttention: missing keys ['W_query.weight']" and load_params called the
+    key "unexpected" (nnx.iter_graph gives a shared node under one path only)."""
+    module = jax_attn.MultiHeadAttention(8, 8, 16, 0.0, 2, rngs=nnx.Rngs(0))
+    module.W_key = module.W_query
+    params = module.to_params()
+    names = ["W_query.weight", "W_key.weight", "W_value.weight", "out_proj.weight", "out_proj.bias"]
+    assert list(params) == names
+    np.testing.assert_array_equal(params["W_key.weight"], params["W_query.weight"])
+    other = jax_attn.MultiHeadAttention(8, 8, 16, 0.0, 2, rngs=nnx.Rngs(1)).to_params()
+    tied = other | {"W_key.weight": other["W_query.weight"]}
+    loaded = module.load_params(tied).to_params()
+    assert jax.tree.all(jax.tree.map(np.array_equal, loaded, tied))
+    assert module.W_key is module.W_query
+    message = (
+        "params['W_key.weight'] and params['W_query.weight'] share one variable in this module (tied "
+        "weights) but differ: give them equal values"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        module.load_params(other)  # nothing written: one of the two would have been lost
+    assert jax.tree.all(jax.tree.map(np.array_equal, module.to_params(), tied))
+
+
+@pytest.mark.parametrize("value", ["no", 1, 0.0, jnp.array(True)], ids=["str", "int", "float", "jax_bool"])
+@pytest.mark.parametrize("layer", CALL_RNGS_LAYERS)
+def test_a_calls_deterministic_and_return_steps_must_be_bools(layer, value):
+    """``deterministic="no"`` turned dropout off without a word (any truthy value did), and
+    ``return_steps="no"`` returned the steps: check_flag's TypeError, as for qkv_bias; None (the
+    module's mode) and NumPy bools are taken."""
+    case = module_case(layer)
+    module = getattr(jax_attn, layer).from_params(to_params(case.build_torch()), **case.kwargs(0.5))
+    x = case.make_input()
+    for name in ("deterministic", "return_steps"):
+        message = f"{name} must be a bool, got {value!r} ({type(value).__name__})"
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+            module(x, **{name: value})
+    eval_output = np.asarray(module(x))
+    for flag in (None, True, np.bool_(True)):
+        np.testing.assert_array_equal(module(x, deterministic=flag), eval_output)
+    output, steps = module(x, return_steps=np.bool_(True))
+    np.testing.assert_array_equal(output, eval_output)
+    np.testing.assert_array_equal(steps["output"], eval_output)
+
+
+@pytest.mark.parametrize("layer", [layer for layer in LAYERS if layer not in CALL_RNGS_LAYERS])
+def test_return_steps_must_be_a_bool_in_every_module_call(layer):
+    case = module_case(layer)
+    module = getattr(jax_attn, layer).from_params(to_params(case.build_torch()), **case.kwargs())
+    with pytest.raises(TypeError, match=r"^return_steps must be a bool, got 'no' \(str\)$"):
+        module(case.make_input(), return_steps="no")
