@@ -212,6 +212,8 @@ def _bench(args: argparse.Namespace) -> int:
 
     if args.out is not None:
         check_folder(args.out)
+        for name in ("results.json", "results.png"):
+            check_writable(os.path.join(args.out, name))
     if args.readme is not None:
         _check_readme(args.readme)
     advance, stop = _progress_bar(None)
@@ -224,8 +226,9 @@ def _bench(args: argparse.Namespace) -> int:
         stop()
     # the default folder is made once there are results: a run that fails leaves none behind
     out = tempfile.mkdtemp(prefix="attn-parity-bench-") if args.out is None else args.out
-    write_json(results, os.path.join(out, "results.json"))
-    write_chart(results, os.path.join(out, "results.png"))
+    for name, write in (("results.json", write_json), ("results.png", write_chart)):
+        with writing(os.path.join(out, name)):  # replaced since the check, or a full disk: one line
+            write(results, os.path.join(out, name))
     if args.readme is not None:
         with writing(args.readme):  # replaced or edited since _check_readme: one line
             update_readme(results, args.readme)

@@ -334,6 +334,19 @@ def test_bench_out_that_is_not_a_folder_is_named_so(tmp_path, monkeypatch, capsy
     )
 
 
+@pytest.mark.parametrize("name", ["results.json", "results.png"])
+def test_bench_out_holding_a_fifo_for_a_result_is_refused_before_the_run(tmp_path, monkeypatch, capsys, name):
+    """--out's results.json a FIFO: write_json's open blocked after the whole run until a reader
+    came; results.png a FIFO: save_png's traceback after the run. Now one line, exit 2, before it."""
+    monkeypatch.setattr("parity_tests.bench.run.run_benchmark", None)  # refused before the run
+    os.mkfifo(tmp_path / name)
+    why = "is not a regular file (a FIFO, device, directory or a link to one)"
+    assert usage_error(capsys, *QUICK_BENCH, "--out", str(tmp_path)) == (
+        2,
+        f"attn-parity bench: error: {tmp_path / name} {why}\n",
+    )
+
+
 def test_bench_readme_is_checked_before_the_run(tmp_path, monkeypatch, capsys):
     """A missing file or one without the markers (in order) was a traceback (exit 1) after the
     whole benchmark; now one line, exit 2, before it."""

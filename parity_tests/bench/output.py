@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any
 
+from numpy_attn.weights_file import create_regular_file
 from parity_tests.png import pyplot, save_png
 
 __all__ = ["format_time", "markdown_table", "table_span", "update_readme", "write_chart", "write_json"]
@@ -14,8 +15,10 @@ README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
 def write_json(results: dict[str, Any], path: str | os.PathLike) -> None:
-    with open(path, "w") as file:
-        json.dump(results, file, indent=2)
+    """``results`` as JSON in ``path``, which must be a regular file if it exists
+    (``create_regular_file``: a FIFO would block the open): ValueError otherwise."""
+    with create_regular_file(path) as file:
+        file.write(json.dumps(results, indent=2).encode())
 
 
 def format_time(seconds: float) -> str:
