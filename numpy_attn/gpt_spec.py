@@ -21,6 +21,7 @@ from numpy_attn.validation import (
     check_array_kind,
     check_cache_room,
     check_context_length,
+    check_count,
     check_divisible,
     check_dropout,
     check_finite,
@@ -308,13 +309,7 @@ def check_generate_args(
     overflow); ``top_k`` None or in [1, vocab_size]; sampling has a random source. A bool, or
     another type where a number is due, is a TypeError (as for every size); a number out of
     range a ValueError."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer):
-        raise TypeError(
-            f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r} "
-            f"({type(max_new_tokens).__name__})"
-        )
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    check_count("max_new_tokens", max_new_tokens)
     if shape[1] + max_new_tokens > config["context_length"]:
         raise ValueError(
             f"token_ids has T={shape[1]} tokens; with max_new_tokens={max_new_tokens} that exceeds "

@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import NamedTuple
 
-from numpy_attn.validation import check_size
+from numpy_attn.validation import check_count, check_size
 
 __all__ = ["MIN_SCORES", "HeadThreads", "head_threads", "parallel_heads"]
 
@@ -71,8 +71,7 @@ def parallel_heads(
     after another. The setting belongs to the calling thread (and asyncio task): a
     ``contextvars.ContextVar``."""
     check_size("workers", workers)
-    if isinstance(min_scores, bool) or not isinstance(min_scores, int) or min_scores < 0:
-        raise ValueError(f"min_scores must be a non-negative integer, got {min_scores!r}")
+    check_count("min_scores", min_scores)
     if not callable(one_thread_blas):
         raise TypeError(f"one_thread_blas must be callable, got {type(one_thread_blas).__name__}")
     token = _HEAD_THREADS.set(HeadThreads(workers, one_thread_blas, min_scores))

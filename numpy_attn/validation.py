@@ -34,6 +34,7 @@ __all__ = [
     "check_causal_lengths",
     "check_causal_mask_args",
     "check_context_length",
+    "check_count",
     "check_decode_room",
     "check_divisible",
     "check_dropout",
@@ -490,14 +491,28 @@ def check_parts(weight_shape: tuple[int, ...], parts: Any) -> None:
         raise ValueError(f"weight of shape {weight_shape} does not cut into parts={parts!r} equal row blocks")
 
 
+def _check_int(name: str, value: Any, low: int, what: str) -> None:
+    """``value`` must be an int (a NumPy int too) of at least ``low``, ``what`` in the messages:
+    TypeError naming ``name`` for another type (a bool, a float, NaN, inf, None, a str),
+    ValueError for an int below ``low``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    if value < low:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+
+
 def check_size(name: str, value: Any) -> None:
     """A size (``d_in``, ``num_heads``, ``context_length``, ``block_size``...): a positive int, a
     NumPy int too; TypeError naming ``name`` for another type (a bool, a float, NaN, inf, None),
     ValueError for an int below 1. The one rule of every size in both packages."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    _check_int(name, value, 1, "a positive int")
+
+
+def check_count(name: str, value: Any) -> None:
+    """A count that may be 0 (``max_new_tokens``, ``parallel_heads``' ``min_scores``): a
+    non-negative int, a NumPy int too; TypeError naming ``name`` for another type, ValueError
+    for a negative int (``check_size``'s rule, from 0)."""
+    _check_int(name, value, 0, "a non-negative integer")
 
 
 def check_array_size(what: str, shape: Sequence[int]) -> None:

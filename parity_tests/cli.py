@@ -12,7 +12,8 @@ Exit codes: 0 when everything compared matches, 1 when something does not (``dif
 that raises, too), 2 for bad usage (one line on stderr, no traceback): a bad argument (an integer
 option out of its range included: --seeds and --seed 0 to 2**32 - 1, --rounds 1 to 1000, --steps
 1 to 10000, --width 40 to 1000), heads that do not divide the width, an output folder that does
-not exist, a dtype no chosen framework computes in, or a command that
+not exist or is not a folder, a ``bench --readme`` file that does not exist, cannot be written or
+lacks the bench markers, a dtype no chosen framework computes in, or a command that
 needs a framework that is not installed (torch, jax: install the extra it names).
 """
 
@@ -30,7 +31,16 @@ from parity_tests.cases import SHAPES
 from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS
 from parity_tests.locate.cli import add_diff_parser
 from parity_tests.train_parity_cli import add_train_parity_parser
-from parity_tests.usage import OneLineParser, UsageError, console_width, integer, png_path, writing
+from parity_tests.usage import (
+    OneLineParser,
+    UsageError,
+    check_folder,
+    check_writable,
+    console_width,
+    integer,
+    png_path,
+    writing,
+)
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -179,14 +189,33 @@ def _heatmap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_readme(path: str) -> None:
+    """``bench --readme``, before any work: an existing regular file this process can write
+    (``check_writable``) that holds the bench markers in order (``table_span``)."""
+    from parity_tests.bench.output import table_span
+
+    if not os.path.exists(path):
+        raise UsageError(f"{path} does not exist")
+    check_writable(path)
+    try:
+        with open(path) as file:
+            table_span(file.read())
+    except (OSError, ValueError) as error:  # unreadable, not text, or no markers
+        raise UsageError(f"{path}: {error}") from None
+
+
 def _bench(args: argparse.Namespace) -> int:
     import tempfile
 
-    from parity_tests.bench.output import update_readme, write_chart, write_json
+    from parity_tests.bench.output import markdown_table, update_readme, write_chart, write_json
     from parity_tests.bench.run import run_benchmark
 
-    if args.out is not None and not os.path.isdir(args.out):
-        raise UsageError(f"the folder {os.path.abspath(args.out)} does not exist")
+    if args.out is not None:
+        check_folder(args.out)
+        for name in ("results.json", "results.png"):
+            check_writable(os.path.join(args.out, name))
+    if args.readme is not None:
+        _check_readme(args.readme)
     advance, stop = _progress_bar(None)
     try:
         results = run_benchmark(
@@ -197,12 +226,12 @@ def _bench(args: argparse.Namespace) -> int:
         stop()
     # the default folder is made once there are results: a run that fails leaves none behind
     out = tempfile.mkdtemp(prefix="attn-parity-bench-") if args.out is None else args.out
-    write_json(results, os.path.join(out, "results.json"))
-    write_chart(results, os.path.join(out, "results.png"))
-    if args.readme:
-        update_readme(results, args.readme)
-    from parity_tests.bench.output import markdown_table
-
+    for name, write in (("results.json", write_json), ("results.png", write_chart)):
+        with writing(os.path.join(out, name)):  # replaced since the check, or a full disk: one line
+            write(results, os.path.join(out, name))
+    if args.readme is not None:
+        with writing(args.readme):  # replaced or edited since _check_readme: one line
+            update_readme(results, args.readme)
     print(markdown_table(results))
     print(f"wrote {os.path.join(out, 'results.json')} and results.png")
     return 0
@@ -246,8 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="time and memory of every implementation (slow)")
     bench.add_argument("--shape", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     bench.add_argument(
-        "--implementation", nargs="+", default=list(IMPLEMENTATIONS), choices=list(IMPLEMENTATIONS)
-    )
+        "--implementation", nargs="+", default=list(IMPLEMENTATIONS), choices=list(IMPLEMENTATIONS),
+        help="torch_sdpa, the baseline of every ratio and of the chart, is always timed",
+    )  # fmt: skip
     bench.add_argument(
         "--rounds", type=integer("--rounds", 1, 1000), default=5, help="round-robin rounds (medians)"
     )
@@ -257,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", help="an existing folder for results.json and results.png (default: a new temporary "
         "folder; the committed results are rewritten only when --out names benchmarks)",
     )  # fmt: skip
-    bench.add_argument("--readme", help="update this README's table between the bench markers")
+    bench.add_argument(
+        "--readme", help="update this README's table between the bench markers (checked before the run)"
+    )
     bench.set_defaults(run=_bench)
     add_diff_parser(commands)
     add_train_parity_parser(commands)

@@ -16,6 +16,7 @@ __all__ = [
     "MAX_SEED",
     "OneLineParser",
     "UsageError",
+    "check_folder",
     "check_folder_of",
     "check_sizes",
     "check_writable",
@@ -76,11 +77,19 @@ def number(flag: str, low: float, high: float, *, low_included: bool = True) -> 
     return parse
 
 
-def check_folder_of(path: str) -> None:
-    """The folder that is to hold the file ``path`` must exist."""
-    folder = os.path.dirname(os.path.abspath(path))
+def check_folder(folder: str) -> None:
+    """``folder`` must be an existing folder: UsageError naming its absolute path when it does
+    not exist or is something else (a file, a FIFO)."""
+    folder = os.path.abspath(folder)
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"{folder} is not a folder")
     if not os.path.isdir(folder):
         raise UsageError(f"the folder {folder} does not exist")
+
+
+def check_folder_of(path: str) -> None:
+    """The folder that is to hold the file ``path`` must exist (``check_folder``)."""
+    check_folder(os.path.dirname(os.path.abspath(path)))
 
 
 def check_writable(path: str) -> None:

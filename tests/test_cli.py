@@ -297,6 +297,105 @@ def test_bench_writes_the_committed_results_only_when_out_names_them(tmp_path, m
     assert (tmp_path / "benchmarks" / "results.json").read_text() != "committed"
 
 
+QUICK_BENCH = ["bench", "--shape", "B2_T6_d3to4", "--rounds", "1", "--no-memory", "--no-decode"]
+
+
+def test_bench_times_torch_sdpa_when_the_implementations_leave_it_out(tmp_path, monkeypatch, capsys):
+    """torch SDPA is the baseline of the table's ratios and of the chart: without it the whole run
+    ended in write_chart's ZeroDivisionError (a traceback, exit 1) and wrote no chart."""
+    monkeypatch.setattr("parity_tests.bench.run.gemm_peak", lambda: 100.0)  # skip the 4096^3 GEMMs
+    assert main([*QUICK_BENCH, "--implementation", "numpy_reference", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert [row["implementation"] for row in rows] == ["torch_sdpa", "numpy_reference"]
+    assert rows[0]["ratio_to_torch_sdpa"] == 1.0 and rows[1]["ratio_to_torch_sdpa"] > 0
+    assert (tmp_path / "results.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| B2_T6_d3to4 | numpy_reference |" in capsys.readouterr().out
+
+
+def test_bench_out_that_is_not_a_folder_is_named_so(tmp_path, monkeypatch, capsys):
+    """It said "the folder ... does not exist" of a file or a FIFO; png_path's folder too."""
+    monkeypatch.setattr("parity_tests.bench.run.run_benchmark", None)  # refused before the run
+    file, fifo = tmp_path / "results.txt", tmp_path / "fifo"
+    file.write_text("")
+    os.mkfifo(fifo)
+    for out in (file, fifo):
+        assert usage_error(capsys, *QUICK_BENCH, "--out", str(out)) == (
+            2,
+            f"attn-parity bench: error: {out} is not a folder\n",
+        )
+    assert usage_error(capsys, "heatmap", "CausalAttention", "--out", str(file / "map.png")) == (
+        2,
+        f"attn-parity heatmap: error: {file} is not a folder\n",
+    )
+    missing = tmp_path / "missing"
+    assert usage_error(capsys, *QUICK_BENCH, "--out", str(missing)) == (
+        2,
+        f"attn-parity bench: error: the folder {missing} does not exist\n",
+    )
+
+
+@pytest.mark.parametrize("name", ["results.json", "results.png"])
+def test_bench_out_holding_a_fifo_for_a_result_is_refused_before_the_run(tmp_path, monkeypatch, capsys, name):
+    """--out's results.json a FIFO: write_json's open blocked after the whole run until a reader
+    came; results.png a FIFO: save_png's traceback after the run. Now one line, exit 2, before it."""
+    monkeypatch.setattr("parity_tests.bench.run.run_benchmark", None)  # refused before the run
+    os.mkfifo(tmp_path / name)
+    why = "is not a regular file (a FIFO, device, directory or a link to one)"
+    assert usage_error(capsys, *QUICK_BENCH, "--out", str(tmp_path)) == (
+        2,
+        f"attn-parity bench: error: {tmp_path / name} {why}\n",
+    )
+
+
+def test_bench_readme_is_checked_before_the_run(tmp_path, monkeypatch, capsys):
+    """A missing file or one without the markers (in order) was a traceback (exit 1) after the
+    whole benchmark; now one line, exit 2, before it."""
+    monkeypatch.setattr("parity_tests.bench.run.run_benchmark", None)  # refused before the run
+    no_table = "no <!-- bench:start --> marker followed by <!-- bench:end --> to hold the table"
+    fifo, missing = tmp_path / "fifo.md", tmp_path / "missing.md"
+    os.mkfifo(fifo)
+    cases = [(missing, f"{missing} does not exist")]
+    cases.append((fifo, f"{fifo} is not a regular file (a FIFO, device, directory or a link to one)"))
+    for name, text in [
+        ("none.md", "no markers\n"),
+        ("start.md", "<!-- bench:start -->\n"),
+        ("end.md", "<!-- bench:end -->\n"),
+        ("reversed.md", "<!-- bench:end -->\n<!-- bench:start -->\n"),
+    ]:
+        (tmp_path / name).write_text(text)
+        cases.append((tmp_path / name, f"{tmp_path / name}: {no_table}"))
+    for readme, message in cases:
+        assert usage_error(capsys, *QUICK_BENCH, "--readme", str(readme)) == (
+            2,
+            f"attn-parity bench: error: {message}\n",
+        )
+    binary = tmp_path / "binary.md"
+    binary.write_bytes(b"\xff\xfe\x00")  # not text in UTF-8 (nor in ASCII)
+    code, err = usage_error(capsys, *QUICK_BENCH, "--readme", str(binary))
+    assert code == 2 and err.startswith(f"attn-parity bench: error: {binary}: ") and err.count("\n") == 1
+
+
+def test_bench_readme_replaced_during_the_run_is_one_line(tmp_path, monkeypatch, capsys):
+    """The markers checked before the run but gone at the update: one line, exit 2, the README
+    untouched (and the results written)."""
+    from parity_tests.bench import run
+
+    readme, run_benchmark = tmp_path / "README.md", run.run_benchmark
+
+    def edited_during_the_run(*args, **kwargs):
+        readme.write_text("markers gone\n")
+        return run_benchmark(*args, **kwargs)
+
+    monkeypatch.setattr(run, "run_benchmark", edited_during_the_run)
+    monkeypatch.setattr(run, "gemm_peak", lambda: 100.0)
+    readme.write_text("<!-- bench:start -->\n<!-- bench:end -->\n")
+    argv = [*QUICK_BENCH, "--implementation", "torch_sdpa", "--out", str(tmp_path), "--readme", str(readme)]
+    why = "no <!-- bench:start --> marker followed by <!-- bench:end --> to hold the table"
+    assert usage_error(capsys, *argv) == (2, f"attn-parity bench: error: cannot write {readme}: {why}\n")
+    assert readme.read_text() == "markers gone\n"
+    assert (tmp_path / "results.json").exists()
+
+
 DIFF = [
     "diff",
     f"{PORTS}/torch_user_block.py:Attention",

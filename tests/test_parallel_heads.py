@@ -3,6 +3,7 @@ same BLAS), enter the caller's BLAS limit around the threaded loop alone, and ke
 in draw order."""
 
 import contextlib
+import re
 
 import numpy as np
 import pytest
@@ -136,17 +137,47 @@ def test_the_setting_is_scoped_and_nests():
         ((2, None), TypeError, "one_thread_blas must be callable, got NoneType"),
         ((2, contextlib.nullcontext, -1), ValueError, "min_scores must be a non-negative integer, got -1"),
         (
-            (2, contextlib.nullcontext, 1e6),
+            (2, contextlib.nullcontext, np.int64(-1)),
             ValueError,
-            "min_scores must be a non-negative integer, got 1000000.0",
+            re.escape("min_scores must be a non-negative integer, got np.int64(-1)"),
+        ),
+        (
+            (2, contextlib.nullcontext, 1e6),
+            TypeError,
+            re.escape("min_scores must be a non-negative integer, got 1000000.0 (float)"),
+        ),
+        (
+            (2, contextlib.nullcontext, True),
+            TypeError,
+            re.escape("min_scores must be a non-negative integer, got True (bool)"),
+        ),
+        (
+            (2, contextlib.nullcontext, "5"),
+            TypeError,
+            re.escape("min_scores must be a non-negative integer, got '5' (str)"),
         ),
     ],
 )
 def test_bad_settings_are_rejected(arguments, error, match):
+    """Each as every size (``check_size``): TypeError for a type that is not an int, ValueError
+    for an int out of range."""
     workers, one_thread_blas, *min_scores = arguments
     keywords = {"min_scores": min_scores[0]} if min_scores else {}
-    with pytest.raises(error, match=match), numpy_attn.parallel_heads(workers, one_thread_blas, **keywords):
+    with (
+        pytest.raises(error, match=f"^{match}$"),
+        numpy_attn.parallel_heads(workers, one_thread_blas, **keywords),
+    ):
         pass
+
+
+def test_numpy_ints_are_ints():
+    """``min_scores`` takes a NumPy int as ``workers`` does (and as every size)."""
+    x, weight, bias, padding_mask = inputs(np.float64)
+    expected = self_attention(x, weight, bias, padding_mask)
+    limit = CountingLimit()
+    with numpy_attn.parallel_heads(np.int64(2), limit, min_scores=np.int64(2 * 37 * 37)):
+        np.testing.assert_array_equal(self_attention(x, weight, bias, padding_mask), expected)
+    assert limit.entered == 1  # the heads ran on threads
 
 
 def test_an_error_in_a_head_is_raised_to_the_caller(monkeypatch):

@@ -6,16 +6,19 @@ import json
 import os
 from typing import Any
 
+from numpy_attn.weights_file import create_regular_file
 from parity_tests.png import pyplot, save_png
 
-__all__ = ["format_time", "markdown_table", "update_readme", "write_chart", "write_json"]
+__all__ = ["format_time", "markdown_table", "table_span", "update_readme", "write_chart", "write_json"]
 
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
 def write_json(results: dict[str, Any], path: str | os.PathLike) -> None:
-    with open(path, "w") as file:
-        json.dump(results, file, indent=2)
+    """``results`` as JSON in ``path``, which must be a regular file if it exists
+    (``create_regular_file``: a FIFO would block the open): ValueError otherwise."""
+    with create_regular_file(path) as file:
+        file.write(json.dumps(results, indent=2).encode())
 
 
 def format_time(seconds: float) -> str:
@@ -46,12 +49,12 @@ def markdown_table(results: dict[str, Any]) -> str:
         if "skipped" in row:
             lines.append(f"| {row['shape']} | {row['implementation']} | skipped: {row['skipped']} | | | | |")
             continue
-        ratio = "" if row["ratio_to_torch_sdpa"] is None else f"{row['ratio_to_torch_sdpa']:.2f}x"
         memory = row.get("extra_memory_bytes")
         memory = "" if memory is None else f"{memory / 2**30:.2f} GiB"
         lines.append(
             f"| {row['shape']} | {row['implementation']} | {format_time(row['median_s'])} | "
-            f"{row['gflops']:.1f} | {row['pct_of_gemm_peak']:.0f} % | {ratio} | {memory} |"
+            f"{row['gflops']:.1f} | {row['pct_of_gemm_peak']:.0f} % | "
+            f"{row['ratio_to_torch_sdpa']:.2f}x | {memory} |"
         )
     if results["decode"]:
         header = "| KV-cache decoding, T = 1024 | cached tokens/s | recompute-prefix tokens/s | speed-up |"
@@ -64,18 +67,29 @@ def markdown_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def table_span(text: str) -> tuple[int, int]:
+    """Where a README's benchmark table lies in ``text``: from the end of ``README_START`` to the
+    first ``README_END`` after it; ValueError when there is no such pair of markers."""
+    start = text.find(README_START)
+    end = -1 if start < 0 else text.find(README_END, start + len(README_START))
+    if end < 0:
+        raise ValueError(f"no {README_START} marker followed by {README_END} to hold the table")
+    return start + len(README_START), end
+
+
 def update_readme(results: dict[str, Any], path: str | os.PathLike) -> None:
-    """Replace the README's table between the bench markers with one made from ``results``."""
+    """Replace the README's table between the bench markers with one made from ``results``
+    (``table_span``)."""
     with open(path) as file:
         text = file.read()
-    start, end = text.index(README_START) + len(README_START), text.index(README_END)
+    start, end = table_span(text)
     with open(path, "w") as file:
         file.write(text[:start] + "\n" + markdown_table(results) + "\n" + text[end:])
 
 
 def write_chart(results: dict[str, Any], path: str | os.PathLike) -> None:
     """Time relative to torch SDPA per shape and implementation (lower is faster), as a PNG."""
-    rows = [r for r in results["results"] if r.get("ratio_to_torch_sdpa") is not None]
+    rows = [r for r in results["results"] if "skipped" not in r]
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     names = list(dict.fromkeys(r["implementation"] for r in rows))
     figure, axis = pyplot().subplots(figsize=(12, 5))
