@@ -4,16 +4,20 @@ import os
 import shutil
 import tempfile
 
-# Before JAX starts its backend (it reads XLA_FLAGS then): the suite compiles thousands of small
-# programs and runs each a few times, so LLVM's optimisation of the machine code costs far more than
-# it saves (the suite: about a third less compile time). Subprocesses the tests start inherit it.
-# A run that names its own level keeps it: XLA_FLAGS=--xla_backend_optimization_level=2 make test
-# tests the code as users' programs compile it.
-if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+# XLA:CPU settings that make compiling fast, set before JAX starts its backend (it reads XLA_FLAGS
+# then; the subprocesses the tests start inherit them). The suite compiles thousands of small
+# programs and runs each a few times, so LLVM's optimisation of the machine code (level 0 for
+# XLA's default 3) and XLA's MLIR fusion emitters (its elemental emitter instead) cost far more
+# compile time than they save (benchmarks/README.md). A flag the run names itself is kept:
+#   XLA_FLAGS="--xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=true" make test
+# runs the tests on the code users' programs get (XLA's defaults).
+FAST_COMPILE = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false"}
+flags = os.environ.get("XLA_FLAGS", "").split()
+named = {flag.split("=")[0] for flag in flags}
+os.environ["XLA_FLAGS"] = " ".join(flags + [f"{k}={v}" for k, v in FAST_COMPILE.items() if k not in named])
 
-import jax
-import pytest
+import jax  # noqa: E402 (XLA_FLAGS is set above, before JAX starts)
+import pytest  # noqa: E402
 
 # One compilation cache per pytest run, shared by its xdist workers: the suite compiles the same
 # small programs in several test modules (jax.clear_caches below empties the in-memory cache) and
