@@ -29,7 +29,7 @@ from flax import nnx
 from jax_attn import GPTModel
 from jax_attn.parallel import shard_model
 from parity_tests.compare import compare_steps
-from parity_tests.usage import OneLineParser
+from parity_tests.usage import OneLineParser, integer
 
 CONFIG = {
     "vocab_size": 96, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_layers": 2,
@@ -159,8 +159,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--num-processes", type=process_count, default=2, help="a divisor of 8 (default 2)")
     parser.add_argument("--process-id", type=int, help="run as this worker (the launcher sets it)")
-    parser.add_argument("--port", type=int, help="the coordinator's port (the launcher sets it)")
+    parser.add_argument(
+        "--port", type=integer("--port", 1, 65535), help="the coordinator's port (the launcher sets it)"
+    )
     args = parser.parse_args(argv)
+    if args.process_id is not None and args.port is None:  # jax.distributed would dial localhost:None
+        parser.error("--process-id needs --port, the coordinator's port")
+    if args.port is not None and args.process_id is None:  # the launcher picks its own port
+        parser.error("--port needs --process-id: both are a worker's options, set by the launcher")
+    if args.process_id is not None and not 0 <= args.process_id < args.num_processes:
+        parser.error(
+            f"--process-id {args.process_id}: expected 0 to {args.num_processes - 1} "
+            f"(--num-processes {args.num_processes})"
+        )
     if args.process_id is None:
         launch(args.num_processes, args.out)
     else:

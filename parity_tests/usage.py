@@ -96,7 +96,9 @@ def check_writable(path: str) -> None:
     """The file ``path`` must be one this process can write, before any work is done: an
     existing entry must be a regular file (``check_regular_file``: a FIFO would block the writer,
     a device or a folder cannot hold the file) that is writable, and its folder must take a new
-    file (probed with an anonymous temporary file: ``os.access`` says yes to root for ``/proc``)."""
+    file (probed with an anonymous temporary file: ``os.access`` says yes to root for ``/proc``).
+    A link is followed, as opening the file follows it (``create_regular_file``'s ``O_CREAT``
+    creates a dangling link's target): the folder probed is its target's, which must exist."""
     try:
         check_regular_file(path, missing_ok=True)
     except ValueError as error:
@@ -106,6 +108,13 @@ def check_writable(path: str) -> None:
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise UsageError(f"{path}: the file is not writable")
     folder = os.path.dirname(os.path.abspath(path))
+    if os.path.islink(path):
+        target = os.path.realpath(path)
+        folder = os.path.dirname(target)
+        try:
+            check_folder(folder)
+        except UsageError as error:
+            raise UsageError(f"{path} is a link to {target}: {error}") from None
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass

@@ -495,6 +495,35 @@ def test_a_png_that_cannot_be_written_is_one_line_and_exit_code_2_before_any_wor
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.png", "null.png"]
 
 
+@pytest.mark.parametrize("command, argv", UNWRITABLE)
+def test_a_png_link_into_a_missing_folder_is_one_line_and_exit_code_2_before_any_work(
+    tmp_path, monkeypatch, capsys, command, argv
+):
+    """A dangling link whose target's folder does not exist passed the check (the link was missing
+    to os.stat, and the probe wrote beside the link): the command did all its work (train-parity a
+    whole run), then failed to open the file, naming the link as missing."""
+    monkeypatch.setattr("parity_tests.training.train_parity", None)  # refused before training
+    link = tmp_path / "out.png"
+    target = pathlib.Path(os.path.realpath(tmp_path)) / "no-such-folder" / "x.png"
+    for pointed in [target, pathlib.Path("no-such-folder", "x.png")]:  # absolute, relative to the link
+        link.symlink_to(pointed)
+        message = f"{link} is a link to {target}: the folder {target.parent} does not exist"
+        assert usage_error(capsys, *argv, str(link)) == (2, f"attn-parity {command}: error: {message}\n")
+        link.unlink()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_heatmap_writes_through_a_link_to_a_missing_file_in_an_existing_folder(tmp_path, capsys):
+    """Opening the file follows the link and creates its target (create_regular_file's O_CREAT),
+    as for the weights files: such a link is accepted."""
+    (tmp_path / "maps").mkdir()
+    link, target = tmp_path / "out.png", tmp_path / "maps" / "x.png"
+    link.symlink_to(target)
+    code, printed = run(capsys, "heatmap", "SelfAttentionV1", "--out", str(link))
+    assert code == 0 and printed.startswith(f"wrote {link}: ")
+    assert link.is_symlink() and target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_heatmap_turns_a_file_replaced_by_a_fifo_after_the_check_into_one_line(tmp_path, monkeypatch, capsys):
     """The --out file became a FIFO between png_path's check and the save: savefig opened it and
     blocked until a reader came; now the save refuses it, one line, exit code 2."""

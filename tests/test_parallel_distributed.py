@@ -54,6 +54,38 @@ def test_a_process_count_that_does_not_divide_the_batch_is_refused(example, tmp_
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["--process-id", "0"], "--process-id needs --port, the coordinator's port"),
+        (["--port", "1234"], "--port needs --process-id: both are a worker's options, set by the launcher"),
+        (["--process-id", "2", "--port", "1234"], "--process-id 2: expected 0 to 1 (--num-processes 2)"),
+        (["--process-id", "-1", "--port", "1234"], "--process-id -1: expected 0 to 1 (--num-processes 2)"),
+        (
+            ["--num-processes", "4", "--process-id", "4", "--port", "1234"],
+            "--process-id 4: expected 0 to 3 (--num-processes 4)",
+        ),
+        (
+            ["--process-id", "0", "--port", "0"],
+            "argument --port: --port '0': expected an integer from 1 to 65535",
+        ),
+        (
+            ["--process-id", "0", "--port", "65536"],
+            "argument --port: --port '65536': expected an integer from 1 to 65535",
+        ),
+    ],
+)
+def test_bad_worker_options_are_one_line_and_exit_code_2(example, tmp_path, capsys, argv, line):
+    """--process-id 0 without --port passed "localhost:None" to jax.distributed.initialize, which
+    killed the process with SIGSEGV (exit 139); the launcher passes both, in range."""
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        example.main(["--out", str(out), *argv])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"python examples/distributed_train.py: error: {line}\n"
+    assert not out.exists()
+
+
 def test_the_launcher_fails_naming_the_first_weight_that_differs(example, tmp_path):
     """It printed both losses and exited 0 whatever they were."""
     rng = np.random.default_rng(0)
