@@ -33,7 +33,7 @@ from jax_attn.module_base import (
     check_rngs,
     check_weights_to_draw,
     load_variables,
-    param_paths,
+    named_params,
     readable_weights,
     torch_linear,
     torch_normal,
@@ -409,9 +409,11 @@ class GPTModel(nnx.Module):
         save_hf_gpt2(directory, self.to_params(), self.config)
 
     def _param_variables(self) -> dict[str, nnx.Param]:
-        """torch name -> parameter, for every path to a parameter (a shared one under each of its
-        names: ``param_paths``)."""
-        return {_torch_name(path): node for path, node in param_paths(self)}
+        """torch name -> parameter, for each name of ``gpt_param_shapes`` that a path of the model
+        has (a shared parameter under each of its names, an alias attribute left out:
+        ``named_params``)."""
+        named = named_params(self, gpt_param_shapes(self.config), _torch_name)
+        return {name: node for name, (_, node) in named.items()}
 
     def torch_params(self) -> dict[str, jax.Array]:
         """The weights as JAX arrays in the weights format (torch names, layout and order)."""

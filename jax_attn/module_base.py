@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
 import jax
@@ -48,8 +48,8 @@ from numpy_attn.validation import (
 
 __all__ = [
     "MODULE_OPTIONS", "AttentionModule", "build_to_load", "check_loaded", "check_rngs", "check_weight_dtypes",
-    "check_weights_to_draw", "fill", "load_variables", "param_paths", "readable_weights", "torch_linear",
-    "torch_normal", "torch_qkv", "torch_uniform",
+    "check_weights_to_draw", "fill", "load_variables", "named_params", "param_paths", "readable_weights",
+    "torch_linear", "torch_normal", "torch_qkv", "torch_uniform",
 ]  # fmt: skip
 
 # the constructor arguments of a Flax module that its torch class does not have
@@ -118,9 +118,29 @@ def param_paths(
             yield from param_paths(child, (*path, key), ancestors)
 
 
+def named_params(
+    node: Any, names: Collection[str], name_of: Callable[[tuple[str | int, ...]], str] = torch_name
+) -> dict[str, tuple[tuple[str | int, ...], nnx.Param]]:
+    """torch name (``name_of`` a path) -> ``(Flax path, parameter)``, for the paths of
+    ``param_paths`` whose torch name is one of ``names`` (the weights format's): a submodule
+    shared between two of them (``m.W_key = m.W_query``, tied weights) is under both names; an
+    alias attribute (``m.alias = m.W_query``: a second path that is no torch name) is left out,
+    as the parameters it reaches are under their torch names already. A parameter under none of
+    ``names`` (one the format has no place for) is a ValueError naming its paths."""
+    paths = [(name_of(path), path, param) for path, param in param_paths(node)]
+    named = {name: (path, param) for name, path, param in paths if name in names}
+    kept = {id(param) for _, param in named.values()}
+    extra = sorted(name for name, _, param in paths if id(param) not in kept)
+    if extra:
+        raise ValueError(
+            f"{type(node).__name__} has parameters that its weights format has no name for: {extra}"
+        )
+    return named
+
+
 def load_variables(variables: Mapping[str, nnx.Variable], value_of: Callable[[str], jax.Array]) -> None:
     """``fill`` each of ``variables`` (torch name -> variable) with ``value_of(name)`` (its value
-    in Flax's layout). The names of one shared variable (tied weights: ``param_paths``) must get
+    in Flax's layout). The names of one shared variable (tied weights: ``named_params``) must get
     equal values, cast to its dtype: otherwise a ValueError names both keys, and nothing is
     written; the variable is then filled once."""
     first: dict[int, str] = {}
@@ -304,7 +324,7 @@ class AttentionModule(nnx.Module):
         self.implementation, self.block_size = implementation, block_size
         for name in spec.arguments:
             setattr(self, name, arguments[name])
-        self.input_weight = parameter_names(self.layer, **arguments)[0]
+        self.param_names = tuple(parameter_names(self.layer, **arguments))  # the first is the input weight
         if spec.dropouts:
             self._init_dropout(rngs)
 
@@ -358,14 +378,15 @@ class AttentionModule(nnx.Module):
         a string or 1 is a TypeError). Returns x as a JAX array."""
         check_flag("return_steps", return_steps)
         weight = self
-        for step in flax_path(self.input_weight):
+        input_weight = self.param_names[0]
+        for step in flax_path(input_weight):
             weight = weight[step] if isinstance(step, int) else getattr(weight, step)
         value = weight[...]  # (in, out)
         spec = layer_spec(self.layer)
         shape = check_input(x, layout=spec.input_layout, d_in=value.shape[0], floating=JAX_FLOATS)
         check_x64("x", x)  # a module holds float64 weights only in 64-bit mode
-        expected = {self.input_weight: value.shape}
-        check_params({self.input_weight: value}, expected, layer=self.layer, dtype=x.dtype)
+        expected = {input_weight: value.shape}
+        check_params({input_weight: value}, expected, layer=self.layer, dtype=x.dtype)
         if spec.context is not None:
             check_context_length(shape, getattr(self, spec.context), spec.context)
         check_masks(self.layer, shape, self.num_heads, attn_keep_mask, out_keep_mask, padding_mask)
@@ -412,9 +433,10 @@ class AttentionModule(nnx.Module):
         return output, Steps(**(sown or {}), **steps)
 
     def _param_variables(self) -> dict[str, tuple[tuple[Any, ...], nnx.Param]]:
-        """torch name -> (Flax path, parameter), for every path to a parameter of the module (a
-        shared one under each of its names: ``param_paths``)."""
-        return {torch_name(path): (path, node) for path, node in param_paths(self)}
+        """torch name -> (Flax path, parameter), for each of the class's torch names that a path
+        of the module has (a shared parameter under each of its names, an alias attribute left
+        out: ``named_params``)."""
+        return named_params(self, self.param_names)
 
     def to_params(self) -> dict[str, np.ndarray]:
         """The weights in the project's format, as NumPy arrays in torch's names, layout and order."""

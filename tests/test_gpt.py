@@ -242,6 +242,27 @@ def test_a_model_with_shared_blocks_gives_and_takes_every_torch_name():
     assert jax.tree.all(jax.tree.map(np.array_equal, model.to_params(), tied))
 
 
+def test_a_models_alias_attribute_is_no_torch_name_and_a_stray_parameter_is_refused():
+    """``model.first_att = model.trf_blocks[0].att`` (a second reference to a submodule, under no
+    torch name): load_params(to_params()) raised a bare KeyError ('first_att.W_key.bias'). A
+    parameter under no torch name at all was left out of to_params without a word."""
+    model = jax_attn.GPTModel(TINY, rngs=nnx.Rngs(0))
+    before = model.to_params()
+    model.first_att = model.trf_blocks[0].att
+    params = model.to_params()
+    assert list(params) == list(numpy_attn.gpt_param_shapes(TINY))
+    assert jax.tree.all(jax.tree.map(np.array_equal, params, before))
+    other = jax_attn.GPTModel(TINY, rngs=nnx.Rngs(1)).to_params()
+    assert jax.tree.all(jax.tree.map(np.array_equal, model.load_params(other).to_params(), other))
+    assert model.first_att is model.trf_blocks[0].att
+    model.stray = nnx.Param(jnp.zeros(2))
+    message = "GPTModel has parameters that its weights format has no name for: ['stray']"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        model.to_params()
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        model.load_params(other)
+
+
 def test_the_models_return_steps_must_be_a_bool():
     model = jax_attn.GPTModel(TINY, rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match=r"^return_steps must be a bool, got 'no' \(str\)$"):

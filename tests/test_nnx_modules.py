@@ -504,6 +504,28 @@ def test_a_module_with_a_shared_submodule_gives_and_takes_every_torch_name():
     assert jax.tree.all(jax.tree.map(np.array_equal, module.to_params(), tied))
 
 
+def test_a_modules_alias_attribute_is_no_torch_name_and_a_stray_parameter_is_refused():
+    """``m.alias = m.W_query`` (a second reference to a submodule, under no torch name): to_params
+    raised "params do not fit MultiHeadAttention: unexpected keys ['alias.weight']" although its
+    weight is ``W_query.weight``. A parameter under no torch name at all was called an
+    "unexpected key" of params that nobody gave."""
+    module = jax_attn.MultiHeadAttention(8, 8, 16, 0.0, 2, rngs=nnx.Rngs(0))
+    before = module.to_params()
+    module.alias = module.W_query
+    params = module.to_params()
+    assert list(params) == list(before)
+    assert jax.tree.all(jax.tree.map(np.array_equal, params, before))
+    other = jax_attn.MultiHeadAttention(8, 8, 16, 0.0, 2, rngs=nnx.Rngs(1)).to_params()
+    assert jax.tree.all(jax.tree.map(np.array_equal, module.load_params(other).to_params(), other))
+    assert module.alias is module.W_query
+    module.stray = nnx.Param(jnp.zeros(2))
+    message = "MultiHeadAttention has parameters that its weights format has no name for: ['stray']"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        module.to_params()
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        module.load_params(other)
+
+
 @pytest.mark.parametrize("value", ["no", 1, 0.0, jnp.array(True)], ids=["str", "int", "float", "jax_bool"])
 @pytest.mark.parametrize("layer", CALL_RNGS_LAYERS)
 def test_a_calls_deterministic_and_return_steps_must_be_bools(layer, value):
