@@ -371,6 +371,32 @@ def test_jitted_gpt_model_decode_checks_the_caches_as_it_traces(params):
         decode(jnp.asarray(token_ids(1, 3)), jax_attn.init_gpt_cache(TINY, 1)[:1])
 
 
+@pytest.mark.parametrize("package, jit", [(numpy_attn, False), (jax_attn, False), (jax_attn, True)])
+def test_a_narrow_integer_cache_length_does_not_wrap_in_gpt_model_decode(package, jit):
+    """numpy_attn's gpt_model_decode sliced the position embeddings at ``start + num_tokens`` in
+    the caches' length type: np.uint8(255) + 1 wrapped to 0, the slice was empty, and the logits
+    (1, 0, V) came back with no error, the length left at 255. Now the start is an int, as in the
+    layers' decode: the logits are the full pass's, and the new length 256."""
+    config = TINY | {"context_length": 300}
+    weights = torch_ref.to_params(torch_model(config, seed=7))
+    ids = token_ids(1, 256, config)
+    expected = numpy_attn.gpt_model(weights, ids, config)[:, 255:]  # (1, 1, V)
+    convert = np.asarray if package is numpy_attn else jnp.asarray
+    weights = {name: convert(value) for name, value in weights.items()}
+
+    def step(ids, caches):
+        return package.gpt_model_decode(weights, ids, caches, config)
+
+    if jit:
+        step = jax.jit(step)
+    _, caches = step(convert(ids[:, :255]), package.init_gpt_cache(config, 1))
+    narrow = tuple(cache._replace(length=np.uint8(255)) for cache in caches)
+    logits, caches = step(convert(ids[:, 255:]), narrow)
+    assert logits.shape == (1, 1, 61)
+    assert compare_arrays(f"{package.__name__} logits", expected, np.asarray(logits)).ok
+    assert [int(cache.length) for cache in caches] == [256, 256]
+
+
 def test_jax_generate_takes_a_bfloat16_model_as_gpt_model_does(params):
     """generate checked the weights with numpy_attn's floats only: a bfloat16 GPTModel, which
     gpt_model and gpt_model_decode take, was refused by generate alone."""
