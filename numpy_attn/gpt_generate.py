@@ -74,7 +74,8 @@ def unchecked_gpt_model_decode(
     config: Mapping[str, Any],
 ) -> tuple[np.ndarray, tuple[KVCache, ...]]:
     """``gpt_model_decode`` without its checks: ``generate``'s step, checked once per call."""
-    start, num_tokens = caches[0].length, token_ids.shape[1]
+    # an int, as the layers' _decode: a narrow integer length (uint8) would wrap start + num_tokens
+    start, num_tokens = cache_length(caches[0]), token_ids.shape[1]
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, t, D)
     pos_embeds = params["pos_emb.weight"][start : start + num_tokens]  # (t, D)
     x = tok_embeds + pos_embeds  # (B, t, D)

@@ -19,9 +19,9 @@ from numpy_attn.spec import QKV, layer_spec
 from numpy_attn.validation import (
     NUMPY_FLOATS,
     check_array_kind,
-    check_cache_room,
     check_context_length,
     check_count,
+    check_decode_room,
     check_divisible,
     check_dropout,
     check_finite,
@@ -250,7 +250,9 @@ def check_gpt_caches(
     (``check_kv_cache``, against the blocks' input ``(B, t, emb_dim)``; the errors name the block's
     cache, ``caches[i]``), all holding the same
     number of tokens (``cache_length``: None where it is not concrete, under jax.jit) with room
-    for t more within the cache and the context (``check_cache_room``); ValueError otherwise."""
+    for t more within the cache and then the context (``check_decode_room``, the layers' check and
+    texts: the cache against its own size, the tokens against ``context_length``); ValueError
+    otherwise."""
     if isinstance(caches, cache_type) or not isinstance(caches, tuple | list):
         raise TypeError(
             f"caches must be a tuple of KVCache, one per block (init_gpt_cache(config, batch)), "
@@ -273,8 +275,9 @@ def check_gpt_caches(
     if len({length for length in lengths if length is not None}) > 1:
         raise ValueError(f"the caches hold {lengths} tokens: every block's cache must hold the same tokens")
     for index, (cache, length) in enumerate(zip(caches, lengths, strict=True)):
-        room = min(cache.keys.shape[2], config["context_length"])
-        check_cache_room(length, room, num_tokens, name=f"caches[{index}]")
+        check_decode_room(
+            length, cache.keys.shape[2], x.shape, config["context_length"], name=f"caches[{index}]"
+        )
 
 
 def check_logits_finite(step: int, finite: bool, max_new_tokens: int, dtype: Any) -> None:

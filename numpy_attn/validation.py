@@ -748,15 +748,17 @@ def check_decode_room(
     shape: Sequence[int],
     context_length: int,
     context_name: str = "context_length",
+    name: str = "cache",
 ) -> None:
-    """A layer's decode of x of ``shape`` (B, t, D) into a cache of ``max_length`` tokens holding
-    ``length`` (None where it is not concrete: under jax.jit the caller keeps within the cache
-    and the context): room for t more in the cache (``check_cache_room``), and ``length + t``
-    within the layer's ``context_length`` (named ``context_name``; ``check_context_length``'s
-    error: the full causal pass refuses that many tokens). ValueError otherwise."""
+    """A layer's decode of x of ``shape`` (B, t, D) into a cache (``name``; the GPT's decode
+    names its block's, ``caches[i]``) of ``max_length`` tokens holding ``length`` (None where
+    it is not concrete: under jax.jit the caller keeps within the cache and the context): room
+    for t more in the cache (``check_cache_room``), and ``length + t`` within the layer's
+    ``context_length`` (named ``context_name``; ``check_context_length``'s error: the full
+    causal pass refuses that many tokens). ValueError otherwise."""
     if length is None:
         return
-    check_cache_room(length, max_length, shape[-2])
+    check_cache_room(length, max_length, shape[-2], name)
     check_context_length(shape, context_length, context_name, cached=length)
 
 

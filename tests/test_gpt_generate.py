@@ -14,6 +14,7 @@ import numpy_attn
 import torch_ref
 from jax_attn import gpt_generate as jax_generate
 from numpy_attn import gpt_generate as numpy_generate
+from numpy_attn.gpt_spec import sub_params
 from parity_tests.compare import compare_arrays
 from tests.gpt_cases import TINY, token_ids, torch_model
 
@@ -369,6 +370,60 @@ def test_jitted_gpt_model_decode_checks_the_caches_as_it_traces(params):
     message = "caches has 1 KVCache, but config['n_layers'] = 2 blocks need one each"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}"):  # JAX adds a note on its frames
         decode(jnp.asarray(token_ids(1, 3)), jax_attn.init_gpt_cache(TINY, 1)[:1])
+
+
+@pytest.mark.parametrize("package, jit", [(numpy_attn, False), (jax_attn, False), (jax_attn, True)])
+def test_a_narrow_integer_cache_length_does_not_wrap_in_gpt_model_decode(package, jit):
+    """numpy_attn's gpt_model_decode sliced the position embeddings at ``start + num_tokens`` in
+    the caches' length type: np.uint8(255) + 1 wrapped to 0, the slice was empty, and the logits
+    (1, 0, V) came back with no error, the length left at 255. Now the start is an int, as in the
+    layers' decode: the logits are the full pass's, and the new length 256."""
+    config = TINY | {"context_length": 300}
+    weights = torch_ref.to_params(torch_model(config, seed=7))
+    ids = token_ids(1, 256, config)
+    expected = numpy_attn.gpt_model(weights, ids, config)[:, 255:]  # (1, 1, V)
+    convert = np.asarray if package is numpy_attn else jnp.asarray
+    weights = {name: convert(value) for name, value in weights.items()}
+
+    def step(ids, caches):
+        return package.gpt_model_decode(weights, ids, caches, config)
+
+    if jit:
+        step = jax.jit(step)
+    _, caches = step(convert(ids[:, :255]), package.init_gpt_cache(config, 1))
+    narrow = tuple(cache._replace(length=np.uint8(255)) for cache in caches)
+    logits, caches = step(convert(ids[:, 255:]), narrow)
+    assert logits.shape == (1, 1, 61)
+    assert compare_arrays(f"{package.__name__} logits", expected, np.asarray(logits)).ok
+    assert [int(cache.length) for cache in caches] == [256, 256]
+
+
+@DECODERS
+@pytest.mark.parametrize(
+    "held, message",
+    [
+        (15, "x has 3 tokens (shape (1, 3, 32)) after the cache's 15, 18 in all, but context_length is 16"),
+        (17, "x has 3 tokens (shape (1, 3, 32)) after the cache's 17, 20 in all, but context_length is 16"),
+    ],
+    ids=["past_the_context", "holding_more_than_the_context"],
+)
+def test_gpt_model_decode_past_the_context_says_what_the_layers_say(params, package, convert, held, message):
+    """Caches of 20 tokens, longer than context_length 16 (taken, as by the layers): the GPT
+    checked the tokens against min(20, 16), and said ``caches[0] holds 15 of 16 tokens; 3 more do
+    not fit`` (the cache holds 20, and context_length went unnamed), or for a length of 17 that
+    ``caches[0].length is 17, outside [0, 16]: not a cache's length``. Now it makes the layers'
+    check (check_decode_room): the same text as the first block's multi_head_attention_decode."""
+    weights = {name: convert(value) for name, value in params.items()}
+    caches = tuple(package.init_kv_cache(1, 2, 20, 16) for _ in range(2))
+    _, caches = package.gpt_model_decode(weights, convert(token_ids(1, 15)), caches, TINY)
+    caches = tuple(cache._replace(length=held) for cache in caches)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        package.gpt_model_decode(weights, convert(token_ids(1, 3)), caches, TINY)
+    attention = sub_params(weights, "trf_blocks.0.att.")  # the first block's attention
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        package.multi_head_attention_decode(
+            attention, convert(np.zeros((1, 3, 32), np.float32)), caches[0], num_heads=2, context_length=16
+        )
 
 
 def test_jax_generate_takes_a_bfloat16_model_as_gpt_model_does(params):
