@@ -154,11 +154,50 @@ def test_scaled_dot_product_attention_without_is_causal_is_named_on_its_line(tmp
     assert (report.first_divergence, report.candidate_location) == ("masked_scores", line), f"\n{report}"
     assert report.reference_location.endswith("torch_ref/multi_head.py:67")  # masked_fill_
     assert report.axes == ("batch", "head", "query", "key")
-    assert report.causes == [
-        "no mask applied: the reference has -inf entries here, every key after its query: the causal mask "
-        "is missing (pass is_causal=True or attn_mask)"
-    ], f"\n{report}"
+    assert report.causes == [NO_CAUSAL_MASK_SDPA], f"\n{report}"
     assert [v.rsplit(":", 1)[1] for v in report.verified] == ["12  unbind"]  # q, k, v = qkv.permute(...)
+
+
+NO_CAUSAL_MASK_SDPA = (
+    "no mask applied: the reference has -inf entries here, every key after its query: the causal mask "
+    "is missing (pass is_causal=True or attn_mask)"
+)
+
+
+@pytest.mark.parametrize(
+    "name, step, reference_line, verified",
+    [
+        # q scaled by 1/sqrt(hd) on its own line, then scale=1.0: recomputed with that scale, not 1/sqrt(E)
+        ("sdpa_scale_not_causal", "masked_scores", "torch_ref/multi_head.py:67", ["14  unbind", "15  div"]),
+        # keys and values (b, 1, t, h) broadcast over the query heads (b, n, t, h); its attn_mask dropped
+        (
+            "sdpa_mqa_mask_missing",
+            "masked_fill",
+            "tests/ports/torch_user_mqa.py:23",
+            ["10  linear", "10  view", "11  linear", "11  __getitem__", "12  linear", "12  __getitem__"],
+        ),
+    ],
+)
+def test_scaled_dot_product_attention_with_scale_or_broadcast_heads_unmasked_is_named_on_its_line(
+    name, step, reference_line, verified, tmp_path
+):
+    """The recomputation uses the call's ``scale=`` and broadcasts its batch dimensions as torch does."""
+    report, line = planted(name, tmp_path)
+    assert (report.first_divergence, report.candidate_location) == (step, line), f"\n{report}"
+    assert report.reference_location.endswith(reference_line)
+    assert report.axes == ("batch", "head", "query", "key")
+    assert report.causes == [NO_CAUSAL_MASK_SDPA], f"\n{report}"
+    assert [v.rsplit(":", 1)[1] for v in report.verified] == verified
+
+
+def test_the_torch_capture_records_a_calls_numeric_keyword_arguments(tmp_path):
+    """``scale=`` (and ``is_causal=``) of a fused attention call, which the checker recomputes it with."""
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    port = load("torch_sdpa_scale", (PORTS_DIR / "torch_sdpa_scale.py").read_text(), tmp_path).mha
+    trace = capture(port, (inputs(),), params)
+    (call,) = [r for r in trace.records if r.op == "scaled_dot_product_attention"]
+    assert call.keywords == {"is_causal": True, "scale": 1.0}
 
 
 def test_a_dropout_left_on_is_named_on_its_line_against_the_values_it_drops(tmp_path):

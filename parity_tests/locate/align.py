@@ -465,17 +465,23 @@ def _hides(value: np.ndarray) -> bool:
 
 
 def _unmasked_scores(trace: Trace, index: int) -> np.ndarray | None:
-    """The scores ``q @ k^T / sqrt(E)`` of a fused attention call (torch's ``scaled_dot_product_attention``,
+    """The scores ``q @ k^T * scale`` of a fused attention call (torch's ``scaled_dot_product_attention``,
     captured as one operation) given its query, key and value alone, when its output equals attention
-    over them hiding nothing (no ``is_causal``, no mask); None for any other value."""
+    over them hiding nothing (no ``is_causal``, no mask); None for any other value. ``scale`` is the
+    call's ``scale=`` (by default ``1/sqrt(E)``); the batch dimensions of query, key and value broadcast
+    (a key and value head shared by every query head), and the scores have the broadcast shape."""
     record = trace.records[index]
     if record.op != "scaled_dot_product_attention" or len(record.inputs) != 3:
         return None
     q, k, v = (trace.records[s].value.astype(np.float64) for s in record.inputs)
-    fits = q.ndim >= 2 and k.shape[:-2] + k.shape[-1:] == q.shape[:-2] + q.shape[-1:]
-    if not fits or v.shape[:-1] != k.shape[:-1]:  # (..., L, E), (..., S, E), (..., S, Ev)
+    if min(q.ndim, k.ndim, v.ndim) < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        return None  # not (..., L, E), (..., S, E), (..., S, Ev)
+    try:
+        np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
         return None
-    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    scale = record.keywords.get("scale")
+    scores = q @ np.swapaxes(k, -1, -2) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     output = weights / weights.sum(-1, keepdims=True) @ v
     if output.shape != record.shape or not close(output, record.value, *tolerance_of(record, record)):

@@ -172,6 +172,7 @@ def capture_torch(
                 outputs = inputs[:1]
             in_place = (name.endswith("_") and not name.endswith("__")) or name == "__setitem__"
             input_ids = {id(t) for t in inputs}
+            keywords = {k: v for k, v in kwargs.items() if isinstance(v, (bool, int, float))}  # scale=
             sources = tuple(index_of(t) for t in inputs)
             if keep is not None and outputs and outputs[0] is not inputs[0]:  # it dropped (train mode)
                 trace.keep_masks.append(keep)  # a record too: the candidate's injected mask matches it
@@ -189,6 +190,7 @@ def capture_torch(
                     sources,
                     module_stack[-1] if module_stack else None,
                     stack=_user_stack(),
+                    keywords=keywords,
                 )
                 alive.append(tensor)
                 hook(produced[id(tensor)], tensor)

@@ -74,7 +74,9 @@ class Record:
     project's step name when the code recorded the value under one; ``stack`` the user's frames
     as ``("path:line", function)``, innermost first (``location`` is the innermost); ``written``
     the record of the part written into the array, for a value a write into part of an array made
-    (``ctx[:, :, h * hd:(h + 1) * hd] = ...``).
+    (``ctx[:, :, h * hd:(h + 1) * hd] = ...``); ``keywords`` the call's keyword arguments that are
+    numbers or booleans (torch: ``scale=`` of ``F.scaled_dot_product_attention``, ``dim=``), empty
+    where the capture records none.
     """
 
     index: int
@@ -88,6 +90,7 @@ class Record:
     step: str | None = None
     stack: tuple[tuple[str, str], ...] = ()
     written: int | None = None
+    keywords: dict[str, bool | int | float] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -131,13 +134,17 @@ class Trace:
         module: str | None = None,
         leaf: str | None = None,
         stack: tuple[tuple[str, str], ...] = (),
+        keywords: dict[str, bool | int | float] | None = None,
     ) -> int:
         array = np.array(value)  # a copy: later in-place updates must not change it
         if array.dtype.name in ("bfloat16", "float16"):  # compared in float64; stored as float32
             array = array.astype(np.float32)
         index = len(self.records)
         location = stack[0][0] if stack else location
-        self.records.append(Record(index, op, array, dtype, location, inputs, module, leaf, None, stack))
+        record = Record(
+            index, op, array, dtype, location, inputs, module, leaf, None, stack, None, keywords or {}
+        )
+        self.records.append(record)
         return index
 
     def name_steps(self, steps: dict[str, Any]) -> None:

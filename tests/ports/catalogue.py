@@ -26,7 +26,8 @@ class Bug:
 
 
 def reference(kind: str):
-    """``torch_ref``: the book's MultiHeadAttention; ``user_torch``: a user's own fused module."""
+    """``torch_ref``: the book's MultiHeadAttention; ``user_torch``: a user's own fused module;
+    ``user_mqa``: a user's own multi-query module (one key and value head)."""
     import torch
 
     torch.manual_seed(0)
@@ -34,6 +35,10 @@ def reference(kind: str):
         from torch_ref import MultiHeadAttention
 
         return MultiHeadAttention(D_MODEL, D_MODEL, 16, 0.0, num_heads=NUM_HEADS, qkv_bias=True)
+    if kind == "user_mqa":
+        return load("torch_user_mqa", (HERE / "torch_user_mqa.py").read_text()).MultiQueryAttention(
+            D_MODEL, NUM_HEADS
+        )
     return load("torch_user_block", (HERE / "torch_user_block.py").read_text()).Attention(D_MODEL, NUM_HEADS)
 
 
@@ -58,6 +63,8 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
     "jax_scan_heads": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
+    "torch_sdpa_scale": ("torch_ref", lambda module, params: module.mha),
+    "torch_sdpa_mqa": ("user_mqa", lambda module, params: module.mqa),
     "nnx_jit_mha": ("torch_ref", lambda module, params: _nnx_jit(module, params)),
     "nnx_dropout_mha": ("torch_ref", lambda module, params: module.build(params, NUM_HEADS)),
 }
@@ -374,6 +381,18 @@ BUGS = [
         "torch_sdpa",
         "y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
         "y = F.scaled_dot_product_attention(q, k, v)",
+    ),
+    B(
+        "sdpa_scale_not_causal",
+        "torch_sdpa_scale",
+        "y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)",
+        "y = F.scaled_dot_product_attention(q, k, v, scale=1.0)",
+    ),
+    B(
+        "sdpa_mqa_mask_missing",
+        "torch_sdpa_mqa",
+        "y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=allowed)",
+        "y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v)",
     ),
     # NumPy port of a user's own fused torch module
     B(
