@@ -13,6 +13,7 @@ from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     check_attention_shapes,
     check_dropout,
+    check_flag,
     check_mask_operands,
     check_scores_mask,
 )
@@ -63,6 +64,7 @@ def scaled_dot_product_attention(
     check_key(key)
     if dropout is not None:
         check_dropout("dropout", dropout)
+    check_flag("return_steps", return_steps)
     return unchecked_scaled_dot_product_attention(
         queries, keys, values, mask, dropout=dropout, key=key, attn_keep_mask=attn_keep_mask,
         return_steps=return_steps,

@@ -43,6 +43,7 @@ def causal_attention(
         "CausalAttention", params, x, context_length=context_length,
         dropouts={"dropout": dropout}, attn_keep_mask=attn_keep_mask,
         implementation=implementation, block_size=block_size,
+        return_steps=return_steps,
     )  # fmt: skip
     return _causal_head(
         params, jnp.asarray(x), AttnDropout(dropout, key, attn_keep_mask),
@@ -100,6 +101,7 @@ def multi_head_attention_wrapper(
         "MultiHeadAttentionWrapper", params, x, num_heads=num_heads,
         context_length=context_length, dropouts={"dropout": dropout},
         attn_keep_mask=attn_keep_mask, implementation=implementation, block_size=block_size,
+        return_steps=return_steps,
     )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
     check_key(key)  # before jax.random.fold_in reads it

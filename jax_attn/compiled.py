@@ -13,7 +13,9 @@ weights, float64 to float32 and int64 to int32 without 64-bit mode; a 64-bit mas
 op instead, so that the layer's ``check_layer`` raises numpy_attn's error, naming the same
 weight and the dtypes the caller passed; so does a call whose ``key`` is no ``jax.random`` key
 (``key=0``: the error says "got 0 (int)", as the building blocks' and numpy_attn's do; under the
-caller's own ``jax.jit`` the int is an int32 array already and the error names its dtype and shape).
+caller's own ``jax.jit`` the int is an int32 array already and the error names its dtype and shape),
+and one whose static argument cannot be hashed (``num_heads=[2]``, ``return_steps=[True]``: jit
+would refuse it with its own ValueError), so that the layer's check names it.
 
 Like any ``jax.jit`` function, an eager call compiles once per distinct input shape and keeps
 the program; a process that sees thousands of shapes can free them with ``jax.clear_caches()``
@@ -90,6 +92,15 @@ def _is_bad_key(key: Any) -> bool:
     return False
 
 
+def _unhashable(values: tuple[Any, ...]) -> bool:
+    """True if jit could not hash ``values``, the static arguments of a call."""
+    try:
+        hash(values)
+    except TypeError:
+        return True
+    return False
+
+
 def compiled(fn: F) -> F:
     static = [name for name in STATIC_ARGNAMES if name in fn.__code__.co_varnames]
     jitted = jax.jit(fn, static_argnames=static)
@@ -104,10 +115,16 @@ def compiled(fn: F) -> F:
             check_array(f"params[{name!r}]", value)
             check_numpy_dtype(f"params[{name!r}]", value)
         mismatched = any(np.dtype(value.dtype) != np.dtype(x.dtype) for value in params.values())
-        if mismatched or _jit_would_cast((*args, *kwargs.values())) or _is_bad_key(kwargs.get("key")):
-            # jit would cast what the checks must see: op by op, the layer's own checks raise
-            # numpy_attn's error (for a dtype mismatch, naming the same weight; for a bad key,
-            # the value given), in the layer's order
+        statics = tuple(value for name, value in kwargs.items() if name in static)
+        if (
+            mismatched
+            or _jit_would_cast((*args, *kwargs.values()))
+            or _is_bad_key(kwargs.get("key"))
+            or _unhashable(statics)
+        ):
+            # jit would cast (or refuse) what the checks must see: op by op, the layer's own
+            # checks raise numpy_attn's error (for a dtype mismatch, naming the same weight; for
+            # a bad key or an unhashable static argument, the value given), in the layer's order
             return fn(params, x, *args, **kwargs)
         check_x64("x", x)  # x and the weights share its dtype
         check_finite(params)

@@ -38,7 +38,14 @@ def fused_single_head_attention(
 
     x is ``(B, T, D)`` with D = hidden_size; returns ``(B, T, D)``.
     """
-    check_layer("FusedSingleHeadAttention", params, x, implementation=implementation, block_size=block_size)
+    check_layer(
+        "FusedSingleHeadAttention",
+        params,
+        x,
+        implementation=implementation,
+        block_size=block_size,
+        return_steps=return_steps,
+    )
     x = jnp.asarray(x)  # arrays from any framework compute here
     queries, keys, values = unchecked_split_projection(
         x, params["Wqkv.weight"], params.get("Wqkv.bias"), fused=_fused(implementation, x.shape[-2])
@@ -78,6 +85,7 @@ def fused_multi_head_attention(
     check_layer(
         "FusedMultiHeadAttention", params, x, num_heads=num_heads,
         implementation=implementation, block_size=block_size,
+        return_steps=return_steps,
     )  # fmt: skip
     x = jnp.asarray(x)  # arrays from any framework compute here
     qkv = params["Wqkv.weight"], params.get("Wqkv.bias")  # (3D, D), (3D,) or None
@@ -133,6 +141,7 @@ def fused_causal_attention(
         padding_mask=padding_mask,
         implementation=implementation,
         block_size=block_size,
+        return_steps=return_steps,
     )
     x = jnp.asarray(x)  # arrays from any framework compute here
     check_key(key)  # before jax.random.split reads it

@@ -174,6 +174,7 @@ def transformer_block(
         floating=JAX_FLOATS,
     )  # fmt: skip
     check_key(key)  # before jax.random.split reads it
+    check_flag("return_steps", return_steps)
     return unchecked_transformer_block(
         params, jnp.asarray(x), num_heads=num_heads, context_length=context_length,
         dropout_rate=dropout_rate, key=key, return_steps=return_steps,
@@ -226,6 +227,7 @@ def gpt_model(
     check_jax_gpt_params(params, config, check_values=concrete)
     check_token_ids(token_ids, config, check_values=concrete)
     check_key(key)  # before jit makes an array of an int and jax.random.split reads it
+    check_flag("return_steps", return_steps)  # before jit hashes it as a static argument
     if concrete:
         return _compiled_gpt_model(params, token_ids, static_config(config), key, return_steps)
     return _gpt_model(params, token_ids, config, key, return_steps)

@@ -30,7 +30,14 @@ def self_attention_v1(
     """``SelfAttentionV1``: raw ``(d_in, d_out)`` matrices ``W_query``/``W_key``/``W_value``, used
     as ``x @ W``. x is ``(T, D)``; returns ``(T, E)``. ``implementation``: ``"reference"`` (the
     notes' math), ``"blockwise"`` (O(T) memory) or ``"auto"``."""
-    check_layer("SelfAttentionV1", params, x, implementation=implementation, block_size=block_size)
+    check_layer(
+        "SelfAttentionV1",
+        params,
+        x,
+        implementation=implementation,
+        block_size=block_size,
+        return_steps=return_steps,
+    )
     x = jnp.asarray(x)  # arrays from any framework compute here
     queries = x @ params["W_query"]  # (T, E)
     keys = x @ params["W_key"]  # (T, E)
@@ -61,7 +68,14 @@ def self_attention_v2(
 ) -> jax.Array | tuple[jax.Array, Steps]:
     """``SelfAttentionV2``: ``nn.Linear`` projections (bias if ``W_query.bias`` is present).
     x is ``(T, D)``; returns ``(T, E)``."""
-    check_layer("SelfAttentionV2", params, x, implementation=implementation, block_size=block_size)
+    check_layer(
+        "SelfAttentionV2",
+        params,
+        x,
+        implementation=implementation,
+        block_size=block_size,
+        return_steps=return_steps,
+    )
     x = jnp.asarray(x)  # arrays from any framework compute here
     fused = fuses_projections(implementation, x.shape[-2])
     queries, keys, values = unchecked_qkv_projections(x, params, fused=fused)  # 3 x (T, E)

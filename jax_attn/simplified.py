@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jax_attn.checks import check_x64
 from jax_attn.softmax import softmax
 from numpy_attn.steps import Steps
-from numpy_attn.validation import JAX_FLOATS, check_input
+from numpy_attn.validation import JAX_FLOATS, check_flag, check_input
 
 __all__ = ["simplified_self_attention"]
 
@@ -23,6 +23,7 @@ def simplified_self_attention(
     """
     check_input(x, layout="(T, D)", floating=JAX_FLOATS)
     check_x64("x", x)
+    check_flag("return_steps", return_steps)
     x = jnp.asarray(x)  # arrays from any framework compute here
     attn_scores = x @ x.T  # (T, T)
     attn_weights = softmax(attn_scores, axis=-1)  # (T, T)

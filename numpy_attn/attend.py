@@ -23,6 +23,7 @@ from numpy_attn.validation import (
     check_attend_options,
     check_attention_shapes,
     check_divisible,
+    check_flag,
     check_input,
     check_linear_shapes,
     check_operands,
@@ -47,7 +48,8 @@ def attend(
     """``unchecked_attend`` after ``scaled_dot_product_attention``'s checks of the queries, keys, values,
     masks and dropout rate, and ``check_attend_options``' (``causal`` a bool, and T = S with it, the padding
     mask bool ``(B, S)`` on every path, a known implementation) (TypeError for a non-array, another
-    framework's tensor, a non-floating dtype, different dtypes; ValueError for shapes that do not fit)."""
+    framework's tensor, a non-floating dtype, different dtypes; ValueError for shapes that do not fit);
+    ``return_steps`` a bool (``check_flag``)."""
     check_operands(NUMPY_FLOATS, queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
     check_leading_axes(queries, keys, values)  # on every path: blockwise cannot broadcast them
@@ -56,6 +58,7 @@ def attend(
         masking, dropout, path,
         batch=padding_batch(queries.shape), num_queries=queries.shape[-2], num_keys=keys.shape[-2],
     )  # fmt: skip
+    check_flag("return_steps", return_steps)
     return unchecked_attend(queries, keys, values, masking, dropout, path, return_steps)
 
 
@@ -120,7 +123,7 @@ def attend_heads(
     """``unchecked_attend_heads`` after ``linear``'s checks of x and ``qkv`` (named ``qkv[0]``,
     ``qkv[1]``), that the weight stacks 3 projections whose width ``num_heads`` divides, and
     ``check_attend_options``' (``causal`` a bool, the padding mask bool ``(B, T)``, the keep-mask
-    an array NumPy can read, the dropout rate in [0, 1), a known implementation)."""
+    an array NumPy can read, the dropout rate in [0, 1), a known implementation); ``return_steps`` a bool."""
     check_qkv_pair(qkv)
     check_operands(NUMPY_FLOATS, x=x, **{"qkv[0]": qkv[0], "qkv[1]": qkv[1]}, optional=("qkv[1]",))
     check_input(x, layout="(B, T, D)")
@@ -131,6 +134,7 @@ def attend_heads(
     check_attend_options(
         masking, dropout, path, batch=x.shape[0], num_queries=x.shape[-2], num_keys=x.shape[-2]
     )
+    check_flag("return_steps", return_steps)
     return unchecked_attend_heads(x, qkv, num_heads, masking, dropout, path, return_steps)
 
 

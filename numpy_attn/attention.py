@@ -11,6 +11,7 @@ from numpy_attn.validation import (
     NUMPY_FLOATS,
     check_attention_shapes,
     check_dropout,
+    check_flag,
     check_mask_operands,
     check_operands,
     check_rng,
@@ -62,6 +63,7 @@ def scaled_dot_product_attention(
     check_rng(rng)
     if dropout is not None:
         check_dropout("dropout", dropout)
+    check_flag("return_steps", return_steps)
     return unchecked_scaled_dot_product_attention(
         queries, keys, values, mask, dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask,
         return_steps=return_steps,

@@ -40,6 +40,7 @@ def causal_attention(
         "CausalAttention", params, x, context_length=context_length,
         dropouts={"dropout": dropout}, attn_keep_mask=attn_keep_mask,
         implementation=implementation, block_size=block_size,
+        return_steps=return_steps,
     )  # fmt: skip
     return _causal_head(
         params, np.asarray(x), AttnDropout(dropout, rng, attn_keep_mask),
@@ -95,6 +96,7 @@ def multi_head_attention_wrapper(
         "MultiHeadAttentionWrapper", params, x, num_heads=num_heads,
         context_length=context_length, dropouts={"dropout": dropout},
         attn_keep_mask=attn_keep_mask, implementation=implementation, block_size=block_size,
+        return_steps=return_steps,
     )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
     head_outputs, steps, path = [], Steps(), ComputePath(implementation, block_size)

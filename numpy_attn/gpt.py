@@ -28,7 +28,7 @@ from numpy_attn.gpt_spec import (
 from numpy_attn.linear import unchecked_linear
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.steps import Steps
-from numpy_attn.validation import check_floating, check_rng
+from numpy_attn.validation import check_flag, check_floating, check_rng
 
 __all__ = [
     "BLOCK_STEPS",
@@ -186,6 +186,7 @@ def transformer_block(
     ``num_heads`` dividing D; ``dropout_rate`` in [0, 1)) and of ``rng``."""
     check_block(params, x, num_heads=num_heads, context_length=context_length, dropout_rate=dropout_rate)
     check_rng(rng)
+    check_flag("return_steps", return_steps)
     return unchecked_transformer_block(
         params, np.asarray(x), num_heads=num_heads, context_length=context_length,
         dropout_rate=dropout_rate, rng=rng, return_steps=return_steps,
@@ -235,6 +236,7 @@ def gpt_model(
     check_gpt_params(params, config)
     check_token_ids(token_ids, config)
     check_rng(rng)
+    check_flag("return_steps", return_steps)
     num_tokens = token_ids.shape[1]
     rate = config["drop_rate"]
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, T, D)

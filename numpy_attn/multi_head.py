@@ -41,6 +41,7 @@ def multi_head_attention(
         "MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length,
         dropouts={"dropout": dropout}, attn_keep_mask=attn_keep_mask,
         implementation=implementation, block_size=block_size,
+        return_steps=return_steps,
     )  # fmt: skip
     x = np.asarray(x)  # arrays from any framework compute here
     context_vec, attention_steps = unchecked_attend_heads(

@@ -6,7 +6,7 @@ import numpy as np
 
 from numpy_attn.softmax import softmax
 from numpy_attn.steps import Steps
-from numpy_attn.validation import check_input
+from numpy_attn.validation import check_flag, check_input
 
 __all__ = ["simplified_self_attention"]
 
@@ -19,6 +19,7 @@ def simplified_self_attention(
     Steps: ``attn_scores`` (T, T), ``attn_weights`` (T, T), ``context_vec`` (T, D), ``output``.
     """
     check_input(x, layout="(T, D)")
+    check_flag("return_steps", return_steps)
     x = np.asarray(x)  # arrays from any framework compute here
     attn_scores = x @ x.T  # (T, T)
     attn_weights = softmax(attn_scores, axis=-1)  # (T, T)

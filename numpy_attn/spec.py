@@ -32,6 +32,7 @@ from numpy_attn.validation import (
     check_divisible,
     check_dropout,
     check_finite,
+    check_flag,
     check_input,
     check_keep_mask,
     check_mapping,
@@ -370,6 +371,7 @@ def check_layer(
     floating: tuple[str, ...] = NUMPY_FLOATS,
     implementation: str = "reference",
     block_size: int = DEFAULT_BLOCK_SIZE,
+    return_steps: bool = False,
 ) -> dict[str, Any]:
     """Validate one layer call up front; return the constructor arguments known so far (those the
     weights imply, ``num_heads``, the defaults).
@@ -381,11 +383,12 @@ def check_layer(
     named, from ``SPECS``) and dtype, ``T <= context_length``, the shapes and dtypes of the
     masks given (``attn_keep_mask`` must match the attention weights, ``(B, N, T, S)``, no N for
     single-head classes; ``out_keep_mask`` the output ``(B, T, D)``; ``padding_mask`` ``(B, S)``,
-    True = padding); then, with ``check_values``, that every weight is finite.
+    True = padding); then, with ``check_values``, that every weight is finite; last, that
+    ``return_steps`` is a bool (``check_flag``: the string ``"no"`` would have meant yes).
 
-    All but the last look at shapes, dtypes and the other arguments only. When every array is a
-    NumPy array, their verdict is remembered (``_check_described``), keyed by those shapes,
-    dtypes and arguments: a call like an earlier one that passed costs the finite check alone.
+    All but the last two look at shapes, dtypes and the other arguments only. When every array
+    is a NumPy array, their verdict is remembered (``_check_described``), keyed by those shapes,
+    dtypes and arguments: a call like an earlier one that passed costs the last two alone.
     A failing call is never remembered: it raises the same error every time.
     """
     masks = (attn_keep_mask, out_keep_mask, padding_mask)
@@ -401,6 +404,7 @@ def check_layer(
         arguments = _check_described(layer, *described, context_name, floating, tuple(dropouts), *scalars)
     if check_values:
         check_finite(params)
+    check_flag("return_steps", return_steps)
     return dict(arguments)  # a copy: the remembered one stays as it is
 
 
