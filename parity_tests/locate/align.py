@@ -31,6 +31,7 @@ __all__ = [
     "ancestors",
     "blame_location",
     "close",
+    "hides",
     "layout_classes",
     "line_records",
     "match_values",
@@ -422,10 +423,10 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     if result.rerouted_from is None and result.unmasked_scores is None:
         _reroute_part(result, bad_r, classes)
     result.shown = result.blamed
+    unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
     if result.rerouted_from is None:  # show the blamed line's result, not its first operation
         line = candidate.records[result.blamed].location
         result.shown = max(i for i in [result.blamed, *bad_c] if candidate.records[i].location == line)
-        unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
         result.counterpart = _counterpart(result, result.shown, unmatched, classes)
         shown = candidate.records[result.shown].value
         expected = reference.records[result.counterpart].value
@@ -439,7 +440,6 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     unfinished = _unfinished(candidate, result.blamed)
     if unfinished is not None:  # a buffer its loop left part unwritten: show what the writes made
         result.shown, result.unwritten = unfinished, result.blamed
-        unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
         shape = candidate.records[unfinished].shape
         written = [  # the reference values the writes hold slices of, whole
             r
@@ -451,7 +451,7 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     if result.counterpart in path_r and result.counterpart < result.diverging:
         result.diverging = result.counterpart
     if result.unmasked_scores is not None:  # the mask the call never applied: the first value hiding entries
-        masked = [i for i in sorted(path_r) if i >= result.diverging and _hides(reference.records[i].value)]
+        masked = [i for i in sorted(path_r) if i >= result.diverging and hides(reference.records[i].value)]
         if masked:
             result.diverging = result.counterpart = masked[0]
     line = blame_location(result)
@@ -460,7 +460,8 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     return result
 
 
-def _hides(value: np.ndarray) -> bool:
+def hides(value: np.ndarray) -> bool:
+    """Whether ``value`` hides entries: a float value with any at or below -1e4 (-inf included)."""
     return value.dtype.kind == "f" and bool((value <= _VERY_NEGATIVE).any())
 
 

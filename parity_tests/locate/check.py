@@ -15,6 +15,7 @@ from parity_tests.locate.align import (
     align,
     ancestors,
     blame_location,
+    hides,
     layout_classes,
     line_records,
     match_values,
@@ -284,34 +285,38 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         report.worst_index = tuple(int(i) for i in worst)
         report.expected, report.actual = float(e[worst]), float(a[worst])
         report.expected_value, report.actual_value = e, a
-        reference_scale = None
-        if alignment.factors and counterpart.index not in alignment.scaled:
-            reference_scale = alignment.factors[0]
         if alignment.unwritten is not None:
             buffer = actual.records[alignment.unwritten]
             report.causes.append(_never_written(a == buffer.value.flat[0], report.axes, buffer.location))
         masks = _masks(actual)
         fix = "pass is_causal=True or a mask" if unmasked is None else "pass is_causal=True or attn_mask"
         report.causes += read_causes(
-            counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks, reference_scale, fix
-        )
+            counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks,
+            _scale_after(alignment, counterpart.index), fix,
+        )  # fmt: skip
         skipped = _skipped_step(alignment)
         if skipped is not None:  # the line's value where the reference computes the diverging one
-            later = (
-                alignment.factors[0]
-                if alignment.factors and diverging.index not in alignment.scaled
-                else None
-            )
+            later = _scale_after(alignment, diverging.index)
             axes = axis_names(diverging.shape, sizes)
-            found = read_causes(diverging.value, skipped, axes, sizes, rtol, atol, masks, later)
-            report.causes += [c for c in found if c not in report.causes]
+            _add_new(report, read_causes(diverging.value, skipped, axes, sizes, rtol, atol, masks, later))
         if len(span) > 1:  # what the span's last line computes, the reference's one operation's value
             last = [r for r in actual.records[alignment.blamed :] if r.location == span[-1]][-1]
             joined = in_layout(last.value, counterpart.shape, alignment.rules)
             if joined is not None and joined.dtype.kind == "f":
                 found = read_causes(counterpart.value, joined, report.axes, sizes, rtol, atol, masks)
-                report.causes += [c for c in found if c not in report.causes]
+                _add_new(report, found)
     return report
+
+
+def _scale_after(alignment: Alignment, index: int) -> float | None:
+    """The scale the reference applies after its value ``index`` (``read_causes``'
+    ``reference_scale``): its first factor where that value is computed before it; else None."""
+    return alignment.factors[0] if alignment.factors and index not in alignment.scaled else None
+
+
+def _add_new(report: LocateReport, causes: list[str]) -> None:
+    """Add to ``report`` the ``causes`` it does not list yet."""
+    report.causes += [c for c in causes if c not in report.causes]
 
 
 def _skipped_step(alignment: Alignment) -> np.ndarray | None:
@@ -356,7 +361,7 @@ def _masks(trace: Trace) -> bool:
     which changes the others)."""
     for index in ancestors(trace, trace.output):
         value = trace.records[index].value
-        if value.dtype == bool or (value.dtype.kind == "f" and (value <= -1e4).any()):
+        if value.dtype == bool or hides(value):
             return True
         if value.dtype.kind == "f" and any(
             _zeroes_entries(value, trace.records[s].value) for s in trace.records[index].inputs
