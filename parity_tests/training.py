@@ -21,7 +21,7 @@ final weights from 0.45 to 1.7 times it. In float64 the same 20 steps agree with
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,7 +146,7 @@ def train_jax(
     hp: Hyperparameters,
 ) -> TrainingRun:
     """jax_attn's GPTModel, in ``params``' dtype, trained with optax's ``adamw`` on ``batches``
-    (one jitted step); float64 in JAX's 64-bit mode, switched on for the run."""
+    (one jitted step); float64 ``params`` train in JAX's 64-bit mode, switched on for the run."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -154,30 +154,27 @@ def train_jax(
 
     import jax_attn
 
-    model = jax_attn.GPTModel.from_params(params, config)
-    b1, b2 = hp.betas
-    tx = optax.adamw(hp.learning_rate, b1=b1, b2=b2, eps=hp.eps, eps_root=0.0, weight_decay=hp.weight_decay)
-    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    float64 = next(iter(params.values())).dtype == np.float64
+    with jax.enable_x64(True) if float64 else nullcontext():  # float64 computes as such only there
+        model = jax_attn.GPTModel.from_params(params, config)
+        b1, b2 = hp.betas
+        tx = optax.adamw(
+            hp.learning_rate, b1=b1, b2=b2, eps=hp.eps, eps_root=0.0, weight_decay=hp.weight_decay
+        )
+        optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
 
-    def loss_fn(model: jax_attn.GPTModel, inputs: jax.Array, targets: jax.Array) -> jax.Array:
-        logits = model(inputs)  # (B, T, V)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+        def loss_fn(model: jax_attn.GPTModel, inputs: jax.Array, targets: jax.Array) -> jax.Array:
+            logits = model(inputs)  # (B, T, V)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
-    @nnx.jit
-    def step(model: jax_attn.GPTModel, optimizer: nnx.Optimizer, inputs: jax.Array, targets: jax.Array):
-        loss, grads = nnx.value_and_grad(loss_fn)(model, inputs, targets)
-        optimizer.update(model, grads)
-        return loss
+        @nnx.jit
+        def step(model: jax_attn.GPTModel, optimizer: nnx.Optimizer, inputs: jax.Array, targets: jax.Array):
+            loss, grads = nnx.value_and_grad(loss_fn)(model, inputs, targets)
+            optimizer.update(model, grads)
+            return loss
 
-    losses = [float(step(model, optimizer, jnp.asarray(i), jnp.asarray(t))) for i, t in batches]
-    return TrainingRun(losses, model.to_params())
-
-
-def _in_dtype_mode(dtype: str) -> AbstractContextManager:
-    """JAX's 64-bit mode for a float64 run; nothing changed for float32."""
-    import jax
-
-    return jax.enable_x64(True) if dtype == "float64" else nullcontext()
+        losses = [float(step(model, optimizer, jnp.asarray(i), jnp.asarray(t))) for i, t in batches]
+        return TrainingRun(losses, model.to_params())
 
 
 @dataclass
@@ -223,9 +220,7 @@ def train_parity(
     initial = torch_ref.to_params(torch_ref.GPTModel(config))  # float32, as torch draws them
     params = {name: value.astype(dtype) for name, value in initial.items()}
     batches = make_batches(vocabulary.encode(text), config["context_length"], hp)
-    expected = train_torch(params, config, batches, hp)
-    with _in_dtype_mode(dtype):
-        actual = train_jax(params, config, batches, hp)
+    expected, actual = train_torch(params, config, batches, hp), train_jax(params, config, batches, hp)
     losses = compare_steps(_by_step(expected.losses, dtype), _by_step(actual.losses, dtype))
     return TrainParity(expected, actual, losses, compare_steps(expected.params, actual.params))
 
