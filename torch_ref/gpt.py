@@ -11,7 +11,6 @@ loads as it is. ``config`` is the book's dict: ``vocab_size``, ``context_length`
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -49,10 +48,12 @@ class LayerNorm(nn.Module):
 
 
 class GELU(nn.Module):
-    """GELU, tanh approximation (GPT-2's ``gelu_new``)."""
+    """GELU, tanh approximation (GPT-2's ``gelu_new``), written as the book writes it: the constant
+    sqrt(2 / pi) is computed by torch in float32 (Python's float64 value rounds to another float32)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return 0.5 * x * (1 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))
+        scale = torch.sqrt(torch.tensor(2.0 / torch.pi))
+        return 0.5 * x * (1 + torch.tanh(scale * (x + 0.044715 * torch.pow(x, 3))))
 
 
 class FeedForward(nn.Module):
