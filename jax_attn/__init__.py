@@ -1,21 +1,16 @@
 """jax_attn: the math of numpy_attn in JAX, and Flax NNX modules built on it.
 
-The functions have exactly the names, arguments, validation, error messages and step traces of
-numpy_attn (see its docstring for the axis letters B, T, S, N, H, D, E and the weights format);
-randomness comes from a ``jax.random`` key (``key=``) instead of a NumPy generator. They work
-under ``jax.jit`` (mark ``num_heads``, ``context_length``/``context_size``, the dropout
-probabilities, ``implementation``, ``block_size`` and ``return_steps`` static), ``jax.grad``
-and ``jax.vmap``. ``implementation="blockwise"`` is the O(T)-memory path (online softmax over
-key blocks, hidden causal blocks skipped with ``lax.switch``; the multi-head layers project
-each head inside the loop over heads); ``"auto"`` uses it for long sequences. Masks are
-boolean with True = hidden (the notes' meaning, the opposite of ``jax.nn.dot_product_attention``).
-
-Eager calls of the layer functions run the program ``jax.jit`` compiles for them
-(``jax_attn.compiled``): eager and jitted results are bit-identical.
+The functions have the names, arguments, checks, error messages and step traces of numpy_attn
+(see its docstring for the axis letters and the weights format); randomness comes from a
+``jax.random`` key (``key=``) instead of a NumPy generator. They work under ``jax.jit`` (the layers'
+sizes, rates, ``implementation``, ``block_size`` and ``return_steps`` are static), ``jax.grad`` and
+``jax.vmap``. An eager layer call runs the program ``jax.jit`` compiles for it: eager and jitted
+results are bit-identical. Masks are boolean with True = hidden (the notes' meaning, the opposite of
+``jax.nn.dot_product_attention``).
 
 Precision: on GPUs and TPUs JAX's default float32 matmuls may use TF32/bfloat16 passes, which
-differ from float32 at about 1e-3. Parity checks run under
-``jax.default_matmul_precision("float32")``; do the same when comparing with torch.
+differ from float32 at about 1e-3; compare with torch under
+``jax.default_matmul_precision("float32")``.
 """
 
 try:  # the framework comes with an extra: name it rather than fail deep inside an import
@@ -23,58 +18,83 @@ try:  # the framework comes with an extra: name it rather than fail deep inside 
     import jax  # noqa: F401
 except ModuleNotFoundError as error:
     raise ModuleNotFoundError(
-        f"jax_attn needs {error.name}, which is not installed: pip install 'attn-parity[jax]'",
-        name=error.name,
+        f"jax_attn needs {error.name}, which is not installed: pip install '.[jax]'", name=error.name
     ) from error
 
-from jax_attn.attend import attend, attend_heads
-from jax_attn.attention import scaled_dot_product_attention
-from jax_attn.blockwise import blockwise_attention, blockwise_self_attention
-from jax_attn.causal import causal_attention, multi_head_attention_wrapper
-from jax_attn.dropout import dropout
-from jax_attn.fused import fused_causal_attention, fused_multi_head_attention, fused_single_head_attention
-from jax_attn.gpt import GPTModel, feed_forward, gelu, gpt_model, layer_norm, transformer_block
-from jax_attn.gpt_generate import generate, gpt_model_decode, init_gpt_cache
-from jax_attn.heads import merge_heads, split_heads
-from jax_attn.kv_cache import (
-    KVCache,
-    fused_causal_attention_decode,
-    init_kv_cache,
-    multi_head_attention_decode,
+import jax.numpy as jnp
+
+from jax_attn import causal as _causal
+from jax_attn import fused as _fused
+from jax_attn import kv_cache as _kv_cache
+from jax_attn import multi_head as _multi_head
+from jax_attn import ops
+from jax_attn import self_attention as _self_attention
+from jax_attn import simplified as _simplified
+from jax_attn.fast import blockwise as _blockwise
+from jax_attn.fast import projections as _projections
+from jax_attn.framework import JaxFramework
+from jax_attn.kv_cache import KVCache
+from numpy_attn import cache_checks, calls, door
+from numpy_attn.fast import attend as _attend
+from numpy_attn.fast.options import AttnDropout, ComputePath, Masking, fuses_projections
+from numpy_attn.spec import SPECS
+
+FRAMEWORK = JaxFramework(ops=ops, blockwise=_blockwise, xp=jnp, kv_cache=KVCache)
+
+
+def _layer(fn):
+    return door.layer(SPECS[_LAYER_OF[fn.__name__]], FRAMEWORK, fn)
+
+
+_LAYER_OF = {spec.function: name for name, spec in SPECS.items()}
+
+# the notes' layers
+self_attention_v1 = _layer(_self_attention.self_attention_v1)
+self_attention_v2 = _layer(_self_attention.self_attention_v2)
+causal_attention = _layer(_causal.causal_attention)
+multi_head_attention_wrapper = _layer(_causal.multi_head_attention_wrapper)
+multi_head_attention = _layer(_multi_head.multi_head_attention)
+fused_single_head_attention = _layer(_fused.fused_single_head_attention)
+fused_multi_head_attention = _layer(_fused.fused_multi_head_attention)
+fused_causal_attention = _layer(_fused.fused_causal_attention)
+simplified_self_attention = door.block(_simplified.simplified_self_attention, calls.simplified_self_attention,
+                                       FRAMEWORK, steps=True)  # fmt: skip
+
+# the building blocks
+softmax = door.block(ops.softmax, calls.softmax, FRAMEWORK)
+softmax_naive = door.block(ops.softmax_naive, calls.softmax_naive, FRAMEWORK)
+causal_mask = door.block(ops.causal_mask, calls.causal_mask, FRAMEWORK)
+dropout = door.block(ops.dropout, calls.dropout, FRAMEWORK)
+linear = door.block(ops.linear, calls.linear, FRAMEWORK)
+split_heads = door.block(ops.split_heads, calls.split_heads, FRAMEWORK)
+merge_heads = door.block(ops.merge_heads, calls.merge_heads, FRAMEWORK)
+scaled_dot_product_attention = door.block(
+    ops.scaled_dot_product_attention, calls.scaled_dot_product_attention, FRAMEWORK, steps=True
 )
-from jax_attn.linear import linear, qkv_projections, qkv_weights, split_projection
-from jax_attn.masks import causal_mask
-from jax_attn.modules import (
-    CausalAttention,
-    FusedCausalAttention,
-    FusedMultiHeadAttention,
-    FusedSingleHeadAttention,
-    MultiHeadAttention,
-    MultiHeadAttentionWrapper,
-    SelfAttentionV1,
-    SelfAttentionV2,
+
+# the fast paths
+attend = door.block(_attend.attend, calls.attend, FRAMEWORK, framework_first=True)
+attend_heads = door.block(_attend.attend_heads, calls.attend_heads, FRAMEWORK, framework_first=True)
+blockwise_attention = door.block(_blockwise.blockwise_attention, calls.blockwise_attention, FRAMEWORK)
+blockwise_self_attention = door.block(_blockwise.blockwise_self_attention, calls.blockwise_self_attention, FRAMEWORK)
+qkv_projections = door.block(_projections.qkv_projections, calls.qkv_projections, FRAMEWORK)
+qkv_weights = door.block(_projections.qkv_weights, calls.qkv_weights, FRAMEWORK)
+split_projection = door.block(_projections.split_projection, calls.split_projection, FRAMEWORK)
+
+# decoding with a KV cache
+init_kv_cache = door.block(_kv_cache.init_kv_cache, cache_checks.init_kv_cache, FRAMEWORK)
+multi_head_attention_decode = door.block(
+    _kv_cache.multi_head_attention_decode, cache_checks.multi_head_attention_decode, FRAMEWORK
 )
-from jax_attn.multi_head import multi_head_attention
-from jax_attn.self_attention import self_attention_v1, self_attention_v2
-from jax_attn.simplified import simplified_self_attention
-from jax_attn.softmax import softmax, softmax_naive
-from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
-from numpy_attn.implementation import fuses_projections
+fused_causal_attention_decode = door.block(
+    _kv_cache.fused_causal_attention_decode, cache_checks.fused_causal_attention_decode, FRAMEWORK
+)
 
 __all__ = [
     "AttnDropout",
-    "CausalAttention",
     "ComputePath",
-    "FusedCausalAttention",
-    "FusedMultiHeadAttention",
-    "FusedSingleHeadAttention",
-    "GPTModel",
     "KVCache",
     "Masking",
-    "MultiHeadAttention",
-    "MultiHeadAttentionWrapper",
-    "SelfAttentionV1",
-    "SelfAttentionV2",
     "attend",
     "attend_heads",
     "blockwise_attention",
@@ -82,19 +102,12 @@ __all__ = [
     "causal_attention",
     "causal_mask",
     "dropout",
-    "feed_forward",
     "fused_causal_attention",
     "fused_causal_attention_decode",
     "fused_multi_head_attention",
     "fused_single_head_attention",
     "fuses_projections",
-    "gelu",
-    "generate",
-    "gpt_model",
-    "gpt_model_decode",
-    "init_gpt_cache",
     "init_kv_cache",
-    "layer_norm",
     "linear",
     "merge_heads",
     "multi_head_attention",
@@ -110,5 +123,4 @@ __all__ = [
     "softmax_naive",
     "split_heads",
     "split_projection",
-    "transformer_block",
 ]

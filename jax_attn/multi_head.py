@@ -1,4 +1,4 @@
-"""The book's ``MultiHeadAttention``: one projection per role, split into heads, causal."""
+"""The book's ``MultiHeadAttention`` (section 3.6.2): causal attention with the heads as one more axis."""
 
 from __future__ import annotations
 
@@ -7,18 +7,12 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from jax_attn.attend import unchecked_attend_heads
-from jax_attn.checks import check_layer
-from jax_attn.compiled import compiled
-from jax_attn.linear import unchecked_linear, unchecked_qkv_weights
-from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
-from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
+from jax_attn.ops import causal_mask, linear, merge_heads, scaled_dot_product_attention, split_heads
 from numpy_attn.steps import Steps
 
 __all__ = ["multi_head_attention"]
 
 
-@compiled
 def multi_head_attention(
     params: Mapping[str, jax.Array],
     x: jax.Array,
@@ -28,35 +22,30 @@ def multi_head_attention(
     dropout: float = 0.0,
     key: jax.Array | None = None,
     attn_keep_mask: jax.Array | None = None,
-    implementation: str = "reference",
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    return_steps: bool = False,
-) -> jax.Array | tuple[jax.Array, Steps]:
-    """``MultiHeadAttention``: causal multi-head attention with an output projection.
+) -> tuple[jax.Array, Steps]:
+    """``MultiHeadAttention``: the projections split into ``num_heads`` causal heads, merged, projected.
 
-    x is ``(B, T, D)`` with T <= context_length; returns ``(B, T, E)``. The ``out_proj`` bias is
-    used if present (the book's class always has it; note 004's ``MultiHeadAttentionClass``
-    only with ``qkv_bias``). ``attn_keep_mask`` is bool ``(B, N, T, S)``, True = keep.
-    ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory) or
-    ``"auto"``; the projections run as one matmul where ``fuses_projections`` says so.
+    Args:
+        params: ``W_query``, ``W_key``, ``W_value`` (``.weight`` ``(E, D)``, ``.bias`` ``(E,)`` with
+            ``qkv_bias``) and ``out_proj`` (``.weight`` ``(E, E)``, ``.bias`` ``(E,)``: always in
+            the book's class, with ``qkv_bias`` in note 004's).
+        x: ``(B, T, D)``, T <= context_length.
+        dropout, key, attn_keep_mask: as ``causal_attention``'s; the keep-mask is ``(B, N, T, S)``.
+    Returns: ``(output (B, T, E), steps)``.
     """
-    check_layer(
-        "MultiHeadAttention", params, x, num_heads=num_heads, context_length=context_length,
-        dropouts={"dropout": dropout}, attn_keep_mask=attn_keep_mask,
-        implementation=implementation, block_size=block_size,
-        return_steps=return_steps,
-    )  # fmt: skip
-    x = jnp.asarray(x)  # arrays from any framework compute here
-    context_vec, attention_steps = unchecked_attend_heads(
-        x,
-        unchecked_qkv_weights(params),
-        num_heads,
-        Masking(causal=True),
-        AttnDropout(dropout, key, attn_keep_mask),
-        ComputePath(implementation, block_size, fused_qkv=fuses_projections(implementation, x.shape[-2])),
-        return_steps,
-    )  # (B, T, E)
-    output = unchecked_linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias"))
-    if not return_steps:
-        return output
-    return output, Steps(**attention_steps, context_vec=context_vec, output=output)
+    b, num_tokens, d_in = x.shape
+    queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (B, T, E)
+    keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (B, T, E)
+    values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (B, T, E)
+    steps = Steps(queries=queries, keys=keys, values=values)
+
+    queries = split_heads(queries, num_heads)  # (B, N, T, H)
+    keys = split_heads(keys, num_heads)  # (B, N, S, H)
+    values = split_heads(values, num_heads)  # (B, N, S, H)
+    mask = causal_mask(num_tokens)  # (T, S), True = hidden
+    context_vec, attention_steps = scaled_dot_product_attention(
+        queries, keys, values, mask, dropout=dropout, key=key, attn_keep_mask=attn_keep_mask
+    )  # (B, N, T, H)
+    context_vec = merge_heads(context_vec)  # (B, T, E)
+    output = linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias"))  # (B, T, E)
+    return output, Steps(**steps, **attention_steps, context_vec=context_vec, output=output)

@@ -1,4 +1,5 @@
-"""``SelfAttentionV1`` and ``SelfAttentionV2``: trainable, bidirectional, single head, (T, D) input."""
+"""``SelfAttentionV1`` and ``SelfAttentionV2`` (the book's section 3.4): one trainable head, every
+token sees every token, input ``(T, D)``."""
 
 from __future__ import annotations
 
@@ -7,88 +8,36 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from jax_attn.attend import unchecked_attend
-from jax_attn.checks import check_layer
-from jax_attn.compiled import compiled
-from jax_attn.linear import unchecked_qkv_projections
-from numpy_attn.attend_options import ComputePath
-from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
+from jax_attn.ops import linear, scaled_dot_product_attention
 from numpy_attn.steps import Steps
 
 __all__ = ["self_attention_v1", "self_attention_v2"]
 
 
-@compiled
-def self_attention_v1(
-    params: Mapping[str, jax.Array],
-    x: jax.Array,
-    *,
-    implementation: str = "reference",
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    return_steps: bool = False,
-) -> jax.Array | tuple[jax.Array, Steps]:
-    """``SelfAttentionV1``: raw ``(d_in, d_out)`` matrices ``W_query``/``W_key``/``W_value``, used
-    as ``x @ W``. x is ``(T, D)``; returns ``(T, E)``. ``implementation``: ``"reference"`` (the
-    notes' math), ``"blockwise"`` (O(T) memory) or ``"auto"``."""
-    check_layer(
-        "SelfAttentionV1",
-        params,
-        x,
-        implementation=implementation,
-        block_size=block_size,
-        return_steps=return_steps,
-    )
-    x = jnp.asarray(x)  # arrays from any framework compute here
+def self_attention_v1(params: Mapping[str, jax.Array], x: jax.Array) -> tuple[jax.Array, Steps]:
+    """``SelfAttentionV1``: raw ``(D, E)`` matrices used as ``x @ W``.
+
+    Args: params ``W_query``, ``W_key``, ``W_value``, each ``(D, E)``; x ``(T, D)``.
+    Returns: ``(output (T, E), steps)``.
+    """
     queries = x @ params["W_query"]  # (T, E)
     keys = x @ params["W_key"]  # (T, E)
     values = x @ params["W_value"]  # (T, E)
-    context_vec, attention_steps = unchecked_attend(
-        queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
-    )  # (T, E)
-    if not return_steps:
-        return context_vec
-    return context_vec, Steps(
-        queries=queries,
-        keys=keys,
-        values=values,
-        **attention_steps,
-        context_vec=context_vec,
-        output=context_vec,
-    )
+    context_vec, steps = scaled_dot_product_attention(queries, keys, values)  # (T, E)
+    steps = Steps(queries=queries, keys=keys, values=values, **steps, context_vec=context_vec)
+    return context_vec, Steps(**steps, output=context_vec)
 
 
-@compiled
-def self_attention_v2(
-    params: Mapping[str, jax.Array],
-    x: jax.Array,
-    *,
-    implementation: str = "reference",
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    return_steps: bool = False,
-) -> jax.Array | tuple[jax.Array, Steps]:
-    """``SelfAttentionV2``: ``nn.Linear`` projections (bias if ``W_query.bias`` is present).
-    x is ``(T, D)``; returns ``(T, E)``."""
-    check_layer(
-        "SelfAttentionV2",
-        params,
-        x,
-        implementation=implementation,
-        block_size=block_size,
-        return_steps=return_steps,
-    )
-    x = jnp.asarray(x)  # arrays from any framework compute here
-    fused = fuses_projections(implementation, x.shape[-2])
-    queries, keys, values = unchecked_qkv_projections(x, params, fused=fused)  # 3 x (T, E)
-    context_vec, attention_steps = unchecked_attend(
-        queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
-    )  # (T, E)
-    if not return_steps:
-        return context_vec
-    return context_vec, Steps(
-        queries=queries,
-        keys=keys,
-        values=values,
-        **attention_steps,
-        context_vec=context_vec,
-        output=context_vec,
-    )
+def self_attention_v2(params: Mapping[str, jax.Array], x: jax.Array) -> tuple[jax.Array, Steps]:
+    """``SelfAttentionV2``: the projections are ``nn.Linear`` layers (with ``qkv_bias``, biased).
+
+    Args: params ``W_query``, ``W_key``, ``W_value``: ``.weight`` ``(E, D)``, ``.bias`` ``(E,)``
+    if any; x ``(T, D)``.
+    Returns: ``(output (T, E), steps)``.
+    """
+    queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (T, E)
+    keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (T, E)
+    values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (T, E)
+    context_vec, steps = scaled_dot_product_attention(queries, keys, values)  # (T, E)
+    steps = Steps(queries=queries, keys=keys, values=values, **steps, context_vec=context_vec)
+    return context_vec, Steps(**steps, output=context_vec)

@@ -1,68 +1,96 @@
 """numpy_attn: the attention classes of the notes as pure NumPy functions.
 
-This package is the readable definition of the math; it imports NumPy and nothing else.
+The readable definition of the math; NumPy is its only dependency (``safetensors`` reads and
+writes its weight files).
 
-Axis letters, used in every docstring and shape comment:
+Axis letters, in every docstring and shape comment:
     B batch, T query tokens, S key tokens (S = T in self-attention), N heads, H head size,
     D input width (``d_in``, ``hidden_size``), E projection width (``d_out`` = N * H).
 
 Layer functions take ``(params, x, *, <constructor arguments the weights cannot tell>,
-return_steps=False)``. ``params`` is the project's one weights format: a plain dict of arrays
-keyed by the torch class's ``state_dict`` names, in torch's layout (see ``numpy_attn.spec``).
-Masks are boolean with True = hidden (the notes' meaning); dropout keep-masks have True = keep.
-A query whose every key is hidden gets zero attention weights (the notes' classes give NaN).
-Dropout happens only when an ``rng`` (``numpy.random.Generator``) or a keep-mask is passed.
-Every layer takes ``implementation="reference" | "blockwise" | "auto"``: the readable
-transcription of the notes, or the O(T)-memory blockwise path (online softmax, hidden causal
-blocks skipped; the multi-head layers project one head at a time), or blockwise for long
-sequences only; ``numpy_attn.implementation`` holds these rules for numpy_attn and jax_attn.
-Within ``parallel_heads`` the blockwise path runs its heads on threads (``numpy_attn.threads``).
+implementation="reference", block_size=512, return_steps=False)``. ``params`` is the project's one
+weights format: a plain dict of arrays keyed by the torch class's ``state_dict`` names, in torch's
+layout (``numpy_attn.spec``). Masks are boolean with True = hidden (the notes' meaning); dropout
+keep-masks have True = keep. A query whose every key is hidden gets zero attention weights (the
+notes' classes give NaN). Dropout happens only with an ``rng`` (``numpy.random.Generator``) or a
+keep-mask. ``implementation``: ``"reference"`` (the notes' math), ``"blockwise"`` (O(T) memory,
+``numpy_attn.fast``) or ``"auto"`` (blockwise for long sequences).
 
-Each layer is defined once, framework-neutrally, in ``numpy_attn.spec.SPECS`` (weights, the
-constructor's arguments, buffers, steps); checks, ``constructor_arguments`` and the parity
-harness derive from it.
+How it is built: each module of math (``multi_head.py``, ``ops.py``...) trusts its arguments and
+returns ``(output, steps)``; this package exports it behind the door (``numpy_attn.door``), which
+checks each call once against the layer's spec, chooses the path and returns the output, or
+``(output, steps)`` with ``return_steps=True``.
 """
 
-from numpy_attn.attend import attend, attend_heads
-from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
-from numpy_attn.attention import scaled_dot_product_attention
-from numpy_attn.blockwise import blockwise_attention, blockwise_self_attention
-from numpy_attn.causal import causal_attention, multi_head_attention_wrapper
-from numpy_attn.dropout import dropout
-from numpy_attn.fused import (
-    fused_causal_attention,
-    fused_multi_head_attention,
-    fused_single_head_attention,
-)
-from numpy_attn.gpt import feed_forward, gelu, gpt_model, layer_norm, transformer_block
-from numpy_attn.gpt_generate import generate, gpt_model_decode, init_gpt_cache
-from numpy_attn.gpt_spec import check_gpt_params, gpt_param_shapes
-from numpy_attn.heads import merge_heads, split_heads
-from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
-from numpy_attn.implementation import IMPLEMENTATIONS, fuses_projections
-from numpy_attn.kv_cache import (
-    KVCache,
-    fused_causal_attention_decode,
-    init_kv_cache,
-    multi_head_attention_decode,
-)
-from numpy_attn.linear import linear, qkv_projections, qkv_weights, split_projection
-from numpy_attn.masks import causal_mask
-from numpy_attn.multi_head import multi_head_attention
-from numpy_attn.self_attention import self_attention_v1, self_attention_v2
-from numpy_attn.simplified import simplified_self_attention
-from numpy_attn.softmax import softmax, softmax_naive
-from numpy_attn.spec import (
-    LAYERS,
-    SPECS,
-    check_layer,
-    constructor_arguments,
-    parameter_names,
-    parameter_shapes,
-)
+import numpy as np
+
+from numpy_attn import cache_checks, calls, door, ops
+from numpy_attn import causal as _causal
+from numpy_attn import fused as _fused
+from numpy_attn import kv_cache as _kv_cache
+from numpy_attn import multi_head as _multi_head
+from numpy_attn import self_attention as _self_attention
+from numpy_attn import simplified as _simplified
+from numpy_attn.door import check_layer
+from numpy_attn.fast import attend as _attend
+from numpy_attn.fast import blockwise as _blockwise
+from numpy_attn.fast import projections as _projections
+from numpy_attn.fast.options import IMPLEMENTATIONS, AttnDropout, ComputePath, Masking, fuses_projections
+from numpy_attn.fast.threads import parallel_heads
+from numpy_attn.kv_cache import KVCache
+from numpy_attn.spec import LAYERS, SPECS, constructor_arguments, parameter_names, parameter_shapes
 from numpy_attn.steps import STEP_DOCS, Steps
-from numpy_attn.threads import parallel_heads
-from numpy_attn.weights_file import load_weights, save_weights
+
+FRAMEWORK = door.Framework(ops=ops, blockwise=_blockwise, xp=np, kv_cache=KVCache)
+
+
+def _layer(fn):
+    return door.layer(SPECS[_LAYER_OF[fn.__name__]], FRAMEWORK, fn)
+
+
+_LAYER_OF = {spec.function: name for name, spec in SPECS.items()}
+
+# the notes' layers
+self_attention_v1 = _layer(_self_attention.self_attention_v1)
+self_attention_v2 = _layer(_self_attention.self_attention_v2)
+causal_attention = _layer(_causal.causal_attention)
+multi_head_attention_wrapper = _layer(_causal.multi_head_attention_wrapper)
+multi_head_attention = _layer(_multi_head.multi_head_attention)
+fused_single_head_attention = _layer(_fused.fused_single_head_attention)
+fused_multi_head_attention = _layer(_fused.fused_multi_head_attention)
+fused_causal_attention = _layer(_fused.fused_causal_attention)
+simplified_self_attention = door.block(_simplified.simplified_self_attention, calls.simplified_self_attention,
+                                       FRAMEWORK, steps=True)  # fmt: skip
+
+# the building blocks
+softmax = door.block(ops.softmax, calls.softmax, FRAMEWORK)
+softmax_naive = door.block(ops.softmax_naive, calls.softmax_naive, FRAMEWORK)
+causal_mask = door.block(ops.causal_mask, calls.causal_mask, FRAMEWORK)
+dropout = door.block(ops.dropout, calls.dropout, FRAMEWORK)
+linear = door.block(ops.linear, calls.linear, FRAMEWORK)
+split_heads = door.block(ops.split_heads, calls.split_heads, FRAMEWORK)
+merge_heads = door.block(ops.merge_heads, calls.merge_heads, FRAMEWORK)
+scaled_dot_product_attention = door.block(
+    ops.scaled_dot_product_attention, calls.scaled_dot_product_attention, FRAMEWORK, steps=True
+)
+
+# the fast paths
+attend = door.block(_attend.attend, calls.attend, FRAMEWORK, framework_first=True)
+attend_heads = door.block(_attend.attend_heads, calls.attend_heads, FRAMEWORK, framework_first=True)
+blockwise_attention = door.block(_blockwise.blockwise_attention, calls.blockwise_attention, FRAMEWORK)
+blockwise_self_attention = door.block(_blockwise.blockwise_self_attention, calls.blockwise_self_attention, FRAMEWORK)
+qkv_projections = door.block(_projections.qkv_projections, calls.qkv_projections, FRAMEWORK)
+qkv_weights = door.block(_projections.qkv_weights, calls.qkv_weights, FRAMEWORK)
+split_projection = door.block(_projections.split_projection, calls.split_projection, FRAMEWORK)
+
+# decoding with a KV cache
+init_kv_cache = door.block(_kv_cache.init_kv_cache, cache_checks.init_kv_cache, FRAMEWORK)
+multi_head_attention_decode = door.block(
+    _kv_cache.multi_head_attention_decode, cache_checks.multi_head_attention_decode, FRAMEWORK
+)
+fused_causal_attention_decode = door.block(
+    _kv_cache.fused_causal_attention_decode, cache_checks.fused_causal_attention_decode, FRAMEWORK
+)
 
 __all__ = [
     "IMPLEMENTATIONS",
@@ -80,27 +108,16 @@ __all__ = [
     "blockwise_self_attention",
     "causal_attention",
     "causal_mask",
-    "check_gpt_params",
     "check_layer",
     "constructor_arguments",
     "dropout",
-    "feed_forward",
     "fused_causal_attention",
     "fused_causal_attention_decode",
     "fused_multi_head_attention",
     "fused_single_head_attention",
     "fuses_projections",
-    "gelu",
-    "generate",
-    "gpt_model",
-    "gpt_model_decode",
-    "gpt_param_shapes",
-    "init_gpt_cache",
     "init_kv_cache",
-    "layer_norm",
     "linear",
-    "load_hf_gpt2",
-    "load_weights",
     "merge_heads",
     "multi_head_attention",
     "multi_head_attention_decode",
@@ -110,8 +127,6 @@ __all__ = [
     "parameter_shapes",
     "qkv_projections",
     "qkv_weights",
-    "save_hf_gpt2",
-    "save_weights",
     "scaled_dot_product_attention",
     "self_attention_v1",
     "self_attention_v2",
@@ -120,5 +135,4 @@ __all__ = [
     "softmax_naive",
     "split_heads",
     "split_projection",
-    "transformer_block",
 ]

@@ -1,4 +1,5 @@
-"""Note 003's classes: one fused ``Wqkv`` projection, an output projection ``Wo``."""
+"""Note 003's classes: one fused ``Wqkv`` projection cut into queries, keys and values, and an
+output projection ``Wo``."""
 
 from __future__ import annotations
 
@@ -6,93 +7,55 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from numpy_attn.attend import unchecked_attend, unchecked_attend_heads
-from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
-from numpy_attn.dropout import unchecked_dropout
-from numpy_attn.implementation import DEFAULT_BLOCK_SIZE, fuses_projections
-from numpy_attn.linear import unchecked_linear, unchecked_split_projection
-from numpy_attn.spec import check_layer
+from numpy_attn.ops import (
+    causal_mask,
+    dropout,
+    linear,
+    merge_heads,
+    scaled_dot_product_attention,
+    split_heads,
+)
 from numpy_attn.steps import Steps
 
 __all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single_head_attention"]
 
 
-def _fused(implementation: str, num_tokens: int) -> bool:
-    """Whether ``Wqkv`` runs as one matmul: as in the notes, unless ``fuses_projections`` says
-    that this fast path runs the three thirds apart."""
-    return implementation == "reference" or fuses_projections(implementation, num_tokens)
+def fused_single_head_attention(params: Mapping[str, np.ndarray], x: np.ndarray) -> tuple[np.ndarray, Steps]:
+    """``FusedSingleHeadAttention`` (note 003's ``SingleHeadAttention``): one bidirectional head of
+    size E = D // 4.
 
-
-def fused_single_head_attention(
-    params: Mapping[str, np.ndarray],
-    x: np.ndarray,
-    *,
-    implementation: str = "reference",
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    return_steps: bool = False,
-) -> np.ndarray | tuple[np.ndarray, Steps]:
-    """``FusedSingleHeadAttention``: bidirectional, head size ``hidden_size // 4``.
-
-    x is ``(B, T, D)`` with D = hidden_size; returns ``(B, T, D)``.
+    Args: params ``Wqkv`` (``.weight`` ``(3E, D)``) and ``Wo`` (``.weight`` ``(D, E)``), biases
+    with ``bias``; x ``(B, T, D)``.
+    Returns: ``(output (B, T, D), steps)``.
     """
-    check_layer(
-        "FusedSingleHeadAttention",
-        params,
-        x,
-        implementation=implementation,
-        block_size=block_size,
-        return_steps=return_steps,
-    )
-    x = np.asarray(x)  # arrays from any framework compute here
-    queries, keys, values = unchecked_split_projection(
-        x, params["Wqkv.weight"], params.get("Wqkv.bias"), fused=_fused(implementation, x.shape[-2])
-    )  # 3 x (B, T, E)
-    context_vec, attention_steps = unchecked_attend(
-        queries, keys, values, path=ComputePath(implementation, block_size), return_steps=return_steps
-    )  # (B, T, E)
-    output = unchecked_linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
-    if not return_steps:
-        return output
-    return output, Steps(
-        queries=queries,
-        keys=keys,
-        values=values,
-        **attention_steps,
-        context_vec=context_vec,
-        output=output,
-    )
+    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3E)
+    queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, T, E): the notes' unbind
+    context_vec, steps = scaled_dot_product_attention(queries, keys, values)  # (B, T, E)
+    output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
+    steps = Steps(queries=queries, keys=keys, values=values, **steps, context_vec=context_vec)
+    return output, Steps(**steps, output=output)
 
 
 def fused_multi_head_attention(
-    params: Mapping[str, np.ndarray],
-    x: np.ndarray,
-    *,
-    num_heads: int,
-    implementation: str = "reference",
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    return_steps: bool = False,
-) -> np.ndarray | tuple[np.ndarray, Steps]:
-    """``FusedMultiHeadAttention``: bidirectional multi-head attention.
+    params: Mapping[str, np.ndarray], x: np.ndarray, *, num_heads: int
+) -> tuple[np.ndarray, Steps]:
+    """``FusedMultiHeadAttention`` (note 003's ``MultiHeadAttention``): bidirectional heads.
 
-    x is ``(B, T, D)`` with D = hidden_size, divisible by num_heads; returns ``(B, T, D)``. The
-    notes' ``reshape(B, T, 3, N, H).transpose(3, 1).unbind(2)`` equals splitting ``Wqkv(x)``
-    into thirds and each third into heads, which is what is done here.
+    The notes' ``reshape(B, T, 3, N, H).transpose(3, 1).unbind(2)`` is ``Wqkv(x)`` cut into thirds,
+    each split into heads, as written here.
+    Args: params ``Wqkv`` (``.weight`` ``(3D, D)``) and ``Wo`` (``.weight`` ``(D, D)``), biases with
+    ``bias``; x ``(B, T, D)``, D divisible by ``num_heads``.
+    Returns: ``(output (B, T, D), steps)``.
     """
-    check_layer(
-        "FusedMultiHeadAttention", params, x, num_heads=num_heads,
-        implementation=implementation, block_size=block_size,
-        return_steps=return_steps,
-    )  # fmt: skip
-    x = np.asarray(x)  # arrays from any framework compute here
-    qkv = params["Wqkv.weight"], params.get("Wqkv.bias")  # (3D, D), (3D,) or None
-    path = ComputePath(implementation, block_size, fused_qkv=_fused(implementation, x.shape[-2]))
-    context_vec, attention_steps = unchecked_attend_heads(
-        x, qkv, num_heads, path=path, return_steps=return_steps
-    )  # (B, T, D)
-    output = unchecked_linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
-    if not return_steps:
-        return output
-    return output, Steps(**attention_steps, context_vec=context_vec, output=output)
+    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3D)
+    queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
+    steps = Steps(queries=queries, keys=keys, values=values)
+    context_vec, attention_steps = scaled_dot_product_attention(
+        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads)
+    )  # (B, N, T, H)
+    context_vec = merge_heads(context_vec)  # (B, T, D)
+    output = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
+    return output, Steps(**steps, **attention_steps, context_vec=context_vec, output=output)
 
 
 def fused_causal_attention(
@@ -107,49 +70,32 @@ def fused_causal_attention(
     rng: np.random.Generator | None = None,
     attn_keep_mask: np.ndarray | None = None,
     out_keep_mask: np.ndarray | None = None,
-    implementation: str = "reference",
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    return_steps: bool = False,
-) -> np.ndarray | tuple[np.ndarray, Steps]:
-    """``FusedCausalAttention``: causal multi-head attention with an optional padding mask.
+) -> tuple[np.ndarray, Steps]:
+    """``FusedCausalAttention`` (note 003's ``CausalAttention``): causal heads, a padding mask, and
+    dropout on the attention weights and on the output.
 
-    x is ``(B, T, D)`` with T <= context_size; returns ``(B, T, D)``. ``padding_mask`` is bool
-    ``(B, S)``, True = padding (hidden from every query), as in the notes; None = no padding.
-    A query whose every visible key is padding gets zero weights, so its output is ``Wo``'s
-    bias (torch gives NaN). Dropout (``attn_drop`` on the weights, ``out_drop`` on the output)
-    only happens with ``rng`` or the keep-masks (``attn_keep_mask`` bool ``(B, N, T, S)``,
-    ``out_keep_mask`` bool ``(B, T, D)``, True = keep). Steps end with ``projected`` (before
-    output dropout) and ``output``. ``implementation``: ``"reference"`` (the notes' math),
-    ``"blockwise"`` (O(T) memory) or ``"auto"``.
+    Args:
+        params: as ``fused_multi_head_attention``'s.
+        x: ``(B, T, D)``, T <= context_size.
+        padding_mask: bool ``(B, S)``, True = padding: hidden from every query; None: no padding.
+        attn_drop, out_drop, rng, attn_keep_mask, out_keep_mask: dropout happens with an ``rng``
+            or the keep-masks (bool, True = keep: ``(B, N, T, S)`` and ``(B, T, D)``).
+    Returns: ``(output (B, T, D), steps)``; the steps end with ``projected``, before output dropout.
+    A query whose every visible key is padding gets zero weights (torch: NaN).
     """
-    check_layer(
-        "FusedCausalAttention",
-        params,
-        x,
-        num_heads=num_heads,
-        context_length=context_size,
-        context_name="context_size",
-        dropouts={"attn_drop": attn_drop, "out_drop": out_drop},
-        attn_keep_mask=attn_keep_mask,
-        out_keep_mask=out_keep_mask,
-        padding_mask=padding_mask,
-        implementation=implementation,
-        block_size=block_size,
-        return_steps=return_steps,
-    )
-    x = np.asarray(x)  # arrays from any framework compute here
-    qkv = params["Wqkv.weight"], params.get("Wqkv.bias")  # (3D, D), (3D,) or None
-    context_vec, attention_steps = unchecked_attend_heads(
-        x,
-        qkv,
-        num_heads,
-        Masking(causal=True, padding_mask=padding_mask),
-        AttnDropout(attn_drop, rng, attn_keep_mask),
-        ComputePath(implementation, block_size, fused_qkv=_fused(implementation, x.shape[-2])),
-        return_steps,
-    )  # (B, T, D)
-    projected = unchecked_linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
-    output = unchecked_dropout(projected, out_drop, rng=rng, keep_mask=out_keep_mask)
-    if not return_steps:
-        return output
-    return output, Steps(**attention_steps, context_vec=context_vec, projected=projected, output=output)
+    b, num_tokens, d_in = x.shape
+    qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3D)
+    queries, keys, values = np.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
+    steps = Steps(queries=queries, keys=keys, values=values)
+    mask = causal_mask(num_tokens)  # (T, S), True = hidden
+    if padding_mask is not None:
+        mask = mask | padding_mask[:, None, None, :]  # (B, 1, T, S): the notes' mask.view(B, 1, 1, S)
+    context_vec, attention_steps = scaled_dot_product_attention(
+        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads),
+        mask, dropout=attn_drop, rng=rng, attn_keep_mask=attn_keep_mask,
+    )  # fmt: skip  # (B, N, T, H)
+    context_vec = merge_heads(context_vec)  # (B, T, D)
+    projected = linear(context_vec, params["Wo.weight"], params.get("Wo.bias"))  # (B, T, D)
+    output = dropout(projected, out_drop, rng=rng, keep_mask=out_keep_mask)  # (B, T, D)
+    steps = Steps(**steps, **attention_steps, context_vec=context_vec, projected=projected)
+    return output, Steps(**steps, output=output)

@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import NamedTuple
 
-from numpy_attn.validation import check_count, check_size
+from numpy_attn.checks import check_count, check_size
 
 __all__ = ["MIN_SCORES", "HeadThreads", "head_threads", "parallel_heads"]
 

@@ -42,36 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.dropout import draw_keep_mask
-from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
-from numpy_attn.linear import unchecked_linear
-from numpy_attn.masks import unchecked_causal_mask
-from numpy_attn.softmax import compute_dtype
-from numpy_attn.threads import head_threads
-from numpy_attn.validation import (
-    NUMPY_FLOATS,
-    check_attention_shapes,
-    check_blockwise_args,
-    check_mask_operands,
-    check_operands,
-    check_padding_mask,
-    check_rng,
-    check_self_attention_args,
-    padding_batch,
-)
+from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE
+from numpy_attn.fast.threads import head_threads
+from numpy_attn.ops import causal_mask, compute_dtype, draw_keep_mask, linear
 
-__all__ = [
-    "DEFAULT_BLOCK_SIZE",
-    "block_sides",
-    "blockwise_attention",
-    "blockwise_self_attention",
-    "check_core_args",
-    "check_leading_axes",
-    "fit_block_size",
-    "token_major",
-    "unchecked_blockwise_attention",
-    "unchecked_blockwise_self_attention",
-]
+__all__ = ["block_sides", "blockwise_attention", "blockwise_self_attention", "fit_block_size", "token_major"]
 
 
 def fit_block_size(block_size: int, length: int) -> int:
@@ -93,29 +68,6 @@ def block_sides(block_size: int, batch: int, num_queries: int, num_keys: int) ->
     return fit_block_size(side, num_queries), fit_block_size(side, num_keys)
 
 
-def check_core_args(
-    *,
-    batch: int,
-    num_queries: int,
-    num_keys: int,
-    causal: bool,
-    padding_mask: Any,
-    dropout: Any,
-    attn_keep_mask: Any,
-    keep_shape: tuple[int, ...],
-    block_size: Any,
-) -> None:
-    """What the blockwise loops need of the arguments besides the arrays: ``check_blockwise_args``
-    and the padding mask ``(B, S)`` (``check_padding_mask``). Scalars and two shapes: the one check
-    the unchecked cores keep, for ``attend``/``attend_heads``, whose own checks do not cover them."""
-    check_blockwise_args(
-        num_queries=num_queries, num_keys=num_keys, causal=causal, block_size=block_size,
-        dropout=dropout, attn_keep_mask=attn_keep_mask, keep_shape=keep_shape,
-    )  # fmt: skip
-    if padding_mask is not None:
-        check_padding_mask(padding_mask, batch, num_keys)
-
-
 def token_major(x: Any) -> Any:
     """``(..., T, H) -> (B, T, N, H)``: ``(B, N, T, H)`` swapped (a view of split heads), ``(B, T, H)``
     and ``(T, H)`` with unit axes; more leading axes are folded into N. NumPy or JAX arrays."""
@@ -124,21 +76,6 @@ def token_major(x: Any) -> Any:
     if x.ndim == 3:
         return x[:, :, None, :]
     return x.reshape(x.shape[0], -1, *x.shape[-2:]).swapaxes(1, 2)
-
-
-def check_leading_axes(queries: Any, keys: Any, values: Any) -> None:
-    """Keys and values with the queries' leading axes (the ``...`` of ``(..., T, H)``): the blocks
-    are cut per batch and head, where ``scaled_dot_product_attention`` broadcasts an axis of 1. A
-    ValueError naming the shapes otherwise, not an error from inside the loop (numpy_attn) or a
-    broadcast result (jax_attn). ``attend`` checks it on every path, so that its answer does not
-    depend on the implementation."""
-    leading = tuple(queries.shape[:-2])
-    for name, value in (("keys", keys), ("values", values)):
-        if tuple(value.shape[:-2]) != leading:
-            raise ValueError(
-                f"{name} must have the leading axes {leading} of queries (the blockwise path cuts "
-                f"its blocks per batch and head), got shape {tuple(value.shape)}"
-            )
 
 
 def blockwise_attention(
@@ -155,53 +92,18 @@ def blockwise_attention(
 ) -> np.ndarray:
     """``softmax(queries @ keys^T / sqrt(H), hidden keys at -inf) @ values``, block by block.
 
-    Shapes: queries ``(..., T, H)``, keys and values ``(..., S, H)``; returns ``(..., T, H)``.
-    ``causal`` hides key s from query t when s > t (T = S); ``padding_mask`` is bool ``(B, S)``,
-    True = padding (hidden), B the queries' first axis (1 for ``(T, H)`` queries). A query whose
-    every key is hidden, or that has no key (S = 0), gets a zero output, and an empty axis an
-    empty result, as in ``scaled_dot_product_attention``. Dropout on the (normalised) weights:
-    ``attn_keep_mask`` (bool ``(..., T, S)``, True = keep) is sliced per block; ``rng``
-    draws a mask per block (other draws than the reference path's). Half-precision inputs are
-    computed in float32 and the context cast back to their dtype (``compute_dtype``).
-
-    TypeError for a non-array (masks included), another framework's tensor, a non-floating
-    dtype or queries, keys and values of different dtypes; ValueError for shapes that do not
-    fit (``scaled_dot_product_attention``'s checks), a padding mask other than bool ``(B, S)``,
-    ``causal`` with T != S, a bad ``block_size``, ``dropout`` or ``attn_keep_mask``; TypeError
-    for a ``causal`` that is not a bool.
+    Args:
+        queries ``(..., T, H)``; keys and values ``(..., S, H)``, with the queries' leading axes.
+        causal: hide key s from query t when s > t (T = S).
+        padding_mask: bool ``(B, S)``, True = padding (hidden); B the queries' first axis (1 for
+            ``(T, H)`` queries).
+        dropout, rng, attn_keep_mask: dropout on the normalised weights: ``attn_keep_mask`` (bool
+            ``(..., T, S)``, True = keep) is sliced per block; ``rng`` draws a mask per block
+            (other draws than the reference path's).
+    Returns: ``(..., T, H)``. A query whose every key is hidden gets zeros. Half precision is
+    computed in float32, the context cast back.
     """
-    check_operands(NUMPY_FLOATS, queries=queries, keys=keys, values=values)
-    check_attention_shapes(queries, keys, values)
-    check_leading_axes(queries, keys, values)
-    check_mask_operands(padding_mask=padding_mask, attn_keep_mask=attn_keep_mask)
-    check_rng(rng)
-    return unchecked_blockwise_attention(
-        queries, keys, values, causal=causal, padding_mask=padding_mask, dropout=dropout, rng=rng,
-        attn_keep_mask=attn_keep_mask, block_size=block_size,
-    )  # fmt: skip
-
-
-def unchecked_blockwise_attention(
-    queries: np.ndarray,
-    keys: np.ndarray,
-    values: np.ndarray,
-    *,
-    causal: bool = False,
-    padding_mask: np.ndarray | None = None,
-    dropout: float | None = None,
-    rng: np.random.Generator | None = None,
-    attn_keep_mask: np.ndarray | None = None,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-) -> np.ndarray:
-    """``blockwise_attention`` for queries, keys and values already checked (the layers', ``attend``'s;
-    ``rng`` too); the blockwise arguments are checked here (``check_core_args``)."""
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-    check_core_args(
-        batch=padding_batch(queries.shape), num_queries=num_queries,
-        num_keys=num_keys, causal=causal, padding_mask=padding_mask, dropout=dropout,
-        attn_keep_mask=attn_keep_mask, keep_shape=(*queries.shape[:-1], num_keys),
-        block_size=block_size,
-    )  # fmt: skip
     context_shape = queries.shape[:-1] + values.shape[-1:]  # (..., T, Hv)
     if num_keys == 0 or 0 in context_shape:  # no block to cut: scaled_dot_product_attention's zeros
         return np.zeros(context_shape, queries.dtype)
@@ -239,51 +141,16 @@ def blockwise_self_attention(
     attn_keep_mask: np.ndarray | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> np.ndarray:
-    """Multi-head self-attention of ``x`` projected by the stacked QKV ``weight``, block by block.
+    """Multi-head self-attention of x projected by the stacked QKV ``weight``, block by block.
 
-    ``weight`` is ``(3E, D)`` in torch's layout (the rows of W_query, then W_key, then W_value:
-    note 003's ``Wqkv``), ``bias`` ``(3E,)`` or None; x is ``(B, T, D)``; returns the heads'
-    context merged, ``(B, T, E)``. Equal to ``merge_heads(blockwise_attention(*(split_heads(p,
-    num_heads) for p in split_projection(x, weight, bias)), ...))`` with the same arguments (the
-    same dropout draws from ``rng``), but each head's queries, keys and values are projected
-    inside the loop over heads, ``(B, T, 3H)`` at a time: no ``(B, T, 3E)`` projection is ever
-    stored.
+    Args: x ``(B, T, D)``; weight ``(3E, D)`` in torch's layout (the rows of W_query, W_key,
+    W_value: note 003's ``Wqkv``), bias ``(3E,)`` or None; the rest as ``blockwise_attention``'s.
+    Returns: the heads' context merged, ``(B, T, E)``: ``merge_heads(blockwise_attention(...))`` of
+    the split projections, but each head is projected inside the loop over heads, ``(B, T, 3H)``
+    at a time, so that no ``(B, T, 3E)`` projection is ever stored.
     """
-    check_operands(NUMPY_FLOATS, x=x, weight=weight, bias=bias, optional=("bias",))
-    check_self_attention_args(
-        x, weight, bias, num_heads=num_heads, padding_mask=padding_mask, floating=NUMPY_FLOATS
-    )
-    check_mask_operands(attn_keep_mask=attn_keep_mask)
-    check_rng(rng)
-    return unchecked_blockwise_self_attention(
-        x, weight, bias, num_heads=num_heads, causal=causal, padding_mask=padding_mask,
-        dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask, block_size=block_size,
-    )  # fmt: skip
-
-
-def unchecked_blockwise_self_attention(
-    x: np.ndarray,
-    weight: np.ndarray,
-    bias: np.ndarray | None = None,
-    *,
-    num_heads: int,
-    causal: bool = False,
-    padding_mask: np.ndarray | None = None,
-    dropout: float | None = None,
-    rng: np.random.Generator | None = None,
-    attn_keep_mask: np.ndarray | None = None,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-) -> np.ndarray:
-    """``blockwise_self_attention`` for x, weight, bias and ``num_heads`` already checked (the
-    layers', ``attend_heads``'; ``rng`` too); the blockwise arguments are checked here
-    (``check_core_args``)."""
     batch, num_tokens, d_in = x.shape
     head_dim = weight.shape[0] // (3 * num_heads)
-    check_core_args(
-        batch=batch, num_queries=num_tokens, num_keys=num_tokens, causal=causal,
-        padding_mask=padding_mask, dropout=dropout, attn_keep_mask=attn_keep_mask,
-        keep_shape=(batch, num_heads, num_tokens, num_tokens), block_size=block_size,
-    )  # fmt: skip
     # (3E, D) -> (N, 3H, D): head n's query, key and value rows, next to each other
     head_weights = np.swapaxes(weight.reshape(3, num_heads, head_dim, d_in), 0, 1)
     head_weights = head_weights.reshape(num_heads, 3 * head_dim, d_in)
@@ -291,7 +158,7 @@ def unchecked_blockwise_self_attention(
 
     def head_inputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         head_bias = None if head_biases is None else head_biases[n].reshape(-1)  # (3H,)
-        projected = unchecked_linear(x, head_weights[n], head_bias)  # (B, T, 3H)
+        projected = linear(x, head_weights[n], head_bias)  # (B, T, 3H)
         return tuple(np.split(projected, 3, axis=-1))  # queries, keys, values: 3 x (B, T, H)
 
     context_vec = _heads_blockwise(
@@ -325,7 +192,7 @@ def _heads_blockwise(
     queries as they are scaled), the context cast to ``dtype`` as it is written."""
     dropping = dropout is not None and (rng is not None or attn_keep_mask is not None)
     if dropping:
-        dropout = float(dropout)  # a NumPy scalar would set the tiles' dtype, as in unchecked_dropout
+        dropout = float(dropout)  # a NumPy scalar would set the tiles' dtype, as in dropout
     query_block_size, key_block_size = block_sides(block_size, batch, num_queries, num_keys)  # bq, bk
     hidden = None if padding_mask is None else padding_mask[:, None, :]  # (B, 1, S)
     keep_mask = None
@@ -359,7 +226,7 @@ def _heads_blockwise(
                 k1 = min(k0 + key_block_size, num_keys)
                 block_hidden = None
                 if causal and k1 - 1 > q0:  # a block on the diagonal
-                    block_hidden = unchecked_causal_mask(q1 - q0, k1 - k0, q0 - k0)  # (bq, bk)
+                    block_hidden = causal_mask(q1 - q0, k1 - k0, q0 - k0)  # (bq, bk)
                 if hidden is not None:
                     block_padding = hidden[..., k0:k1]  # (B, 1, bk)
                     block_hidden = block_padding if block_hidden is None else block_hidden | block_padding

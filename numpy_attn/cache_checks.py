@@ -1,0 +1,93 @@
+"""What the KV-cache functions of numpy_attn and jax_attn check at their door (``calls``' kin)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from numpy_attn import checks
+from numpy_attn.door import check_layer_call
+from numpy_attn.spec import SPECS
+
+A = Mapping[str, Any]
+
+
+def init_kv_cache(fw: Any, a: A) -> None:
+    for name in ("batch", "num_heads", "max_length", "head_dim"):
+        checks.check_size(name, a[name])
+    shape = (a["batch"], a["num_heads"], a["max_length"], a["head_dim"])
+    checks.check_array_size("the cache's keys (batch, num_heads, max_length, head_dim)", shape)
+    fw.check_dtype(a["dtype"])
+
+
+def multi_head_attention_decode(fw: Any, a: A) -> None:
+    check_layer_call(SPECS["MultiHeadAttention"], fw, a)
+    _check_cache(fw, a, a["params"]["out_proj.weight"].shape[1], "context_length")
+
+
+def fused_causal_attention_decode(fw: Any, a: A) -> None:
+    check_layer_call(SPECS["FusedCausalAttention"], fw, a)
+    _check_cache(fw, a, a["params"]["Wo.weight"].shape[1], "context_size")
+
+
+def _check_cache(fw: Any, a: A, width: int, context_name: str) -> None:
+    x, cache, num_heads = a["x"], a["cache"], a["num_heads"]
+    check_kv_cache(fw, cache, x, num_heads, width // num_heads)
+    check_decode_room(fw.cache_length(cache), cache.keys.shape[-2], x.shape, a[context_name], context_name)
+
+
+def check_kv_cache(fw: Any, cache: Any, x: Any, num_heads: int, head_dim: int, name: str = "cache",
+                   x_name: str = "x") -> None:  # fmt: skip
+    """A decode function's ``cache``: its own package's ``KVCache`` (TypeError naming both
+    otherwise), keys and values ``(B, N, L, H)`` and padding ``(B, L)`` for x's batch, ``num_heads``
+    and ``head_dim`` (ValueError), of x's dtype, a bool padding and an integer ``length`` (TypeError)."""
+    package = fw.package
+    if type(cache) is not fw.kv_cache or not all(
+        isinstance(field, fw.array_types) for field in (cache.keys, cache.values, cache.padding)
+    ):
+        given = type(cache)
+        raise TypeError(
+            f"{name} must be the KVCache of {package}.init_kv_cache(...), got {given.__module__}.{given.__qualname__}"
+        )
+    batch = x.shape[0]
+    for field in ("keys", "values"):
+        shape = tuple(getattr(cache, field).shape)
+        if len(shape) != 4 or shape[:2] != (batch, num_heads) or shape[3] != head_dim:
+            raise ValueError(
+                f"{name}.{field} has shape {shape}, but {x_name} of shape {tuple(x.shape)} with "
+                f"num_heads={num_heads} needs (B, N, L, H) = ({batch}, {num_heads}, L, {head_dim})"
+            )
+    expected = (batch, cache.keys.shape[2])
+    if tuple(cache.padding.shape) != expected or tuple(cache.values.shape) != tuple(cache.keys.shape):
+        raise ValueError(
+            f"{name}.padding has shape {tuple(cache.padding.shape)} and {name}.values "
+            f"{tuple(cache.values.shape)}, but {name}.keys {tuple(cache.keys.shape)} needs "
+            f"{expected} and {tuple(cache.keys.shape)}"
+        )
+    for field in ("keys", "values"):
+        stored = getattr(cache, field)
+        checks.check_native_byte_order(f"{name}.{field}", stored)
+        if np.dtype(stored.dtype) != np.dtype(x.dtype):
+            raise TypeError(f"{name} has dtype {np.dtype(stored.dtype).name} but {x_name} has dtype {np.dtype(x.dtype).name}")
+    if np.dtype(cache.padding.dtype) != np.bool_:
+        raise TypeError(f"{name}.padding must be bool (True = padding), got {np.dtype(cache.padding.dtype).name}")
+    if not checks.is_int_scalar(cache.length, fw.array_types):
+        raise TypeError(
+            f"{name}.length must be an int or a 0-d integer array (the tokens cached so far), "
+            f"got {cache.length!r} ({type(cache.length).__name__})"
+        )
+
+
+def check_decode_room(length: int | None, max_length: int, shape: Sequence[int], context_length: int,
+                      context_name: str = "context_length", name: str = "cache") -> None:  # fmt: skip
+    """Room for the t = ``shape[-2]`` new tokens in a cache of ``max_length`` holding ``length``
+    (None where traced: the caller keeps within it), and within the layer's ``context_length``."""
+    if length is None:
+        return
+    if not 0 <= length <= max_length:
+        raise ValueError(f"{name}.length is {length}, outside [0, {max_length}]: not a cache's length")
+    if length + shape[-2] > max_length:
+        raise ValueError(f"{name} holds {length} of {max_length} tokens; {shape[-2]} more do not fit")
+    checks.check_context_length(shape, context_length, context_name, cached=length)
