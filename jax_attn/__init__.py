@@ -25,6 +25,8 @@ import jax.numpy as jnp
 
 from jax_attn import causal as _causal
 from jax_attn import fused as _fused
+from jax_attn import generation as _generation
+from jax_attn import gpt as _gpt
 from jax_attn import kv_cache as _kv_cache
 from jax_attn import multi_head as _multi_head
 from jax_attn import ops
@@ -34,7 +36,7 @@ from jax_attn.fast import blockwise as _blockwise
 from jax_attn.fast import projections as _projections
 from jax_attn.framework import JaxFramework
 from jax_attn.kv_cache import KVCache
-from numpy_attn import cache_checks, calls, door
+from numpy_attn import cache_checks, calls, door, gpt_checks
 from numpy_attn.fast import attend as _attend
 from numpy_attn.fast.options import AttnDropout, ComputePath, Masking, fuses_projections
 from numpy_attn.spec import SPECS
@@ -90,7 +92,25 @@ fused_causal_attention_decode = door.block(
     _kv_cache.fused_causal_attention_decode, cache_checks.fused_causal_attention_decode, FRAMEWORK
 )
 
+# the book's GPT (chapter 4)
+layer_norm = door.block(_gpt.layer_norm, gpt_checks.layer_norm, FRAMEWORK)
+gelu = door.block(_gpt.gelu, gpt_checks.gelu, FRAMEWORK)
+feed_forward = door.block(_gpt.feed_forward, gpt_checks.feed_forward, FRAMEWORK)
+transformer_block = door.block(_gpt.transformer_block, gpt_checks.transformer_block, FRAMEWORK, steps=True)
+gpt_model = door.block(_gpt.gpt_model, gpt_checks.gpt_model, FRAMEWORK, steps=True, static=("config",))
+init_gpt_cache = door.block(_gpt.init_gpt_cache, gpt_checks.init_gpt_cache, FRAMEWORK)
+gpt_model_decode = door.block(_gpt.gpt_model_decode, gpt_checks.gpt_model_decode, FRAMEWORK)
+generate = door.block(_generation.generate, _generation.check_generate, FRAMEWORK)
+
 __all__ = [
+    "transformer_block",
+    "layer_norm",
+    "init_gpt_cache",
+    "gpt_model_decode",
+    "gpt_model",
+    "generate",
+    "gelu",
+    "feed_forward",
     "AttnDropout",
     "ComputePath",
     "KVCache",

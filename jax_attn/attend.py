@@ -4,18 +4,9 @@ and of the multi-head layers from their input on, projections and heads included
 from __future__ import annotations
 
 import jax
-
-from jax_attn.attention import unchecked_scaled_dot_product_attention
-from jax_attn.blockwise import unchecked_blockwise_attention, unchecked_blockwise_self_attention
-from jax_attn.checks import check_jax_operands, check_key
-from jax_attn.dropout import draw_keep_mask
-from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
-from jax_attn.linear import unchecked_split_projection
-from jax_attn.masks import unchecked_causal_mask
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking, check_option_types
 from numpy_attn.blockwise import check_leading_axes
 from numpy_attn.implementation import uses_blockwise
-from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     JAX_FLOATS,
     check_attend_options,
@@ -28,6 +19,15 @@ from numpy_attn.validation import (
     check_qkv_pair,
     padding_batch,
 )
+
+from jax_attn.attention import unchecked_scaled_dot_product_attention
+from jax_attn.blockwise import unchecked_blockwise_attention, unchecked_blockwise_self_attention
+from jax_attn.checks import check_jax_operands, check_key
+from jax_attn.dropout import draw_keep_mask
+from jax_attn.heads import unchecked_merge_heads, unchecked_split_heads
+from jax_attn.linear import unchecked_split_projection
+from jax_attn.masks import unchecked_causal_mask
+from numpy_attn.steps import Steps
 
 __all__ = ["attend", "attend_heads", "unchecked_attend", "unchecked_attend_heads"]
 

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
-from jax_attn.checks import check_jax_operands, check_key
-from jax_attn.dropout import unchecked_dropout
-from jax_attn.softmax import unchecked_softmax
 from numpy_attn.softmax import compute_dtype
-from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     check_attention_shapes,
     check_dropout,
@@ -17,6 +12,11 @@ from numpy_attn.validation import (
     check_mask_operands,
     check_scores_mask,
 )
+
+from jax_attn.checks import check_jax_operands, check_key
+from jax_attn.dropout import unchecked_dropout
+from jax_attn.softmax import unchecked_softmax
+from numpy_attn.steps import Steps
 
 __all__ = ["scaled_dot_product_attention", "unchecked_scaled_dot_product_attention"]
 

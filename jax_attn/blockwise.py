@@ -31,10 +31,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-
-from jax_attn.checks import check_jax_operands, check_key
-from jax_attn.dropout import draw_keep_mask
-from jax_attn.linear import unchecked_linear
 from numpy_attn.blockwise import check_core_args, check_leading_axes, fit_block_size, token_major
 from numpy_attn.implementation import DEFAULT_BLOCK_SIZE
 from numpy_attn.softmax import compute_dtype
@@ -45,6 +41,10 @@ from numpy_attn.validation import (
     check_self_attention_args,
     padding_batch,
 )
+
+from jax_attn.checks import check_jax_operands, check_key
+from jax_attn.dropout import draw_keep_mask
+from jax_attn.linear import unchecked_linear
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",

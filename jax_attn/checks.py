@@ -8,9 +8,9 @@ from typing import Any
 
 import jax
 import numpy as np
+from numpy_attn.validation import JAX_FLOATS, check_dtype_argument, check_floating, check_operands
 
 from numpy_attn.spec import check_layer as _check_layer
-from numpy_attn.validation import JAX_FLOATS, check_dtype_argument, check_floating, check_operands
 
 __all__ = ["check_dtype", "check_jax_operands", "check_key", "check_layer", "check_x64", "is_concrete"]
 

@@ -30,8 +30,6 @@ from typing import Any, TypeVar
 
 import jax
 import numpy as np
-
-from jax_attn.checks import check_key, check_x64, is_concrete
 from numpy_attn.validation import (
     JAX_FLOATS,
     check_array,
@@ -40,6 +38,8 @@ from numpy_attn.validation import (
     check_mapping,
     check_numpy_dtype,
 )
+
+from jax_attn.checks import check_key, check_x64, is_concrete
 
 __all__ = ["STATIC_ARGNAMES", "compiled"]
 

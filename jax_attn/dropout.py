@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from numpy_attn.validation import check_dropout, check_keep_mask
 
 from jax_attn.checks import check_jax_operands, check_key
 from jax_attn.draws import merged_draw
-from numpy_attn.validation import check_dropout, check_keep_mask
 
 __all__ = ["draw_keep_mask", "dropout", "unchecked_dropout"]
 

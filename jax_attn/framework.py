@@ -60,6 +60,19 @@ def _traced(value: Any) -> bool:
     return isinstance(value, jax.core.Tracer)
 
 
+class _Frozen(dict):
+    """A mapping as a static ``jax.jit`` argument (a GPT's config): hashed by its hashable items."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        items = []
+        for item in sorted(self.items(), key=lambda item: str(item[0])):
+            try:
+                items.append(hash(item))
+            except TypeError:  # a list from config.json: compared, not hashed
+                continue
+        return hash(tuple(items))
+
+
 class JaxFramework(Framework):
     package = "jax_attn"
     floats = checks.JAX_FLOATS
@@ -109,7 +122,8 @@ class JaxFramework(Framework):
         }
 
         def run(with_steps: bool, **arguments: Any) -> Any:
-            result = programs[with_steps](**arguments)
+            frozen = {name: _Frozen(v) for name, v in arguments.items() if name in static and isinstance(v, Mapping)}
+            result = programs[with_steps](**{**arguments, **frozen})
             return result if with_steps else (result, None)
 
         return run

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import jax
+from numpy_attn.validation import JAX_FLOATS, check_divisible, check_input
 
 from jax_attn.checks import check_x64
-from numpy_attn.validation import JAX_FLOATS, check_divisible, check_input
 
 __all__ = ["merge_heads", "split_heads", "unchecked_merge_heads", "unchecked_split_heads"]
 

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
+from numpy_attn.validation import QKV, check_flag, check_linear_shapes, check_parts, check_qkv_params
 
 from jax_attn.checks import check_jax_operands
-from numpy_attn.validation import QKV, check_flag, check_linear_shapes, check_parts, check_qkv_params
 
 __all__ = [
     "linear",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
 from numpy_attn.validation import check_causal_mask_args
 
 __all__ = ["causal_mask", "unchecked_causal_mask"]

@@ -13,25 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
-from jax_attn.attend import attend
-from jax_attn.checks import check_dtype, check_x64
-from jax_attn.convert import as_jax, flax_path, flax_value, torch_name, torch_value
-from jax_attn.draws import merged_draw
-from jax_attn.heads import merge_heads, split_heads
 from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
 from numpy_attn.implementation import check_implementation
-from numpy_attn.spec import (
-    check_masks,
-    check_sizes,
-    check_weights,
-    constructor_arguments,
-    layer_spec,
-    parameter_names,
-    parameter_shapes,
-    without_buffers,
-)
-from numpy_attn.steps import Steps
 from numpy_attn.validation import (
     JAX_FLOATS,
     check_array_size,
@@ -45,6 +28,23 @@ from numpy_attn.validation import (
     check_params,
     check_size,
 )
+
+from jax_attn.attend import attend
+from jax_attn.checks import check_dtype, check_x64
+from jax_attn.convert import as_jax, flax_path, flax_value, torch_name, torch_value
+from jax_attn.draws import merged_draw
+from jax_attn.heads import merge_heads, split_heads
+from numpy_attn.spec import (
+    check_masks,
+    check_sizes,
+    check_weights,
+    constructor_arguments,
+    layer_spec,
+    parameter_names,
+    parameter_shapes,
+    without_buffers,
+)
+from numpy_attn.steps import Steps
 
 __all__ = [
     "MODULE_OPTIONS", "AttentionModule", "build_to_load", "check_loaded", "check_rngs", "check_weight_dtypes",

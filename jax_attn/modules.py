@@ -20,11 +20,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from numpy_attn.attend_options import AttnDropout, Masking
 
 from jax_attn.blockwise import DEFAULT_BLOCK_SIZE
 from jax_attn.dropout import dropout as apply_dropout
 from jax_attn.module_base import AttentionModule, torch_linear, torch_qkv, torch_uniform
-from numpy_attn.attend_options import AttnDropout, Masking
 from numpy_attn.steps import Steps
 
 __all__ = [

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
-from jax_attn.checks import check_jax_operands
 from numpy_attn.softmax import compute_dtype
 from numpy_attn.validation import check_axis
+
+from jax_attn.checks import check_jax_operands
 
 __all__ = ["softmax", "softmax_naive", "unchecked_softmax"]
 

@@ -24,9 +24,11 @@ checks each call once against the layer's spec, chooses the path and returns the
 
 import numpy as np
 
-from numpy_attn import cache_checks, calls, door, ops
+from numpy_attn import cache_checks, calls, door, gpt_checks, ops
 from numpy_attn import causal as _causal
 from numpy_attn import fused as _fused
+from numpy_attn import generation as _generation
+from numpy_attn import gpt as _gpt
 from numpy_attn import kv_cache as _kv_cache
 from numpy_attn import multi_head as _multi_head
 from numpy_attn import self_attention as _self_attention
@@ -37,9 +39,12 @@ from numpy_attn.fast import blockwise as _blockwise
 from numpy_attn.fast import projections as _projections
 from numpy_attn.fast.options import IMPLEMENTATIONS, AttnDropout, ComputePath, Masking, fuses_projections
 from numpy_attn.fast.threads import parallel_heads
+from numpy_attn.gpt_spec import gpt_param_shapes
+from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.kv_cache import KVCache
 from numpy_attn.spec import LAYERS, SPECS, constructor_arguments, parameter_names, parameter_shapes
 from numpy_attn.steps import STEP_DOCS, Steps
+from numpy_attn.weights_file import load_weights, save_weights
 
 FRAMEWORK = door.Framework(ops=ops, blockwise=_blockwise, xp=np, kv_cache=KVCache)
 
@@ -92,7 +97,37 @@ fused_causal_attention_decode = door.block(
     _kv_cache.fused_causal_attention_decode, cache_checks.fused_causal_attention_decode, FRAMEWORK
 )
 
+# the book's GPT (chapter 4)
+layer_norm = door.block(_gpt.layer_norm, gpt_checks.layer_norm, FRAMEWORK)
+gelu = door.block(_gpt.gelu, gpt_checks.gelu, FRAMEWORK)
+feed_forward = door.block(_gpt.feed_forward, gpt_checks.feed_forward, FRAMEWORK)
+transformer_block = door.block(_gpt.transformer_block, gpt_checks.transformer_block, FRAMEWORK, steps=True)
+gpt_model = door.block(_gpt.gpt_model, gpt_checks.gpt_model, FRAMEWORK, steps=True)
+init_gpt_cache = door.block(_gpt.init_gpt_cache, gpt_checks.init_gpt_cache, FRAMEWORK)
+gpt_model_decode = door.block(_gpt.gpt_model_decode, gpt_checks.gpt_model_decode, FRAMEWORK)
+generate = door.block(_generation.generate, gpt_checks.generate, FRAMEWORK)
+
+
+def check_gpt_params(params, config):  # noqa: ANN001, ANN201
+    """One ValueError naming every missing, unexpected and mis-shaped weight of ``GPTModel(config)``,
+    then one floating dtype for all (TypeError), then finite values."""
+    gpt_checks.check_gpt_params(FRAMEWORK, params, config)
+
+
 __all__ = [
+    "transformer_block",
+    "save_weights",
+    "save_hf_gpt2",
+    "load_weights",
+    "load_hf_gpt2",
+    "layer_norm",
+    "init_gpt_cache",
+    "gpt_param_shapes",
+    "gpt_model_decode",
+    "gpt_model",
+    "generate",
+    "gelu",
+    "feed_forward",
     "IMPLEMENTATIONS",
     "LAYERS",
     "SPECS",
@@ -108,6 +143,7 @@ __all__ = [
     "blockwise_self_attention",
     "causal_attention",
     "causal_mask",
+    "check_gpt_params",
     "check_layer",
     "constructor_arguments",
     "dropout",

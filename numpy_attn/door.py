@@ -143,21 +143,28 @@ def block(
     *,
     steps: bool = False,
     framework_first: bool = False,
+    static: tuple[str, ...] | None = None,
 ) -> Callable[..., Any]:
     """A public building block: ``check(framework, arguments)``, then ``fn``. With ``steps``, ``fn``
     returns ``(output, steps)`` and the public function takes ``return_steps``; with
-    ``framework_first``, ``fn`` is framework-neutral code that takes the framework first."""
+    ``framework_first``, ``fn`` is framework-neutral code that takes the framework first; with
+    ``static`` (argument names), a call on known values runs as one compiled program."""
     signature = _signature(fn, {"return_steps": False} if steps else {}, skip=int(framework_first))
     run = functools.partial(fn, framework) if framework_first else fn
+    compiled = None if static is None else framework.compile(run, static)
 
     @functools.wraps(fn)
     def public(*args: Any, **kwargs: Any) -> Any:
         arguments = _bind(signature, args, kwargs)
         check(framework, arguments)
+        return_steps = arguments.pop("return_steps") if steps else False
+        if compiled is not None and framework.concrete(arguments):
+            result = compiled(return_steps or not steps, **arguments)  # fn's whole result, or its output
+        else:
+            result = run(**arguments)
         if not steps:
-            return run(**arguments)
-        return_steps = arguments.pop("return_steps")
-        output, trace = run(**arguments)
+            return result
+        output, trace = result
         return (output, trace) if return_steps else output
 
     public.__signature__ = signature

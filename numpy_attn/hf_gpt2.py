@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.gpt import LAYER_NORM_EPS
-from numpy_attn.gpt_spec import check_gpt_params, without_gpt_buffers
-from numpy_attn.validation import check_divisible, check_dropout, check_flag, check_params, check_size
+from numpy_attn.checks import check_divisible, check_dropout, check_flag, check_params, check_size
+from numpy_attn.gpt_checks import check_gpt_params as _check_gpt_params
+from numpy_attn.gpt_spec import LAYER_NORM_EPS, without_gpt_buffers
 from numpy_attn.weights_file import (
     MAX_TENSORS,
     check_regular_file,
@@ -40,6 +40,10 @@ from numpy_attn.weights_file import (
 )
 
 __all__ = ["HF_NAMES", "load_hf_gpt2", "save_hf_gpt2"]
+
+from numpy_attn.door import Framework as _Framework
+
+_NUMPY = _Framework()
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 _MAX_CONFIG = 1 << 20  # bytes of config.json read at most (GPT-2's has about 1 kB)
@@ -174,7 +178,7 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
     params["final_norm.scale"] = hf["transformer.ln_f.weight"]
     params["final_norm.shift"] = hf["transformer.ln_f.bias"]
     params["out_head.weight"] = hf.get("lm_head.weight", hf["transformer.wte.weight"])
-    check_gpt_params(params, config)
+    _check_gpt_params(_NUMPY, params, config)  # TODO(redesign)
     return params, config
 
 
@@ -228,7 +232,7 @@ def save_hf_gpt2(
     (a full disk) the folder keeps the files it held, and no temporary. A destination that is a
     link is replaced, not written through."""
     params = without_gpt_buffers(params, config)
-    check_gpt_params(params, config)
+    _check_gpt_params(_NUMPY, params, config)  # TODO(redesign)
     params = {name: np.asarray(value) for name, value in params.items()}
     tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
     hf = {

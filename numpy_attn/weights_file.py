@@ -61,8 +61,7 @@ from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
-from numpy_attn.spec import check_weights
-from numpy_attn.validation import (
+from numpy_attn.checks import (
     JAX_FLOATS,
     check_array,
     check_dtype_argument,
@@ -129,6 +128,15 @@ def save_weights(path: str | os.PathLike, params: Mapping[str, Any]) -> None:
             file.write(piece)
 
 
+def check_weights(layer, params, num_heads):
+    from numpy_attn.checks import check_params
+    from numpy_attn.spec import layer_spec, read_arguments
+
+    spec = layer_spec(layer)
+    arguments = read_arguments(spec, params, {"num_heads": num_heads} if "num_heads" in spec.constructor else {})
+    check_params(params, spec.shapes(**arguments), layer=layer)
+
+
 def load_weights(
     path: str | os.PathLike,
     *,
@@ -161,7 +169,7 @@ def load_weights(
     if len(dtypes) > 1:
         raise TypeError(f"{name} mixes dtypes {sorted(dtypes)}; weights share one dtype")
     if layer is not None:
-        check_weights(layer, params, num_heads)
+        check_weights(layer, params, num_heads)  # TODO(redesign)
     check_finite(params)
     return params
 

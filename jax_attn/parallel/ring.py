@@ -25,10 +25,10 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from numpy_attn.validation import check_attention_shapes, check_flag, check_mask_operands, check_padding_mask
 
 from jax_attn.checks import check_jax_operands
 from jax_attn.parallel.checks import check_axis, check_divisible_by_axis, check_mesh, check_mesh_fits
-from numpy_attn.validation import check_attention_shapes, check_flag, check_mask_operands, check_padding_mask
 
 __all__ = ["ring_attention"]
 

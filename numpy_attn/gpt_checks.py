@@ -1,0 +1,198 @@
+"""What the GPT's functions of numpy_attn and jax_attn check at their door: the config, the weights
+against it, the token ids, the caches and the generation options; one text for one mistake."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from numpy_attn import checks
+from numpy_attn.cache_checks import check_decode_room, check_kv_cache
+from numpy_attn.gpt_spec import FIRST_WEIGHT, PART_SHAPES, block_shapes, check_config, gpt_param_shapes
+from numpy_attn.gpt_spec import without_gpt_buffers as _without_buffers
+
+A = Mapping[str, Any]
+
+
+def check_part(fw: Any, part: str, params: Any, x: Any) -> None:
+    """``layer_norm``'s or ``feed_forward``'s call: x floating ``(..., D)``, D >= 1, then ``params``
+    exactly the part's weights for D, each of x's dtype."""
+    fw.check_operands(x=x)
+    shape = tuple(x.shape)
+    if not shape or shape[-1] < 1:
+        raise ValueError(f"x must have shape (..., D) with D >= 1, got shape {shape}")
+    checks.check_params(params, PART_SHAPES[part](shape[-1]), layer=part, dtype=x.dtype)
+
+
+def layer_norm(fw: Any, a: A) -> None:
+    check_part(fw, "LayerNorm", a["params"], a["x"])
+
+
+def feed_forward(fw: Any, a: A) -> None:
+    check_part(fw, "FeedForward", a["params"], a["x"])
+
+
+def gelu(fw: Any, a: A) -> None:
+    fw.check_operands(x=a["x"])  # an integer x would give 0.5 * x
+
+
+def transformer_block(fw: Any, a: A) -> None:
+    """``context_length`` and ``num_heads`` positive ints, ``dropout_rate`` in [0, 1); x a floating
+    ``(B, T, D)``; the weights exactly a block's for D (with the attention's biases if
+    ``att.W_query.bias`` is given), in x's dtype; ``num_heads`` dividing D; T within the context."""
+    params, x = a["params"], a["x"]
+    fw.check_operands(x=x)
+    checks.check_size("context_length", a["context_length"])
+    checks.check_size("num_heads", a["num_heads"])
+    checks.check_dropout("dropout_rate", a["dropout_rate"])
+    shape = checks.check_input(x, layout="(B, T, D)", floating=fw.floats)
+    qkv_bias = isinstance(params, Mapping) and "att.W_query.bias" in params
+    checks.check_params(params, block_shapes(shape[-1], qkv_bias), layer="TransformerBlock", dtype=x.dtype)
+    checks.check_divisible("emb_dim", shape[-1], a["num_heads"])
+    checks.check_context_length(shape, a["context_length"])
+    fw.check_random(a[fw.random])
+    if fw.concrete(a):
+        checks.check_finite(params)
+    checks.check_flag("return_steps", a["return_steps"])
+
+
+def check_gpt_params(fw: Any, params: Mapping[str, Any], config: Mapping[str, Any], *, values: bool = True) -> None:
+    """One ValueError naming every missing, unexpected and mis-shaped weight; then one floating
+    dtype, the first weight's (TypeError); then, with ``values``, finite values."""
+    checks.check_mapping(params)
+    shapes = gpt_param_shapes(config)
+    checks.check_params(params, shapes, layer="GPTModel")
+    first = f"params[{FIRST_WEIGHT!r}]"
+    checks.check_floating(params[FIRST_WEIGHT], fw.floats, first)
+    checks.check_param_dtypes(params, [name for name in shapes if name != FIRST_WEIGHT], params[FIRST_WEIGHT].dtype, first)
+    fw.check_float64(first, params[FIRST_WEIGHT])
+    if values:
+        checks.check_finite(params)
+
+
+def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, values: bool = True) -> None:
+    """An integer array ``(B, T)``, 1 <= T <= context_length, of a dtype that holds every id of the
+    vocabulary (TypeError), every id in [0, vocab_size) (ValueError, where values are known)."""
+    shape, dtype = getattr(token_ids, "shape", None), getattr(token_ids, "dtype", None)
+    if shape is not None and dtype is not None:
+        checks.check_array("token_ids", token_ids)
+        checks.check_numpy_dtype("token_ids", token_ids)
+    if shape is None or not np.issubdtype(np.dtype(dtype), np.integer):
+        raise TypeError(f"token_ids must be an integer array (B, T), got {type(token_ids).__name__} {dtype}")
+    vocab_size = config["vocab_size"]
+    if np.iinfo(np.dtype(dtype)).max < vocab_size - 1:
+        raise TypeError(
+            f"token_ids has dtype {np.dtype(dtype).name}, which cannot hold the ids of vocab_size "
+            f"{vocab_size} (up to {vocab_size - 1}): give int32 or int64 ids"
+        )
+    if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+        raise ValueError(f"token_ids must have shape (B, T) with B >= 1 and T >= 1, got {tuple(shape)}")
+    if shape[1] > config["context_length"]:
+        raise ValueError(f"token_ids has T={shape[1]} tokens, more than context_length {config['context_length']}")
+    if values:
+        ids = np.asarray(token_ids)
+        if ids.min() < 0 or ids.max() >= vocab_size:
+            raise ValueError(f"token_ids hold ids in [{ids.min()}, {ids.max()}], outside the vocabulary [0, {vocab_size})")
+
+
+def without_gpt_buffers(fw: Any, a: dict[str, Any]) -> None:
+    """The call's ``params`` without the blocks' buffers (a ``state_dict()`` as it is)."""
+    a["params"] = _without_buffers(a["params"], a["config"])
+
+
+def gpt_model(fw: Any, a: dict[str, Any]) -> None:
+    check_config(a["config"])
+    without_gpt_buffers(fw, a)
+    concrete = fw.concrete(a)
+    check_gpt_params(fw, a["params"], a["config"], values=concrete)
+    check_token_ids(a["token_ids"], a["config"], values=concrete)
+    fw.check_random(a[fw.random])
+    checks.check_flag("return_steps", a["return_steps"])
+
+
+def init_gpt_cache(fw: Any, a: A) -> None:
+    check_config(a["config"])
+    checks.check_size("batch", a["batch"])
+    fw.check_dtype(a["dtype"])
+
+
+def gpt_model_decode(fw: Any, a: dict[str, Any]) -> None:
+    check_config(a["config"])
+    without_gpt_buffers(fw, a)
+    concrete = fw.concrete(a)
+    check_gpt_params(fw, a["params"], a["config"], values=concrete)
+    check_token_ids(a["token_ids"], a["config"], values=concrete)
+    check_gpt_caches(fw, a["caches"], a["token_ids"].shape, a["config"], a["params"][FIRST_WEIGHT].dtype)
+
+
+def check_gpt_caches(fw: Any, caches: Any, shape: tuple[int, int], config: Mapping[str, Any], dtype: Any) -> None:
+    """One cache per block (a tuple or list: TypeError; its length: ValueError), each as the decode
+    functions check theirs (named ``caches[i]``), all holding as many tokens, with room for t more."""
+    if isinstance(caches, fw.kv_cache) or not isinstance(caches, tuple | list):
+        raise TypeError(
+            f"caches must be a tuple of KVCache, one per block (init_gpt_cache(config, batch)), got {type(caches).__name__}"
+        )
+    if len(caches) != config["n_layers"]:
+        raise ValueError(
+            f"caches has {len(caches)} KVCache, but config['n_layers'] = {config['n_layers']} blocks need one each"
+        )
+    batch, num_tokens = shape
+    x = np.broadcast_to(np.zeros((), dtype), (batch, num_tokens, config["emb_dim"]))  # the blocks' input
+    num_heads = config["n_heads"]
+    for index, cache in enumerate(caches):
+        check_kv_cache(fw, cache, x, num_heads, config["emb_dim"] // num_heads, f"caches[{index}]", "the blocks' input")
+    lengths = [fw.cache_length(cache) for cache in caches]
+    if len({length for length in lengths if length is not None}) > 1:
+        raise ValueError(f"the caches hold {lengths} tokens: every block's cache must hold the same tokens")
+    for index, (cache, length) in enumerate(zip(caches, lengths, strict=True)):
+        check_decode_room(length, cache.keys.shape[2], x.shape, config["context_length"], name=f"caches[{index}]")
+
+
+def check_generate_args(
+    shape: tuple[int, ...], max_new_tokens: Any, config: Mapping[str, Any], temperature: Any, top_k: Any, has_rng: bool
+) -> None:
+    """The prompt and ``max_new_tokens`` within the context; ``temperature`` a finite number >= 0;
+    ``top_k`` None or in [1, vocab_size]; sampling has a random source."""
+    checks.check_count("max_new_tokens", max_new_tokens)
+    if shape[1] + max_new_tokens > config["context_length"]:
+        raise ValueError(
+            f"token_ids has T={shape[1]} tokens; with max_new_tokens={max_new_tokens} that exceeds "
+            f"context_length {config['context_length']}"
+        )
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.integer | np.floating):
+        raise TypeError(f"temperature must be a finite number >= 0, got {temperature!r} ({type(temperature).__name__})")
+    number = temperature if isinstance(temperature, int) else float(temperature)  # a Python int exactly
+    if not 0 <= number <= sys.float_info.max:
+        huge = isinstance(temperature, int) and abs(temperature) > sys.float_info.max
+        shown = f"an int of {temperature.bit_length()} bits, beyond float64's range" if huge else repr(temperature)
+        raise ValueError(f"temperature must be a finite number >= 0, got {shown}")
+    vocab_size = config["vocab_size"]
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int | np.integer)):
+        raise TypeError(f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r} ({type(top_k).__name__})")
+    if top_k is not None and not 1 <= top_k <= vocab_size:
+        raise ValueError(f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r}")
+    if temperature > 0 and not has_rng:
+        raise ValueError("sampling (temperature > 0) needs rng")
+
+
+def check_logits_finite(step: int, finite: bool, max_new_tokens: int, dtype: Any) -> None:
+    """``generate``'s step (1 is the prompt's pass): ValueError unless its logits were all finite
+    (the weights are, so an overflow of the activations' dtype made them NaN or inf)."""
+    if not finite:
+        raise ValueError(
+            f"generate: the model's logits at step {step} of {max_new_tokens} are not finite (NaN or "
+            f"inf): its {np.dtype(dtype).name} activations overflow; compute in float32"
+        )
+
+
+def generate(fw: Any, a: dict[str, Any]) -> None:
+    """numpy_attn's ``generate(params, token_ids, config, max_new_tokens, ...)``."""
+    without_gpt_buffers(fw, a)
+    check_gpt_params(fw, a["params"], a["config"])
+    check_token_ids(a["token_ids"], a["config"])
+    fw.check_random(a["rng"])
+    shape = a["token_ids"].shape
+    check_generate_args(shape, a["max_new_tokens"], a["config"], a["temperature"], a["top_k"], a["rng"] is not None)
