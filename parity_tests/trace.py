@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from numpy_attn.spec import check_sizes as check_layer_sizes
+from numpy_attn import spec
 from parity_tests.cases import SHAPES, Case
 from parity_tests.compare import StepReport, compare_steps
 from parity_tests.frameworks import DTYPES, RUNNERS, run_torch
@@ -43,7 +43,7 @@ def parse_shape(layer: str, shape: str, dtype: str) -> Case:
         check_sizes("--shape", shape, (batch, tokens, d_in, d_out, heads), arrays)
         ctx = tokens
     case = Case(layer, batch, tokens, d_in, d_out, heads, True, True, ctx, dtype)
-    check_layer_sizes(layer, case.constructor_arguments())
+    spec.check_sizes(spec.SPECS[layer], case.constructor_arguments())
     return case
 
 

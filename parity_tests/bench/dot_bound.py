@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.linear import unchecked_qkv_weights
+from numpy_attn.fast.projections import qkv_weights
 from parity_tests.bench.floor import TARGETS, numpy_projections, round_robin_medians
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
@@ -72,7 +72,7 @@ def _jax_calls(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray, block
 
     b, e = shape.batch, shape.d_out
     rng = np.random.default_rng(1)
-    weight = jnp.asarray(unchecked_qkv_weights(params)[0])  # (3E, D)
+    weight = jnp.asarray(qkv_weights(params)[0])  # (3E, D)
     out_weight, jax_x = jnp.asarray(params["out_proj.weight"]), jnp.asarray(x)
     context = jnp.asarray(rng.standard_normal((b, shape.tokens, e), dtype=np.float32))
 

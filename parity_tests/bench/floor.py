@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.blockwise import DEFAULT_BLOCK_SIZE, block_sides
-from numpy_attn.linear import unchecked_qkv_weights
+from numpy_attn.fast.blockwise import block_sides
+from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE
+from numpy_attn.fast.projections import qkv_weights
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
 from parity_tests.usage import integer
@@ -61,7 +62,7 @@ def numpy_projections(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray
     """The layer's two projections in NumPy, one matmul each into preallocated outputs: the fused
     QKV product of x and the output product of a (B*T, E) context."""
     b, t, d, e = shape.batch, shape.tokens, shape.d_in, shape.d_out
-    qkv_weight = unchecked_qkv_weights(params)[0].T  # (D, 3E)
+    qkv_weight = qkv_weights(params)[0].T  # (D, 3E)
     out_weight = params["out_proj.weight"].T  # (E, E)
     flat_x, projected = x.reshape(b * t, d), np.empty((b * t, 3 * e), np.float32)
     context = np.random.default_rng(1).standard_normal((b * t, e), dtype=np.float32)  # the heads', merged
@@ -147,7 +148,7 @@ def _jax_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) -> Ca
         context = jax.lax.fori_loop(0, b * n, one_head, jnp.zeros((b, t, n, h), x.dtype))  # (B, T, N, H)
         return jnp.einsum("bte,oe->bto", context.reshape(b, t, e), out_weight)  # (B, T, E)
 
-    weight = jnp.asarray(unchecked_qkv_weights(params)[0])  # (3E, D)
+    weight = jnp.asarray(qkv_weights(params)[0])  # (3E, D)
     out_weight, jax_x = jnp.asarray(params["out_proj.weight"]), jnp.asarray(x)
     jitted = jax.jit(layer)
     return lambda: jitted(jax_x, weight, out_weight).block_until_ready()
@@ -157,7 +158,7 @@ def numpy_small_floor(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray
     """The small call's layer as the few NumPy operations it must make: no checks, no steps, the
     QKV weights stacked and the causal mask built once, outside the call."""
     n, h = shape.num_heads, shape.d_out // shape.num_heads
-    qkv_weight = unchecked_qkv_weights(params)[0].T  # (D, 3E)
+    qkv_weight = qkv_weights(params)[0].T  # (D, 3E)
     out_weight, out_bias = params["out_proj.weight"].T, params["out_proj.bias"]
     hidden = np.triu(np.ones((shape.tokens, shape.tokens), bool), 1)  # built once, as the layer's cached mask
 

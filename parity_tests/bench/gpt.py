@@ -46,7 +46,7 @@ GPT2_SMALL = {
 
 def kv_cache_bytes(config: dict[str, Any], batch: int = 1) -> int:
     """Bytes of numpy_attn's per-block KV caches (keys, values, padding flags) for ``config``."""
-    from numpy_attn.gpt_generate import init_gpt_cache
+    from numpy_attn.gpt import init_gpt_cache
 
     caches = init_gpt_cache(config, batch)
     return sum(cache.keys.nbytes + cache.values.nbytes + cache.padding.nbytes for cache in caches)

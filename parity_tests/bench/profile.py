@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.linear import unchecked_qkv_weights
+from numpy_attn.fast.projections import qkv_weights
 from parity_tests.bench.implementations import SHAPES, Shape, layer_flops, make_call, make_inputs
 from parity_tests.bench.output import format_time
 from parity_tests.bench.run import gemm_peak
@@ -47,7 +47,7 @@ def _torch_stages(shape: Shape, params: dict[str, np.ndarray], x: np.ndarray) ->
     import torch.nn.functional as F
 
     b, t, n, h = shape.batch, shape.tokens, shape.num_heads, shape.d_out // shape.num_heads
-    weight = torch.from_numpy(unchecked_qkv_weights(params)[0])  # (3E, D)
+    weight = torch.from_numpy(qkv_weights(params)[0])  # (3E, D)
     out_weight, out_bias = (
         torch.from_numpy(params["out_proj.weight"]),
         torch.from_numpy(params["out_proj.bias"]),

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.implementation import AUTO_BLOCKWISE_TOKENS, uses_blockwise
+from numpy_attn.fast.options import AUTO_BLOCKWISE_TOKENS, uses_blockwise
 from parity_tests.bench.implementations import (
     IMPLEMENTATIONS,
     SHAPES,

@@ -48,7 +48,7 @@ def _jax_dispatch(params: dict[str, Any], x: Any) -> Callable[[], Any]:
 def _numpy_checks(shape: Shape, params: dict[str, Any], x: Any) -> Callable[[], Any]:
     """The checks the layer makes on every call: ``check_layer`` as ``multi_head_attention``
     calls it (a remembered verdict on the shapes and arguments, then the finite weights)."""
-    from numpy_attn.spec import check_layer
+    from numpy_attn.door import check_layer
 
     arguments = {"num_heads": shape.num_heads, "context_length": shape.tokens, "dropouts": {"dropout": 0.0}}
     return lambda: check_layer("MultiHeadAttention", params, x, **arguments, implementation="auto")
