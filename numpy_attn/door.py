@@ -26,7 +26,7 @@ from numpy_attn.fast.attend import fast_layer
 from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE, check_implementation, uses_blockwise
 from numpy_attn.spec import LayerSpec, layer_spec, read_arguments
 
-__all__ = ["DOOR_OPTIONS", "Framework", "block", "check_layer", "check_layer_call", "layer"]
+__all__ = ["DOOR_OPTIONS", "Framework", "block", "check_layer", "check_layer_call", "check_masks", "layer"]
 
 # the keyword arguments the door adds to every layer function, with their defaults
 DOOR_OPTIONS = {"implementation": "reference", "block_size": DEFAULT_BLOCK_SIZE, "return_steps": False}
@@ -191,7 +191,7 @@ def check_layer_call(spec: LayerSpec, framework: Framework, arguments: Mapping[s
     framework.check_float64("x", x)  # x and the weights share its dtype
     if spec.context is not None:
         checks.check_context_length(shape, arguments[spec.context], spec.context)
-    _check_masks(spec, shape, known.get("num_heads", 1), arguments)
+    check_masks(spec, shape, known.get("num_heads", 1), arguments)
     if spec.dropouts:
         framework.check_random(arguments.get(framework.random))
     if framework.concrete(arguments):
@@ -200,7 +200,7 @@ def check_layer_call(spec: LayerSpec, framework: Framework, arguments: Mapping[s
     return known
 
 
-def _check_masks(spec: LayerSpec, shape: tuple[int, ...], num_heads: int, arguments: Mapping[str, Any]) -> None:
+def check_masks(spec: LayerSpec, shape: tuple[int, ...], num_heads: int, arguments: Mapping[str, Any]) -> None:
     """The masks a call was given: ``attn_keep_mask`` the attention weights' shape (``(B, N, T, S)``,
     no N for one head), ``out_keep_mask`` the output's ``(B, T, D)``, ``padding_mask`` ``(B, S)``."""
     if arguments.get("attn_keep_mask") is not None:
