@@ -50,7 +50,8 @@ def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
     # at least the lowest finite value: a fully masked slice's exp(-inf - lowest) = 0
     x_max = jnp.max(x_acc, axis=axis, keepdims=True, initial=jnp.finfo(x_acc.dtype).min)
     unnormalized = jnp.exp(x_acc - jax.lax.stop_gradient(x_max))
-    denominator = jnp.maximum(unnormalized.sum(axis=axis, keepdims=True), 1)  # but a fully masked slice's 0
+    denominator = unnormalized.sum(axis=axis, keepdims=True)  # >= 1, the maximum's exp(0) being in it
+    denominator = jnp.where(denominator == 0, 1, denominator)  # but a fully masked slice's 0
     return (unnormalized * (1 / denominator)).astype(x.dtype)  # as torch's CPU kernel
 
 

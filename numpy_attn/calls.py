@@ -95,10 +95,10 @@ def check_parts(weight_shape: tuple[int, ...], parts: Any) -> None:
         raise ValueError(f"weight of shape {weight_shape} does not cut into parts={parts!r} equal row blocks")
 
 
-def qkv_params(fw: Any, params: Any, function: str) -> None:
+def qkv_params(params: Any, function: str) -> dict[str, Any]:
     """``params`` holding ``W_query``, ``W_key``, ``W_value`` (weights ``(E, D)`` of one shape) and
     the three biases ``(E,)`` or none: one ValueError naming every missing or mis-shaped key; other
-    keys (a bigger layer's) are ignored; then one floating dtype."""
+    keys (a bigger layer's) are ignored. Returns them by the names the messages give them."""
     checks.check_mapping(params)
     weights, biases = ([f"{name}.{kind}" for name in QKV] for kind in ("weight", "bias"))
     given = [key for key in biases if key in params]
@@ -113,17 +113,16 @@ def qkv_params(fw: Any, params: Any, function: str) -> None:
     misshaped = [f"{key!r} has shape {shapes[key]}, expected {want}" for key, want in expected.items() if shapes[key] != want]
     if misshaped:
         raise ValueError(f"params do not fit {function}: mis-shaped keys: " + "; ".join(misshaped))
-    fw.check_operands(**{f"params[{key!r}]": params[key] for key in keys})
+    return {f"params[{key!r}]": params[key] for key in keys}
 
 
 def qkv_weights(fw: Any, a: A) -> None:
-    qkv_params(fw, a["params"], "qkv_weights")
+    fw.check_operands(**qkv_params(a["params"], "qkv_weights"))
 
 
 def qkv_projections(fw: Any, a: A) -> None:
     checks.check_flag("fused", a["fused"])
-    qkv_params(fw, a["params"], "qkv_projections")
-    fw.check_operands(x=a["x"], **{"params['W_query.weight']": a["params"]["W_query.weight"]})
+    fw.check_operands(x=a["x"], **qkv_params(a["params"], "qkv_projections"))
     checks.check_linear_shapes(a["x"], a["params"]["W_query.weight"], None, "params['W_query.weight']")
 
 

@@ -12,8 +12,7 @@ import transformers  # its models load on first use (tests/test_gpt_hf.py)
 import jax_attn
 import numpy_attn
 import torch_ref
-from jax_attn import gpt_generate as jax_generate
-from numpy_attn import gpt_generate as numpy_generate
+from jax_attn import generation as jax_generation
 from numpy_attn.gpt_spec import sub_params
 from parity_tests.compare import compare_arrays
 from tests.gpt_cases import TINY, token_ids, torch_model
@@ -32,8 +31,8 @@ def model(params):
 @pytest.mark.parametrize(
     "framework, decode, init, convert",
     [
-        ("numpy", numpy_generate.gpt_model_decode, numpy_generate.init_gpt_cache, np.asarray),
-        ("jax", jax_generate.gpt_model_decode, jax_generate.init_gpt_cache, jnp.asarray),
+        ("numpy", numpy_attn.gpt_model_decode, numpy_attn.init_gpt_cache, np.asarray),
+        ("jax", jax_attn.gpt_model_decode, jax_attn.init_gpt_cache, jnp.asarray),
     ],
 )
 def test_cached_decode_logits_equal_the_full_pass(params, framework, decode, init, convert):
@@ -73,16 +72,16 @@ def test_greedy_generation_equals_transformers_greedy_generate(params, model, tm
 def test_the_decode_step_compiles_once_per_shape_not_per_token_or_temperature(model):
     prompt = jnp.asarray(token_ids(1, 3, seed=5))
     jax_attn.generate(model, prompt, 2)  # compiles the prompt's step and the one-token step
-    compiled = jax_generate._step._cache_size()
+    compiled = jax_generation._step._cache_size()
     longer = jax_attn.generate(model, prompt, 12)
     assert longer.shape == (1, 15)
-    assert jax_generate._step._cache_size() == compiled
+    assert jax_generation._step._cache_size() == compiled
     jax_attn.generate(model, prompt, 2, temperature=0.5, rng=jax.random.key(0))  # the sampling steps
-    sampling = jax_generate._step._cache_size()
+    sampling = jax_generation._step._cache_size()
     assert sampling == compiled + 2
     for temperature in (0.7, 1.5, 10**30):  # an argument of the step, not a constant of it
         jax_attn.generate(model, prompt, 2, temperature=temperature, rng=jax.random.key(0))
-    assert jax_generate._step._cache_size() == sampling
+    assert jax_generation._step._cache_size() == sampling
 
 
 def test_sampling_is_reproducible_and_top_k_1_is_greedy(params, model):
@@ -218,8 +217,8 @@ def test_an_empty_batch_is_refused_naming_token_ids(params, model):
         numpy_attn.generate(params, prompt, TINY, 1)
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         jax_attn.generate(model, jnp.asarray(prompt), 1)
-    for decode, init in ((numpy_generate.gpt_model_decode, numpy_generate.init_gpt_cache),
-                         (jax_generate.gpt_model_decode, jax_generate.init_gpt_cache)):  # fmt: skip
+    for decode, init in ((numpy_attn.gpt_model_decode, numpy_attn.init_gpt_cache),
+                         (jax_attn.gpt_model_decode, jax_attn.init_gpt_cache)):  # fmt: skip
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             decode(params, prompt, init(TINY, 1), TINY)
 

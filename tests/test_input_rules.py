@@ -3,7 +3,6 @@
 of the wrong type, bad ``context_length``/``context_size``, and float16 scores beyond its range."""
 
 import functools
-import importlib
 import math
 import re
 import types
@@ -711,16 +710,22 @@ def test_qkv_projections_checks_under_jit_too():
 
 @pytest.mark.parametrize("package", list(PACKAGES))
 @pytest.mark.parametrize("bias", [True, False])
-def test_qkv_projections_and_weights_checked_equal_unchecked(package, bias):
+def test_qkv_projections_are_the_three_linears_and_qkv_weights_their_stack(package, bias):
     fn, params, x = PACKAGES[package], qkv_params(bias), block_arrays("linear")["x"]
-    linear = importlib.import_module(f"{fn.__name__}.linear")
-    for fused in (False, True):
-        actual = fn.qkv_projections(x, params, fused=fused)
-        expected = linear.unchecked_qkv_projections(x, params, fused=fused)
-        for got, want in zip(actual, expected, strict=True):
-            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    for got, want in zip(fn.qkv_weights(params), linear.unchecked_qkv_weights(params), strict=True):
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    names = ("W_query", "W_key", "W_value")
+    expected = [np.asarray(fn.linear(x, params[f"{n}.weight"], params.get(f"{n}.bias"))) for n in names]
+    for got, want in zip(fn.qkv_projections(x, params), expected, strict=True):  # the same ops: the same bits
+        np.testing.assert_array_equal(np.asarray(got), want)
+    for got, want in zip(fn.qkv_projections(x, params, fused=True), expected, strict=True):  # one matmul
+        np.testing.assert_allclose(np.asarray(got), want, *tolerance_for(str(x.dtype)))
+    weight, stacked_bias = fn.qkv_weights(params)
+    np.testing.assert_array_equal(np.asarray(weight), np.concatenate([params[f"{n}.weight"] for n in names]))
+    if bias:
+        np.testing.assert_array_equal(
+            np.asarray(stacked_bias), np.concatenate([params[f"{n}.bias"] for n in names])
+        )
+    else:
+        assert stacked_bias is None
 
 
 @pytest.mark.parametrize("package", list(PACKAGES))
