@@ -63,7 +63,7 @@ def framework_of(fn: Any) -> str:
     roots = {name.split(".")[0] for name in used}
     if "torch" in roots:
         return "torch"
-    if roots & {"jax", "flax", "jaxlib"}:
+    if roots & {"jax", "flax", "jaxlib", "jax_attn"}:
         return "jax"
     return "numpy"
 
