@@ -267,3 +267,24 @@ def test_the_models_return_steps_must_be_a_bool():
     model = jax_attn.GPTModel(TINY, rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match=r"^return_steps must be a bool, got 'no' \(str\)$"):
         model(token_ids(1, 4), return_steps="no")
+
+
+def test_every_step_matches_torch_in_float64_in_numpy_jax_and_flax():
+    """float64 parity, where a constant off in its 5th digit (GELU's 0.044715, LayerNorm's eps) shows:
+    float32's tolerance would hide it."""
+    model = torch_model(seed=9).double()
+    ids = token_ids(seed=5)
+    with torch.no_grad():
+        _, expected = model(torch.tensor(ids), return_steps=True)
+    expected = {name: value.numpy() for name, value in expected.items()}
+    params = torch_ref.to_params(model)
+    assert params["tok_emb.weight"].dtype == np.float64
+    _, actual_numpy = numpy_attn.gpt_model(params, ids, TINY, return_steps=True)
+    assert compare_steps(expected, actual_numpy).ok
+    with jax.enable_x64(True):
+        _, actual_jax = jax_attn.gpt_model(params, jnp.asarray(ids), TINY, return_steps=True)
+        _, actual_flax = jax_attn.GPTModel.from_params(params, TINY)(jnp.asarray(ids), return_steps=True)
+        assert compare_steps(expected, actual_jax).ok
+        assert compare_steps(expected, actual_flax).ok
+        report = compare_steps(expected, {"output": actual_jax["output"] * (1 + 1e-10)})
+    assert not report.ok  # float64's bound is tight enough to see a relative error of 1e-10

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+import numpy_attn
 from parity_tests.locate import capture, locate
 from parity_tests.locate.run import framework_of
-from tests.ports.catalogue import BUGS, HERE, PORTS, Bug, inputs, load, plant, reference
+from tests.ports.catalogue import BUGS, HERE, NUM_HEADS, PORTS, Bug, inputs, load, plant, reference
 from torch_ref import MultiHeadAttention, to_params
 
 PORTS_DIR = pathlib.Path(__file__).parent / "ports"
@@ -589,3 +590,18 @@ def test_all_zeros_is_not_read_as_a_scale():
     expected = np.random.default_rng(0).standard_normal((2, 5, 4))
     causes = read_causes(expected, np.zeros_like(expected), ["head", "token", "head_dim"], {}, 1e-5, 1e-6)
     assert not any("times the reference" in c for c in causes), causes
+
+
+@pytest.mark.parametrize("error, ok", [(1e-4, False), (3e-5, False), (1e-7, True)])
+def test_a_relative_error_just_past_float32s_tolerance_is_found_and_one_below_it_is_not(error, ok):
+    """The locator compares with the project's tolerance table (float32: rtol 1e-5): a port off by
+    1e-4 or 3e-5 of its output diverges; one off by rounding-sized 1e-7 does not."""
+    ref = reference("torch_ref")
+    params = to_params(ref)
+
+    def port(params, x):  # the book's class in NumPy, its output off by a relative ``error``
+        out = numpy_attn.multi_head_attention(params, x, num_heads=NUM_HEADS, context_length=16)
+        return out * np.float32(1 + error)
+
+    report = locate(ref, port, inputs(), params=params)
+    assert report.ok is ok

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import jax_attn
+import numpy_attn
 from parity_tests.arrays import to_float64
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.compare import compare_steps
@@ -104,3 +105,16 @@ def test_fully_masked_rows_have_zero_gradients_in_jax():
     grads = jax.grad(lambda s: jnp.sum(jax_attn.softmax(s) * jnp.array([[1.0, 2.0], [3.0, 4.0]])))(scores)
     assert np.isfinite(np.asarray(grads)).all()
     np.testing.assert_array_equal(np.asarray(grads)[0], [0.0, 0.0])
+
+
+@pytest.mark.parametrize("package", [numpy_attn, jax_attn], ids=["numpy", "jax"])
+def test_a_float16_softmax_over_thousands_of_keys_is_the_float32_one_rounded(package):
+    """Half precision is accumulated in float32: a float16 sum over 8192 weights of ~1e-4 would lose
+    the last ~30% of the row (float16's spacing near 1 is ~1e-3)."""
+    rng = np.random.default_rng(12)
+    scores = rng.standard_normal((3, 8192)).astype(np.float16)
+    expected = numpy_attn.softmax(scores.astype(np.float32)).astype(np.float16)  # rounded once
+    actual = np.asarray(package.softmax(scores))
+    assert actual.dtype == np.float16
+    np.testing.assert_allclose(actual.astype(np.float32), expected.astype(np.float32), rtol=1e-3, atol=0)
+    assert abs(actual.astype(np.float64).sum(axis=-1) - 1).max() < 1e-2  # the weights sum to 1
