@@ -70,7 +70,12 @@ def multi_head_attention_wrapper(
         head_keep_mask = None if attn_keep_mask is None else attn_keep_mask[:, i]  # (B, T, S)
         head_key = None if key is None else jax.random.fold_in(key, i)  # each head its own draws
         head_output, head_steps = causal_attention(
-            head_params, x, context_length=context_length, dropout=dropout, key=head_key, attn_keep_mask=head_keep_mask
+            head_params,
+            x,
+            context_length=context_length,
+            dropout=dropout,
+            key=head_key,
+            attn_keep_mask=head_keep_mask,
         )  # (B, T, E)
         head_outputs.append(head_output)
         steps.update((prefix + name, value) for name, value in head_steps.items())

@@ -30,12 +30,17 @@ def check_key(key: Any, name: str = "key") -> None:
     typed = isinstance(key, jax.Array) and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
     raw = isinstance(key, jax.Array) and dtype == np.uint32 and key.shape[-1:] == (2,)
     if not (typed or raw):
-        got = f"{key!r} ({type(key).__name__})" if dtype is None else f"an array of dtype {dtype}, shape {key.shape}"
+        got = (
+            f"{key!r} ({type(key).__name__})"
+            if dtype is None
+            else f"an array of dtype {dtype}, shape {key.shape}"
+        )
         raise TypeError(f"{name} must be a jax.random key (jax.random.key(seed)) or None, got {got}")
     batch = tuple(key.shape) if typed else tuple(key.shape[:-1])
     if batch:
         raise ValueError(
-            f"{name} must be one jax.random key, got a batch of keys of shape {batch}: pass one of them ({name}[0])"
+            f"{name} must be one jax.random key, got a batch of keys of shape {batch}: "
+            f"pass one of them ({name}[0])"
         )
 
 
@@ -113,6 +118,9 @@ class JaxFramework(Framework):
     def concrete(self, values: Mapping[str, Any]) -> bool:
         return not any(map(_traced, values.values()))
 
+    def read(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        return arguments  # JAX reads NumPy arrays as they are
+
     def compile(self, fn: Callable[..., Any], static: tuple[str, ...]) -> Callable[..., Any]:
         """``run(with_steps, **arguments)``: ``fn`` compiled by ``jax.jit`` (``static`` arguments
         static), returning the steps only ``with_steps`` (XLA drops what is not returned)."""
@@ -122,7 +130,9 @@ class JaxFramework(Framework):
         }
 
         def run(with_steps: bool, **arguments: Any) -> Any:
-            frozen = {name: _Frozen(v) for name, v in arguments.items() if name in static and isinstance(v, Mapping)}
+            frozen = {
+                name: _Frozen(v) for name, v in arguments.items() if name in static and isinstance(v, Mapping)
+            }
             result = programs[with_steps](**{**arguments, **frozen})
             return result if with_steps else (result, None)
 

@@ -23,7 +23,9 @@ from numpy_attn.gpt_spec import CONFIG_KEYS
 __all__ = ["generate"]
 
 
-def next_tokens(logits: jax.Array, key: jax.Array | None, temperature: jax.Array | None, top_k: int | None) -> jax.Array:
+def next_tokens(
+    logits: jax.Array, key: jax.Array | None, temperature: jax.Array | None, top_k: int | None
+) -> jax.Array:
     """The next token of each row of ``logits`` ``(B, V)``: the argmax (``temperature`` None), or a
     sample. The logits kept, less their maximum, are divided by ``temperature`` (a 0-d array of the
     logits' dtype): each <= 0, so no temperature overflows them."""
@@ -69,7 +71,9 @@ def check_generate(fw: Any, a: dict[str, Any]) -> None:
     gpt_checks.check_token_ids(a["token_ids"], model.config)
     fw.check_random(a["rng"], "rng")
     shape, has_rng = a["token_ids"].shape, a["rng"] is not None
-    gpt_checks.check_generate_args(shape, a["max_new_tokens"], model.config, a["temperature"], a["top_k"], has_rng)
+    gpt_checks.check_generate_args(
+        shape, a["max_new_tokens"], model.config, a["temperature"], a["top_k"], has_rng
+    )
 
 
 def generate(

@@ -21,7 +21,15 @@ from jax_attn.ops import dropout, linear
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, sub_params
 from numpy_attn.steps import Steps
 
-__all__ = ["feed_forward", "gelu", "gpt_model", "gpt_model_decode", "init_gpt_cache", "layer_norm", "transformer_block"]
+__all__ = [
+    "feed_forward",
+    "gelu",
+    "gpt_model",
+    "gpt_model_decode",
+    "init_gpt_cache",
+    "layer_norm",
+    "transformer_block",
+]
 
 
 def layer_norm(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
@@ -113,9 +121,13 @@ def gpt_model(
     x = dropout(tok_embeds + pos_embeds, config["drop_rate"], key=keys[0])  # (B, T, D)
     blocks = [
         functools.partial(
-            transformer_block, sub_params(params, f"trf_blocks.{i}."), num_heads=config["n_heads"],
-            context_length=config["context_length"], dropout_rate=config["drop_rate"], key=keys[i + 1],
-        )  # fmt: skip
+            transformer_block,
+            sub_params(params, f"trf_blocks.{i}."),
+            num_heads=config["n_heads"],
+            context_length=config["context_length"],
+            dropout_rate=config["drop_rate"],
+            key=keys[i + 1],
+        )
         for i in range(config["n_layers"])
     ]
     return apply_model(x, blocks=blocks, **_head(params))  # (B, T, V)
@@ -131,7 +143,10 @@ def init_gpt_cache(config: Mapping[str, Any], batch: int, dtype: Any = jnp.float
 
 
 def gpt_model_decode(
-    params: Mapping[str, jax.Array], token_ids: jax.Array, caches: tuple[KVCache, ...], config: Mapping[str, Any]
+    params: Mapping[str, jax.Array],
+    token_ids: jax.Array,
+    caches: tuple[KVCache, ...],
+    config: Mapping[str, Any],
 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
     """The GPT on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens (evaluation mode).
 
@@ -146,7 +161,11 @@ def gpt_model_decode(
 
         def att(h: jax.Array, block: Mapping[str, jax.Array] = block, cache: KVCache = cache) -> jax.Array:
             output, new_cache = multi_head_attention_decode(
-                sub_params(block, "att."), h, cache, num_heads=config["n_heads"], context_length=config["context_length"]
+                sub_params(block, "att."),
+                h,
+                cache,
+                num_heads=config["n_heads"],
+                context_length=config["context_length"],
             )
             new_caches.append(new_cache)
             return output

@@ -4,8 +4,8 @@ A ``KVCache`` holds the keys and values of every token seen so far, per head, in
 ``(B, N, L, H)`` arrays (L = the layer's context length), which of them are padding, and how many
 tokens it holds. Each call projects only the new tokens, writes their keys and values after the
 cached ones and attends the new queries to the cache: outputs equal the full causal pass's at
-O(L) work per token. Caches are values: a call returns a new cache, the one given is unchanged; ``length`` is a JAX
-scalar, so that jitted decoding compiles once.
+O(L) work per token. Caches are values: a call returns a new cache, the one given is unchanged;
+``length`` is a JAX scalar, so that jitted decoding compiles once.
 """
 
 from __future__ import annotations
@@ -48,11 +48,15 @@ def attend_cached(
     padding = jnp.zeros((queries.shape[0], num_tokens), bool) if padding_mask is None else padding_mask
     cache = KVCache(
         jax.lax.dynamic_update_slice(cache.keys, keys.astype(cache.keys.dtype), (zero, zero, start, zero)),
-        jax.lax.dynamic_update_slice(cache.values, values.astype(cache.values.dtype), (zero, zero, start, zero)),
+        jax.lax.dynamic_update_slice(
+            cache.values, values.astype(cache.values.dtype), (zero, zero, start, zero)
+        ),
         jax.lax.dynamic_update_slice(cache.padding, padding, (zero, start)),
         start + num_tokens,
     )
-    mask = causal_mask(num_tokens, cache.keys.shape[-2], offset=start) | cache.padding[:, None, None, :]  # (B, 1, t, L)
+    mask = (
+        causal_mask(num_tokens, cache.keys.shape[-2], offset=start) | cache.padding[:, None, None, :]
+    )  # (B, 1, t, L)
     context_vec, _ = scaled_dot_product_attention(queries, cache.keys, cache.values, mask)  # (B, N, t, H)
     return merge_heads(context_vec), cache
 
@@ -70,7 +74,11 @@ def multi_head_attention_decode(
     keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (B, t, E)
     values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (B, t, E)
     context_vec, cache = attend_cached(
-        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads), cache, None
+        split_heads(queries, num_heads),
+        split_heads(keys, num_heads),
+        split_heads(values, num_heads),
+        cache,
+        None,
     )  # (B, t, E)
     return linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias")), cache
 

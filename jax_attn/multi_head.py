@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jax
-import jax.numpy as jnp
 
 from jax_attn.ops import causal_mask, linear, merge_heads, scaled_dot_product_attention, split_heads
 from numpy_attn.steps import Steps

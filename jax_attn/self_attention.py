@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jax
-import jax.numpy as jnp
 
 from jax_attn.ops import linear, scaled_dot_product_attention
 from numpy_attn.steps import Steps

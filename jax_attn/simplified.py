@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
 from jax_attn.ops import softmax
 from numpy_attn.steps import Steps

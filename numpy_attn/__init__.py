@@ -24,19 +24,9 @@ checks each call once against the layer's spec, chooses the path and returns the
 
 import numpy as np
 
-from numpy_attn import cache_checks, calls, door, gpt_checks, ops
-from numpy_attn import causal as _causal
-from numpy_attn import fused as _fused
-from numpy_attn import generation as _generation
-from numpy_attn import gpt as _gpt
-from numpy_attn import kv_cache as _kv_cache
-from numpy_attn import multi_head as _multi_head
-from numpy_attn import self_attention as _self_attention
-from numpy_attn import simplified as _simplified
+from numpy_attn import api, door, gpt_checks, ops
 from numpy_attn.door import check_layer
-from numpy_attn.fast import attend as _attend
-from numpy_attn.fast import blockwise as _blockwise
-from numpy_attn.fast import projections as _projections
+from numpy_attn.fast import blockwise
 from numpy_attn.fast.options import IMPLEMENTATIONS, AttnDropout, ComputePath, Masking, fuses_projections
 from numpy_attn.fast.threads import parallel_heads
 from numpy_attn.gpt_spec import gpt_param_shapes
@@ -46,88 +36,18 @@ from numpy_attn.spec import LAYERS, SPECS, constructor_arguments, parameter_name
 from numpy_attn.steps import STEP_DOCS, Steps
 from numpy_attn.weights_file import load_weights, save_weights
 
-FRAMEWORK = door.Framework(ops=ops, blockwise=_blockwise, xp=np, kv_cache=KVCache)
+FRAMEWORK = door.Framework(ops=ops, blockwise=blockwise, xp=np, kv_cache=KVCache)
+globals().update(api.export(FRAMEWORK, "numpy_attn"))  # every layer, block and GPT function (numpy_attn.api)
 
 
-def _layer(fn):
-    return door.layer(SPECS[_LAYER_OF[fn.__name__]], FRAMEWORK, fn)
-
-
-_LAYER_OF = {spec.function: name for name, spec in SPECS.items()}
-
-# the notes' layers
-self_attention_v1 = _layer(_self_attention.self_attention_v1)
-self_attention_v2 = _layer(_self_attention.self_attention_v2)
-causal_attention = _layer(_causal.causal_attention)
-multi_head_attention_wrapper = _layer(_causal.multi_head_attention_wrapper)
-multi_head_attention = _layer(_multi_head.multi_head_attention)
-fused_single_head_attention = _layer(_fused.fused_single_head_attention)
-fused_multi_head_attention = _layer(_fused.fused_multi_head_attention)
-fused_causal_attention = _layer(_fused.fused_causal_attention)
-simplified_self_attention = door.block(_simplified.simplified_self_attention, calls.simplified_self_attention,
-                                       FRAMEWORK, steps=True)  # fmt: skip
-
-# the building blocks
-softmax = door.block(ops.softmax, calls.softmax, FRAMEWORK)
-softmax_naive = door.block(ops.softmax_naive, calls.softmax_naive, FRAMEWORK)
-causal_mask = door.block(ops.causal_mask, calls.causal_mask, FRAMEWORK)
-dropout = door.block(ops.dropout, calls.dropout, FRAMEWORK)
-linear = door.block(ops.linear, calls.linear, FRAMEWORK)
-split_heads = door.block(ops.split_heads, calls.split_heads, FRAMEWORK)
-merge_heads = door.block(ops.merge_heads, calls.merge_heads, FRAMEWORK)
-scaled_dot_product_attention = door.block(
-    ops.scaled_dot_product_attention, calls.scaled_dot_product_attention, FRAMEWORK, steps=True
-)
-
-# the fast paths
-attend = door.block(_attend.attend, calls.attend, FRAMEWORK, framework_first=True)
-attend_heads = door.block(_attend.attend_heads, calls.attend_heads, FRAMEWORK, framework_first=True)
-blockwise_attention = door.block(_blockwise.blockwise_attention, calls.blockwise_attention, FRAMEWORK)
-blockwise_self_attention = door.block(_blockwise.blockwise_self_attention, calls.blockwise_self_attention, FRAMEWORK)
-qkv_projections = door.block(_projections.qkv_projections, calls.qkv_projections, FRAMEWORK)
-qkv_weights = door.block(_projections.qkv_weights, calls.qkv_weights, FRAMEWORK)
-split_projection = door.block(_projections.split_projection, calls.split_projection, FRAMEWORK)
-
-# decoding with a KV cache
-init_kv_cache = door.block(_kv_cache.init_kv_cache, cache_checks.init_kv_cache, FRAMEWORK)
-multi_head_attention_decode = door.block(
-    _kv_cache.multi_head_attention_decode, cache_checks.multi_head_attention_decode, FRAMEWORK
-)
-fused_causal_attention_decode = door.block(
-    _kv_cache.fused_causal_attention_decode, cache_checks.fused_causal_attention_decode, FRAMEWORK
-)
-
-# the book's GPT (chapter 4)
-layer_norm = door.block(_gpt.layer_norm, gpt_checks.layer_norm, FRAMEWORK)
-gelu = door.block(_gpt.gelu, gpt_checks.gelu, FRAMEWORK)
-feed_forward = door.block(_gpt.feed_forward, gpt_checks.feed_forward, FRAMEWORK)
-transformer_block = door.block(_gpt.transformer_block, gpt_checks.transformer_block, FRAMEWORK, steps=True)
-gpt_model = door.block(_gpt.gpt_model, gpt_checks.gpt_model, FRAMEWORK, steps=True)
-init_gpt_cache = door.block(_gpt.init_gpt_cache, gpt_checks.init_gpt_cache, FRAMEWORK)
-gpt_model_decode = door.block(_gpt.gpt_model_decode, gpt_checks.gpt_model_decode, FRAMEWORK)
-generate = door.block(_generation.generate, gpt_checks.generate, FRAMEWORK)
-
-
-def check_gpt_params(params, config):  # noqa: ANN001, ANN201
+def check_gpt_params(params, config) -> None:
     """One ValueError naming every missing, unexpected and mis-shaped weight of ``GPTModel(config)``,
     then one floating dtype for all (TypeError), then finite values."""
     gpt_checks.check_gpt_params(FRAMEWORK, params, config)
 
 
 __all__ = [
-    "transformer_block",
-    "save_weights",
-    "save_hf_gpt2",
-    "load_weights",
-    "load_hf_gpt2",
-    "layer_norm",
-    "init_gpt_cache",
-    "gpt_param_shapes",
-    "gpt_model_decode",
-    "gpt_model",
-    "generate",
-    "gelu",
-    "feed_forward",
+    *api.NAMES,
     "IMPLEMENTATIONS",
     "LAYERS",
     "SPECS",
@@ -137,38 +57,16 @@ __all__ = [
     "KVCache",
     "Masking",
     "Steps",
-    "attend",
-    "attend_heads",
-    "blockwise_attention",
-    "blockwise_self_attention",
-    "causal_attention",
-    "causal_mask",
     "check_gpt_params",
     "check_layer",
     "constructor_arguments",
-    "dropout",
-    "fused_causal_attention",
-    "fused_causal_attention_decode",
-    "fused_multi_head_attention",
-    "fused_single_head_attention",
     "fuses_projections",
-    "init_kv_cache",
-    "linear",
-    "merge_heads",
-    "multi_head_attention",
-    "multi_head_attention_decode",
-    "multi_head_attention_wrapper",
+    "gpt_param_shapes",
+    "load_hf_gpt2",
+    "load_weights",
     "parallel_heads",
     "parameter_names",
     "parameter_shapes",
-    "qkv_projections",
-    "qkv_weights",
-    "scaled_dot_product_attention",
-    "self_attention_v1",
-    "self_attention_v2",
-    "simplified_self_attention",
-    "softmax",
-    "softmax_naive",
-    "split_heads",
-    "split_projection",
+    "save_hf_gpt2",
+    "save_weights",
 ]

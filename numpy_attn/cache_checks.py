@@ -49,7 +49,8 @@ def check_kv_cache(fw: Any, cache: Any, x: Any, num_heads: int, head_dim: int, n
     ):
         given = type(cache)
         raise TypeError(
-            f"{name} must be the KVCache of {package}.init_kv_cache(...), got {given.__module__}.{given.__qualname__}"
+            f"{name} must be the KVCache of {package}.init_kv_cache(...), "
+            f"got {given.__module__}.{given.__qualname__}"
         )
     batch = x.shape[0]
     for field in ("keys", "values"):
@@ -70,9 +71,14 @@ def check_kv_cache(fw: Any, cache: Any, x: Any, num_heads: int, head_dim: int, n
         stored = getattr(cache, field)
         checks.check_native_byte_order(f"{name}.{field}", stored)
         if np.dtype(stored.dtype) != np.dtype(x.dtype):
-            raise TypeError(f"{name} has dtype {np.dtype(stored.dtype).name} but {x_name} has dtype {np.dtype(x.dtype).name}")
+            raise TypeError(
+                f"{name} has dtype {np.dtype(stored.dtype).name} "
+                f"but {x_name} has dtype {np.dtype(x.dtype).name}"
+            )
     if np.dtype(cache.padding.dtype) != np.bool_:
-        raise TypeError(f"{name}.padding must be bool (True = padding), got {np.dtype(cache.padding.dtype).name}")
+        raise TypeError(
+            f"{name}.padding must be bool (True = padding), got {np.dtype(cache.padding.dtype).name}"
+        )
     if not checks.is_int_scalar(cache.length, fw.array_types):
         raise TypeError(
             f"{name}.length must be an int or a 0-d integer array (the tokens cached so far), "

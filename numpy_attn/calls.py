@@ -105,12 +105,22 @@ def qkv_params(params: Any, function: str) -> dict[str, Any]:
     keys = weights + biases if given else weights
     missing = [key for key in keys if key not in params]
     if missing:
-        partial = f" (biases for the three projections or none, got {given})" if given and given != biases else ""
+        partial = (
+            f" (biases for the three projections or none, got {given})" if given and given != biases else ""
+        )
         raise ValueError(f"params do not fit {function}: missing keys {missing}{partial}")
     shapes = {key: checks.check_array(f"params[{key!r}]", params[key]) for key in keys}
     query = shapes[weights[0]]
-    expected = {weights[0]: "(E, D)"} if len(query) != 2 else dict.fromkeys(weights, query) | dict.fromkeys(given, query[:1])
-    misshaped = [f"{key!r} has shape {shapes[key]}, expected {want}" for key, want in expected.items() if shapes[key] != want]
+    expected = (
+        {weights[0]: "(E, D)"}
+        if len(query) != 2
+        else dict.fromkeys(weights, query) | dict.fromkeys(given, query[:1])
+    )
+    misshaped = [
+        f"{key!r} has shape {shapes[key]}, expected {want}"
+        for key, want in expected.items()
+        if shapes[key] != want
+    ]
     if misshaped:
         raise ValueError(f"params do not fit {function}: mis-shaped keys: " + "; ".join(misshaped))
     return {f"params[{key!r}]": params[key] for key in keys}
@@ -150,7 +160,11 @@ def check_leading_axes(queries: Any, keys: Any, values: Any) -> None:
 def _options(fw: Any, masking: Any, dropout: Any, path: Any, batch: int, num_queries: int, num_keys: int,
              keep_shape: tuple[int, ...]) -> None:  # fmt: skip
     """``attend``'s and ``attend_heads``' option groups, whatever the path."""
-    for name, value, kind in (("masking", masking, Masking), ("dropout", dropout, AttnDropout), ("path", path, ComputePath)):
+    for name, value, kind in (
+        ("masking", masking, Masking),
+        ("dropout", dropout, AttnDropout),
+        ("path", path, ComputePath),
+    ):
         if not isinstance(value, kind):
             raise TypeError(f"{name} must be a numpy_attn.{kind.__name__}, got {type(value).__name__}")
     checks.check_flag("causal", masking.causal)
@@ -182,7 +196,11 @@ def attend(fw: Any, a: A) -> None:
 def attend_heads(fw: Any, a: A) -> None:
     x, qkv, num_heads = a["x"], a["qkv"], a["num_heads"]
     if not isinstance(qkv, (tuple, list)) or len(qkv) != 2:
-        got = f"{type(qkv).__name__} of length {len(qkv)}" if isinstance(qkv, (tuple, list)) else type(qkv).__name__
+        got = (
+            f"{type(qkv).__name__} of length {len(qkv)}"
+            if isinstance(qkv, (tuple, list))
+            else type(qkv).__name__
+        )
         raise TypeError(f"qkv must be a (weight, bias) pair, bias None for none, got {got}")
     fw.check_operands(x=x, **{"qkv[0]": qkv[0], "qkv[1]": qkv[1]}, optional=("qkv[1]",))
     shape = checks.check_input(x, layout="(B, T, D)", floating=fw.floats)
@@ -211,13 +229,19 @@ def blockwise_self_attention(fw: Any, a: A) -> None:
     shape = checks.check_input(x, layout="(B, T, D)", floating=fw.floats)
     weight_shape = tuple(weight.shape)
     if len(weight_shape) != 2 or weight_shape[1] != shape[-1]:
-        raise ValueError(f"weight must have shape (3E, D) with D={shape[-1]} (x has shape {shape}), got shape {weight_shape}")
+        raise ValueError(
+            f"weight must have shape (3E, D) with D={shape[-1]} (x has shape {shape}), "
+            f"got shape {weight_shape}"
+        )
     checks.check_divisible("weight rows (3E)", weight_shape[0], num_heads)
     if weight_shape[0] % (3 * num_heads) != 0:
-        raise ValueError(f"weight must stack 3 projections of num_heads={num_heads} equal heads, got shape {weight_shape}")
+        raise ValueError(
+            f"weight must stack 3 projections of num_heads={num_heads} equal heads, got shape {weight_shape}"
+        )
     if bias is not None and tuple(bias.shape) != weight_shape[:1]:
         raise ValueError(
-            f"bias must have shape ({weight_shape[0]},) for weight of shape {weight_shape}, got shape {tuple(bias.shape)}"
+            f"bias must have shape ({weight_shape[0]},) for weight of shape {weight_shape}, "
+            f"got shape {tuple(bias.shape)}"
         )
     checks.check_mask_operands(padding_mask=a["padding_mask"], attn_keep_mask=a["attn_keep_mask"])
     fw.check_random(a[fw.random])

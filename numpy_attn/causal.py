@@ -68,7 +68,12 @@ def multi_head_attention_wrapper(
         head_params = {name.removeprefix(prefix): w for name, w in params.items() if name.startswith(prefix)}
         head_keep_mask = None if attn_keep_mask is None else attn_keep_mask[:, i]  # (B, T, S)
         head_output, head_steps = causal_attention(
-            head_params, x, context_length=context_length, dropout=dropout, rng=rng, attn_keep_mask=head_keep_mask
+            head_params,
+            x,
+            context_length=context_length,
+            dropout=dropout,
+            rng=rng,
+            attn_keep_mask=head_keep_mask,
         )  # (B, T, E)
         head_outputs.append(head_output)
         steps.update((prefix + name, value) for name, value in head_steps.items())

@@ -37,7 +37,8 @@ def check_array(name: str, value: Any) -> tuple[int, ...]:
         raise TypeError(f"{name} must be an array, got {type(value).__name__}")
     if isinstance(value, np.matrix):
         raise TypeError(
-            f"{name} must be an array, got numpy.matrix (always 2-D, * a matrix product): pass np.asarray({name})"
+            f"{name} must be an array, got numpy.matrix (always 2-D, * a matrix product): "
+            f"pass np.asarray({name})"
         )
     if isinstance(value, np.ma.MaskedArray):
         raise TypeError(
@@ -77,7 +78,9 @@ def check_floating(x: Any, floating: tuple[str, ...] = NUMPY_FLOATS, name: str =
     check_native_byte_order(name, x)
     dtype = np.dtype(x.dtype)
     if (_FLOAT_NAMES.get(dtype) or dtype.name) not in floating:
-        raise TypeError(f"{name} must have a floating dtype ({FLOATS_ACCEPTED}), got {dtype.name} with shape {shape}")
+        raise TypeError(
+            f"{name} must have a floating dtype ({FLOATS_ACCEPTED}), got {dtype.name} with shape {shape}"
+        )
     return shape
 
 
@@ -155,7 +158,9 @@ def check_dtype_argument(dtype: Any, floating: tuple[str, ...]) -> np.dtype:
     if resolved is None:
         raise TypeError(f"dtype must be a floating dtype ({FLOATS_ACCEPTED}), got {dtype!r}")
     if resolved.byteorder == ">":
-        raise TypeError(f"dtype is {resolved.str}, big-endian; give it in the machine's byte order: np.{resolved.name}")
+        raise TypeError(
+            f"dtype is {resolved.str}, big-endian; give it in the machine's byte order: np.{resolved.name}"
+        )
     if (_FLOAT_NAMES.get(resolved) or resolved.name) not in floating:
         raise TypeError(f"dtype must be a floating dtype ({FLOATS_ACCEPTED}), got {resolved.name}")
     return resolved
@@ -199,7 +204,9 @@ def check_scores_mask(mask: Any, queries: Any, keys: Any) -> None:
     check_numpy_dtype("mask", mask)
     leading = np.broadcast_shapes(tuple(queries.shape[:-2]), tuple(keys.shape[:-2]))
     scores_shape = (*leading, queries.shape[-2], keys.shape[-2])
-    fits = len(shape) <= len(scores_shape) and all(n in (1, m) for n, m in zip(shape[::-1], scores_shape[::-1]))
+    fits = len(shape) <= len(scores_shape) and all(
+        n in (1, m) for n, m in zip(shape[::-1], scores_shape[::-1], strict=False)
+    )
     if np.dtype(mask.dtype) != np.bool_ or not fits:
         raise ValueError(
             f"mask must be a bool array broadcastable to the scores' shape (..., T, S) = {scores_shape}, "
@@ -218,7 +225,8 @@ def check_linear_shapes(x: Any, weight: Any, bias: Any, weight_name: str = "weig
         )
     if bias is not None and tuple(bias.shape) != weight_shape[:1]:
         raise ValueError(
-            f"bias must have shape ({weight_shape[0]},) for weight of shape {weight_shape}, got shape {tuple(bias.shape)}"
+            f"bias must have shape ({weight_shape[0]},) for weight of shape {weight_shape}, "
+            f"got shape {tuple(bias.shape)}"
         )
 
 
@@ -232,11 +240,13 @@ def check_attention_shapes(queries: Any, keys: Any, values: Any) -> None:
             raise ValueError(f"{name} must have shape {layout}, got shape {shape} (rank {len(shape)})")
     if k_shape[-1] != q_shape[-1]:
         raise ValueError(
-            f"keys must have shape (..., S, H) with H={q_shape[-1]} (queries have shape {q_shape}), got shape {k_shape}"
+            f"keys must have shape (..., S, H) with H={q_shape[-1]} (queries have shape {q_shape}), "
+            f"got shape {k_shape}"
         )
     if v_shape[-2] != k_shape[-2]:
         raise ValueError(
-            f"values must have shape (..., S, Hv) with S={k_shape[-2]} (keys have shape {k_shape}), got shape {v_shape}"
+            f"values must have shape (..., S, Hv) with S={k_shape[-2]} (keys have shape {k_shape}), "
+            f"got shape {v_shape}"
         )
     if q_shape[-1] == 0:  # the scale 1 / sqrt(H) would divide by zero
         raise ValueError(f"queries must have a head size H of at least 1, got shape {q_shape}")
@@ -257,7 +267,9 @@ def check_mapping(params: Any) -> None:
         raise TypeError(f"params must be a mapping of str to arrays, got {type(params).__name__}")
     for key in params:
         if not isinstance(key, str):
-            raise TypeError(f"params must be a mapping of str to arrays, got key {key!r} ({type(key).__name__})")
+            raise TypeError(
+                f"params must be a mapping of str to arrays, got key {key!r} ({type(key).__name__})"
+            )
 
 
 def check_input(
@@ -272,16 +284,22 @@ def check_input(
     if 0 in shape:
         raise ValueError(f"{name} must not have an empty axis, got shape {shape} for {layout}")
     if d_in is not None and shape[-1] != d_in:
-        raise ValueError(f"{name} has {shape[-1]} features (shape {shape}) but the weights expect d_in={d_in}")
+        raise ValueError(
+            f"{name} has {shape[-1]} features (shape {shape}) but the weights expect d_in={d_in}"
+        )
     return shape
 
 
-def check_context_length(shape: Sequence[int], context_length: int, name: str = "context_length", cached: int = 0) -> None:
+def check_context_length(
+    shape: Sequence[int], context_length: int, name: str = "context_length", cached: int = 0
+) -> None:
     """T (and the ``cached`` tokens of a KV cache before it) within the class's mask buffer."""
     num_tokens = shape[-2]
     if cached + num_tokens > context_length:
         after = f" after the cache's {cached}, {cached + num_tokens} in all," if cached else ""
-        raise ValueError(f"x has {num_tokens} tokens (shape {tuple(shape)}){after} but {name} is {context_length}")
+        raise ValueError(
+            f"x has {num_tokens} tokens (shape {tuple(shape)}){after} but {name} is {context_length}"
+        )
 
 
 def check_rng(rng: Any, name: str = "rng") -> None:
@@ -307,7 +325,9 @@ def check_params(
         for key, want in expected.items()
         if key in params and (got := check_array(f"params[{key!r}]", params[key])) != tuple(want)
     ]
-    problems = [f"missing keys {missing}"] * bool(missing) + [f"unexpected keys {unexpected}"] * bool(unexpected)
+    problems = [f"missing keys {missing}"] * bool(missing) + [f"unexpected keys {unexpected}"] * bool(
+        unexpected
+    )
     problems += ["mis-shaped keys: " + "; ".join(misshaped)] * bool(misshaped)
     if problems:
         raise ValueError(f"params do not fit {layer}: " + "; ".join(problems))
@@ -323,7 +343,9 @@ def check_param_dtypes(params: Mapping[str, Any], names: Iterable[str], dtype: A
         check_native_byte_order(f"params[{key!r}]", params[key])
         got = np.dtype(params[key].dtype)
         if got != np.dtype(dtype):
-            raise TypeError(f"params[{key!r}] has dtype {got.name} but {dtype_of} has dtype {np.dtype(dtype).name}")
+            raise TypeError(
+                f"params[{key!r}] has dtype {got.name} but {dtype_of} has dtype {np.dtype(dtype).name}"
+            )
 
 
 def check_finite(params: Mapping[str, Any]) -> None:
@@ -331,7 +353,9 @@ def check_finite(params: Mapping[str, Any]) -> None:
     ``_FINITE_CHUNK`` values at a time: no copy of the weights is made."""
     for key, value in params.items():
         flat = np.asarray(value).ravel()
-        if not all(np.isfinite(flat[i : i + _FINITE_CHUNK]).all() for i in range(0, flat.size, _FINITE_CHUNK)):
+        if not all(
+            np.isfinite(flat[i : i + _FINITE_CHUNK]).all() for i in range(0, flat.size, _FINITE_CHUNK)
+        ):
             raise ValueError(f"params[{key!r}] has non-finite values (NaN or inf)")
 
 
@@ -344,12 +368,16 @@ def check_cast_finite(params: Mapping[str, Any], dtypes: Mapping[str, Any]) -> N
             continue
         with np.errstate(over="ignore"):  # the overflow is what is looked for
             fits = all(
-                np.isfinite(flat[i : i + _FINITE_CHUNK].astype(dtype)).all() for i in range(0, flat.size, _FINITE_CHUNK)
+                np.isfinite(flat[i : i + _FINITE_CHUNK].astype(dtype)).all()
+                for i in range(0, flat.size, _FINITE_CHUNK)
             )
         if not fits:
-            largest = float((np.array(np.inf, dtype).view(f"u{dtype.itemsize}") - 1).view(dtype))  # bfloat16 too
+            largest = float(
+                (np.array(np.inf, dtype).view(f"u{dtype.itemsize}") - 1).view(dtype)
+            )  # bfloat16 too
             raise ValueError(
-                f"params[{key!r}] has values too large for the module's dtype {dtype.name} (largest finite {largest:.6g})"
+                f"params[{key!r}] has values too large for the module's dtype {dtype.name} "
+                f"(largest finite {largest:.6g})"
             )
 
 

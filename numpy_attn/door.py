@@ -85,10 +85,22 @@ class Framework:
         """Whether the values are known (not traced by ``jax.jit``, ``jax.grad``...)."""
         return True
 
+    def read(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments as the math computes with them: another framework's arrays (JAX's) as NumPy's."""
+        return {name: _as_numpy(value) for name, value in arguments.items()}
+
     def compile(self, fn: Callable[..., Any], static: tuple[str, ...]) -> Callable[..., Any]:
         """``fn`` as the door runs it, ``run(with_steps, **arguments)``: as it is here; jax_attn runs
         it as one compiled program, which returns the steps only ``with_steps``."""
         return lambda with_steps, **arguments: fn(**arguments)
+
+
+def _as_numpy(value: Any) -> Any:
+    if isinstance(value, Mapping):  # the weights
+        return {name: _as_numpy(v) for name, v in value.items()}
+    if hasattr(value, "__array__") and hasattr(value, "shape") and not isinstance(value, np.ndarray | type):
+        return np.asarray(value)
+    return value
 
 
 def _signature(fn: Callable[..., Any], extra: Mapping[str, Any], skip: int = 0) -> inspect.Signature:
@@ -99,7 +111,10 @@ def _signature(fn: Callable[..., Any], extra: Mapping[str, Any], skip: int = 0) 
     if extra.get("return_steps") is False and isinstance(returns, str) and returns.startswith("tuple["):
         output = returns.removeprefix("tuple[").split(",")[0]  # "tuple[np.ndarray, Steps]" -> output or both
         signature = signature.replace(return_annotation=f"{output} | {returns}")
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value) for name, value in extra.items()]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value)
+        for name, value in extra.items()
+    ]
     return signature.replace(parameters=[*list(signature.parameters.values())[skip:], *added])
 
 
@@ -120,11 +135,16 @@ def layer(spec: LayerSpec, framework: Framework, fn: Callable[..., Any]) -> Call
     def public(*args: Any, **kwargs: Any) -> Any:
         arguments = _bind(signature, args, kwargs)
         check_layer_call(spec, framework, arguments)
+        arguments = framework.read(arguments)
         return_steps = arguments.pop("return_steps")
         concrete = framework.concrete(arguments)
         implementation, block_size = arguments.pop("implementation"), arguments.pop("block_size")
         if uses_blockwise(implementation, arguments["x"].shape[-2]):
-            options = {"implementation": implementation, "block_size": block_size, "return_steps": return_steps}
+            options = {
+                "implementation": implementation,
+                "block_size": block_size,
+                "return_steps": return_steps,
+            }
             run = fast if concrete else lambda _, **a: framework.fast_layer(spec, **a)
             output, steps = run(return_steps, **arguments, **options)
         else:
@@ -157,6 +177,7 @@ def block(
     def public(*args: Any, **kwargs: Any) -> Any:
         arguments = _bind(signature, args, kwargs)
         check(framework, arguments)
+        arguments = framework.read(arguments)
         return_steps = arguments.pop("return_steps") if steps else False
         if compiled is not None and framework.concrete(arguments):
             result = compiled(return_steps or not steps, **arguments)  # fn's whole result, or its output
@@ -186,7 +207,9 @@ def check_layer_call(spec: LayerSpec, framework: Framework, arguments: Mapping[s
     known = read_arguments(spec, params, given)
     for name in spec.dropouts:
         checks.check_dropout(name, arguments.get(name, spec.defaults.get(name)))
-    shape = checks.check_input(x, layout=spec.input_layout, d_in=known[spec.input_width], floating=framework.floats)
+    shape = checks.check_input(
+        x, layout=spec.input_layout, d_in=known[spec.input_width], floating=framework.floats
+    )
     checks.check_params(params, spec.shapes(**known), layer=spec.name, dtype=x.dtype)
     framework.check_float64("x", x)  # x and the weights share its dtype
     if spec.context is not None:
@@ -200,12 +223,16 @@ def check_layer_call(spec: LayerSpec, framework: Framework, arguments: Mapping[s
     return known
 
 
-def check_masks(spec: LayerSpec, shape: tuple[int, ...], num_heads: int, arguments: Mapping[str, Any]) -> None:
+def check_masks(
+    spec: LayerSpec, shape: tuple[int, ...], num_heads: int, arguments: Mapping[str, Any]
+) -> None:
     """The masks a call was given: ``attn_keep_mask`` the attention weights' shape (``(B, N, T, S)``,
     no N for one head), ``out_keep_mask`` the output's ``(B, T, D)``, ``padding_mask`` ``(B, S)``."""
     if arguments.get("attn_keep_mask") is not None:
         heads = (num_heads,) if spec.multi_head else ()
-        checks.check_keep_mask("attn_keep_mask", arguments["attn_keep_mask"], (*shape[:-2], *heads, shape[-2], shape[-2]))
+        checks.check_keep_mask(
+            "attn_keep_mask", arguments["attn_keep_mask"], (*shape[:-2], *heads, shape[-2], shape[-2])
+        )
     if arguments.get("out_keep_mask") is not None:
         checks.check_keep_mask("out_keep_mask", arguments["out_keep_mask"], shape)
     if arguments.get("padding_mask") is not None:

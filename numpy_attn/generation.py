@@ -19,7 +19,9 @@ from numpy_attn.ops import softmax
 __all__ = ["generate"]
 
 
-def next_tokens(logits: np.ndarray, rng: np.random.Generator | None, temperature: float, top_k: int | None) -> np.ndarray:
+def next_tokens(
+    logits: np.ndarray, rng: np.random.Generator | None, temperature: float, top_k: int | None
+) -> np.ndarray:
     """The next token of each row of ``logits`` ``(B, V)``: the argmax, or a sample. The logits kept,
     less their maximum, are divided by ``temperature``: each <= 0, so no temperature overflows them."""
     if temperature == 0.0:
@@ -54,7 +56,11 @@ def generate(
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is check_logits_finite's error
             logits, caches = gpt_model_decode(params, step_input, caches, config)
         last = logits[:, -1]  # (B, V)
-        check_logits_finite(step, bool(np.isfinite(last).all()), max_new_tokens, params["tok_emb.weight"].dtype)
-        step_input = next_tokens(last, rng, float(temperature), top_k)[:, None].astype(token_ids.dtype)  # (B, 1)
+        check_logits_finite(
+            step, bool(np.isfinite(last).all()), max_new_tokens, params["tok_emb.weight"].dtype
+        )
+        step_input = next_tokens(last, rng, float(temperature), top_k)[:, None].astype(
+            token_ids.dtype
+        )  # (B, 1)
         new_tokens.append(step_input)
     return np.concatenate([token_ids, *new_tokens], axis=1)  # (B, T + new)

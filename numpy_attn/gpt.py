@@ -20,7 +20,15 @@ from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.ops import dropout, linear
 from numpy_attn.steps import Steps
 
-__all__ = ["feed_forward", "gelu", "gpt_model", "gpt_model_decode", "init_gpt_cache", "layer_norm", "transformer_block"]
+__all__ = [
+    "feed_forward",
+    "gelu",
+    "gpt_model",
+    "gpt_model_decode",
+    "init_gpt_cache",
+    "layer_norm",
+    "transformer_block",
+]
 
 
 def layer_norm(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
@@ -109,9 +117,13 @@ def gpt_model(
     x = dropout(tok_embeds + pos_embeds, config["drop_rate"], rng=rng)  # (B, T, D)
     blocks = [
         functools.partial(
-            transformer_block, sub_params(params, f"trf_blocks.{i}."), num_heads=config["n_heads"],
-            context_length=config["context_length"], dropout_rate=config["drop_rate"], rng=rng,
-        )  # fmt: skip
+            transformer_block,
+            sub_params(params, f"trf_blocks.{i}."),
+            num_heads=config["n_heads"],
+            context_length=config["context_length"],
+            dropout_rate=config["drop_rate"],
+            rng=rng,
+        )
         for i in range(config["n_layers"])
     ]
     return apply_model(x, blocks=blocks, **_head(params))  # (B, T, V)
@@ -127,21 +139,30 @@ def init_gpt_cache(config: Mapping[str, Any], batch: int, dtype: Any = np.float3
 
 
 def gpt_model_decode(
-    params: Mapping[str, np.ndarray], token_ids: np.ndarray, caches: tuple[KVCache, ...], config: Mapping[str, Any]
+    params: Mapping[str, np.ndarray],
+    token_ids: np.ndarray,
+    caches: tuple[KVCache, ...],
+    config: Mapping[str, Any],
 ) -> tuple[np.ndarray, tuple[KVCache, ...]]:
     """The GPT on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens (evaluation mode).
 
     Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions.
     """
     start, num_tokens = int(caches[0].length), token_ids.shape[1]  # an int: a uint8 length would wrap
-    x = params["tok_emb.weight"][token_ids] + params["pos_emb.weight"][start : start + num_tokens]  # (B, t, D)
+    x = (
+        params["tok_emb.weight"][token_ids] + params["pos_emb.weight"][start : start + num_tokens]
+    )  # (B, t, D)
     blocks, new_caches = [], []
     for i, cache in enumerate(caches):
         block = sub_params(params, f"trf_blocks.{i}.")
 
         def att(h: np.ndarray, block: Mapping[str, np.ndarray] = block, cache: KVCache = cache) -> np.ndarray:
             output, new_cache = multi_head_attention_decode(
-                sub_params(block, "att."), h, cache, num_heads=config["n_heads"], context_length=config["context_length"]
+                sub_params(block, "att."),
+                h,
+                cache,
+                num_heads=config["n_heads"],
+                context_length=config["context_length"],
             )
             new_caches.append(new_cache)
             return output

@@ -59,7 +59,9 @@ def transformer_block(fw: Any, a: A) -> None:
     checks.check_flag("return_steps", a["return_steps"])
 
 
-def check_gpt_params(fw: Any, params: Mapping[str, Any], config: Mapping[str, Any], *, values: bool = True) -> None:
+def check_gpt_params(
+    fw: Any, params: Mapping[str, Any], config: Mapping[str, Any], *, values: bool = True
+) -> None:
     """One ValueError naming every missing, unexpected and mis-shaped weight; then one floating
     dtype, the first weight's (TypeError); then, with ``values``, finite values."""
     checks.check_mapping(params)
@@ -67,7 +69,9 @@ def check_gpt_params(fw: Any, params: Mapping[str, Any], config: Mapping[str, An
     checks.check_params(params, shapes, layer="GPTModel")
     first = f"params[{FIRST_WEIGHT!r}]"
     checks.check_floating(params[FIRST_WEIGHT], fw.floats, first)
-    checks.check_param_dtypes(params, [name for name in shapes if name != FIRST_WEIGHT], params[FIRST_WEIGHT].dtype, first)
+    checks.check_param_dtypes(
+        params, [name for name in shapes if name != FIRST_WEIGHT], params[FIRST_WEIGHT].dtype, first
+    )
     fw.check_float64(first, params[FIRST_WEIGHT])
     if values:
         checks.check_finite(params)
@@ -91,11 +95,15 @@ def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, values: bool =
     if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
         raise ValueError(f"token_ids must have shape (B, T) with B >= 1 and T >= 1, got {tuple(shape)}")
     if shape[1] > config["context_length"]:
-        raise ValueError(f"token_ids has T={shape[1]} tokens, more than context_length {config['context_length']}")
+        raise ValueError(
+            f"token_ids has T={shape[1]} tokens, more than context_length {config['context_length']}"
+        )
     if values:
         ids = np.asarray(token_ids)
         if ids.min() < 0 or ids.max() >= vocab_size:
-            raise ValueError(f"token_ids hold ids in [{ids.min()}, {ids.max()}], outside the vocabulary [0, {vocab_size})")
+            raise ValueError(
+                f"token_ids hold ids in [{ids.min()}, {ids.max()}], outside the vocabulary [0, {vocab_size})"
+            )
 
 
 def without_gpt_buffers(fw: Any, a: dict[str, Any]) -> None:
@@ -128,31 +136,44 @@ def gpt_model_decode(fw: Any, a: dict[str, Any]) -> None:
     check_gpt_caches(fw, a["caches"], a["token_ids"].shape, a["config"], a["params"][FIRST_WEIGHT].dtype)
 
 
-def check_gpt_caches(fw: Any, caches: Any, shape: tuple[int, int], config: Mapping[str, Any], dtype: Any) -> None:
+def check_gpt_caches(
+    fw: Any, caches: Any, shape: tuple[int, int], config: Mapping[str, Any], dtype: Any
+) -> None:
     """One cache per block (a tuple or list: TypeError; its length: ValueError), each as the decode
     functions check theirs (named ``caches[i]``), all holding as many tokens, with room for t more."""
     if isinstance(caches, fw.kv_cache) or not isinstance(caches, tuple | list):
         raise TypeError(
-            f"caches must be a tuple of KVCache, one per block (init_gpt_cache(config, batch)), got {type(caches).__name__}"
+            "caches must be a tuple of KVCache, one per block (init_gpt_cache(config, batch)), "
+            f"got {type(caches).__name__}"
         )
     if len(caches) != config["n_layers"]:
         raise ValueError(
-            f"caches has {len(caches)} KVCache, but config['n_layers'] = {config['n_layers']} blocks need one each"
+            f"caches has {len(caches)} KVCache, but config['n_layers'] = {config['n_layers']} "
+            "blocks need one each"
         )
     batch, num_tokens = shape
     x = np.broadcast_to(np.zeros((), dtype), (batch, num_tokens, config["emb_dim"]))  # the blocks' input
     num_heads = config["n_heads"]
     for index, cache in enumerate(caches):
-        check_kv_cache(fw, cache, x, num_heads, config["emb_dim"] // num_heads, f"caches[{index}]", "the blocks' input")
+        check_kv_cache(
+            fw, cache, x, num_heads, config["emb_dim"] // num_heads, f"caches[{index}]", "the blocks' input"
+        )
     lengths = [fw.cache_length(cache) for cache in caches]
     if len({length for length in lengths if length is not None}) > 1:
         raise ValueError(f"the caches hold {lengths} tokens: every block's cache must hold the same tokens")
     for index, (cache, length) in enumerate(zip(caches, lengths, strict=True)):
-        check_decode_room(length, cache.keys.shape[2], x.shape, config["context_length"], name=f"caches[{index}]")
+        check_decode_room(
+            length, cache.keys.shape[2], x.shape, config["context_length"], name=f"caches[{index}]"
+        )
 
 
 def check_generate_args(
-    shape: tuple[int, ...], max_new_tokens: Any, config: Mapping[str, Any], temperature: Any, top_k: Any, has_rng: bool
+    shape: tuple[int, ...],
+    max_new_tokens: Any,
+    config: Mapping[str, Any],
+    temperature: Any,
+    top_k: Any,
+    has_rng: bool,
 ) -> None:
     """The prompt and ``max_new_tokens`` within the context; ``temperature`` a finite number >= 0;
     ``top_k`` None or in [1, vocab_size]; sampling has a random source."""
@@ -163,15 +184,23 @@ def check_generate_args(
             f"context_length {config['context_length']}"
         )
     if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.integer | np.floating):
-        raise TypeError(f"temperature must be a finite number >= 0, got {temperature!r} ({type(temperature).__name__})")
+        raise TypeError(
+            f"temperature must be a finite number >= 0, got {temperature!r} ({type(temperature).__name__})"
+        )
     number = temperature if isinstance(temperature, int) else float(temperature)  # a Python int exactly
     if not 0 <= number <= sys.float_info.max:
         huge = isinstance(temperature, int) and abs(temperature) > sys.float_info.max
-        shown = f"an int of {temperature.bit_length()} bits, beyond float64's range" if huge else repr(temperature)
+        shown = (
+            f"an int of {temperature.bit_length()} bits, beyond float64's range"
+            if huge
+            else repr(temperature)
+        )
         raise ValueError(f"temperature must be a finite number >= 0, got {shown}")
     vocab_size = config["vocab_size"]
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int | np.integer)):
-        raise TypeError(f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r} ({type(top_k).__name__})")
+        raise TypeError(
+            f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r} ({type(top_k).__name__})"
+        )
     if top_k is not None and not 1 <= top_k <= vocab_size:
         raise ValueError(f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r}")
     if temperature > 0 and not has_rng:
@@ -195,4 +224,6 @@ def generate(fw: Any, a: dict[str, Any]) -> None:
     check_token_ids(a["token_ids"], a["config"])
     fw.check_random(a["rng"])
     shape = a["token_ids"].shape
-    check_generate_args(shape, a["max_new_tokens"], a["config"], a["temperature"], a["top_k"], a["rng"] is not None)
+    check_generate_args(
+        shape, a["max_new_tokens"], a["config"], a["temperature"], a["top_k"], a["rng"] is not None
+    )

@@ -48,7 +48,9 @@ def check_config(config: Any) -> None:
     """ValueError naming missing keys or values that cannot build a GPT (TypeError for a size that is
     not an int, as ``check_size``, or a ``qkv_bias`` that is not a bool)."""
     if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a mapping with keys {list(CONFIG_KEYS)}, got {type(config).__name__}")
+        raise TypeError(
+            f"config must be a mapping with keys {list(CONFIG_KEYS)}, got {type(config).__name__}"
+        )
     missing = [key for key in CONFIG_KEYS if key not in config]
     if missing:
         raise ValueError(f"config is missing keys {missing}; a GPT config has {list(CONFIG_KEYS)}")
@@ -111,7 +113,9 @@ def without_gpt_buffers(params: Mapping[str, Any], config: Mapping[str, Any]) ->
     checks.check_mapping(params)
     check_config(config)
     buffers = {
-        f"trf_blocks.{index}.att.{buffer}" for index in range(config["n_layers"]) for buffer in BLOCK_ATTENTION.buffers
+        f"trf_blocks.{index}.att.{buffer}"
+        for index in range(config["n_layers"])
+        for buffer in BLOCK_ATTENTION.buffers
     }
     return {name: value for name, value in params.items() if name not in buffers}
 
@@ -124,7 +128,9 @@ def sub_params(params: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 Part = Callable[[Any], Any]
 
 
-def apply_block(x: Any, *, norm1: Part, att: Part, norm2: Part, ff: Part, drop_shortcut: Part) -> tuple[Any, Steps]:
+def apply_block(
+    x: Any, *, norm1: Part, att: Part, norm2: Part, ff: Part, drop_shortcut: Part
+) -> tuple[Any, Steps]:
     """The ``TransformerBlock``'s steps around its parts (the full causal pass or a cached decode
     step as ``att``), in NumPy or JAX: returns the output and the ``BLOCK_STEPS`` trace."""
     shortcut = x

@@ -64,7 +64,11 @@ def multi_head_attention_decode(
     keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (B, t, E)
     values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (B, t, E)
     context_vec, cache = attend_cached(
-        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads), cache, None
+        split_heads(queries, num_heads),
+        split_heads(keys, num_heads),
+        split_heads(values, num_heads),
+        cache,
+        None,
     )  # (B, t, E)
     return linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias")), cache
 

@@ -12,8 +12,9 @@ class's ``state_dict`` names (buffers excluded), in torch's layout: ``nn.Linear`
 ``weight`` as ``(out_features, in_features)``; ``SelfAttentionV1`` stores ``W_query`` as
 ``(d_in, d_out)`` and uses it as ``x @ W_query``.
 
-Adding a layer: its ``LayerSpec`` here, its math in one file per framework (numpy_attn and
-jax_attn, exported in their ``__init__``), its torch class in torch_ref and its Flax module.
+Adding a layer: its ``LayerSpec`` here, its math in one file per framework (``numpy_attn/<module>.py``,
+``jax_attn/<module>.py``: both packages export it from the spec), its torch class in torch_ref and
+its Flax module.
 """
 
 from __future__ import annotations
@@ -80,9 +81,11 @@ def _qkv(bias: str) -> tuple[Weight, ...]:
 class LayerSpec:
     """Everything about one attention class that is not its math.
 
-    ``arguments``: the constructor arguments the layer function takes as keywords; ``context``:
-    the one bounding T (the class's mask buffer); ``dropouts``: dropout probabilities (the first
-    on the attention weights, ``out_dropout`` on the output); ``head_width``: the argument that
+    ``module`` is the file of each package that holds its math (``numpy_attn/<module>.py``,
+    ``jax_attn/<module>.py``), ``function`` its name there and in the packages. ``arguments``:
+    the constructor arguments the layer function takes as keywords; ``context``: the one
+    bounding T (the class's mask buffer); ``dropouts``: dropout probabilities (the first on the
+    attention weights, ``out_dropout`` on the output); ``head_width``: the argument that
     ``num_heads`` divides; ``buffers``: the last name parts of the class's buffers (in its
     ``state_dict()``, not in the weights format). Structure: ``qkv`` is ``"matrices"``
     (``x @ W``), ``"linear"`` (three ``nn.Linear``) or ``"fused"`` (one ``Wqkv``), ``out`` the
@@ -90,6 +93,7 @@ class LayerSpec:
     """
 
     name: str
+    module: str
     function: str
     constructor: tuple[str, ...]
     defaults: Mapping[str, Any]
@@ -156,7 +160,9 @@ class LayerSpec:
         return implied
 
 
-def _evidence_shape(layer: str, shapes: Mapping[str, tuple[int, ...]], key: str, rank: int) -> tuple[int, ...]:
+def _evidence_shape(
+    layer: str, shapes: Mapping[str, tuple[int, ...]], key: str, rank: int
+) -> tuple[int, ...]:
     """The shape of the weight that fixes a layer's sizes, with a clear error if it cannot."""
     if key not in shapes:
         raise ValueError(f"params do not fit {layer}: missing keys [{key!r}] (got keys {sorted(shapes)})")
@@ -174,22 +180,23 @@ SPECS: dict[str, LayerSpec] = {
     spec.name: spec
     for spec in (
         LayerSpec(
-            "SelfAttentionV1", "self_attention_v1", ("d_in", "d_out"), {},
+            "SelfAttentionV1", "self_attention", "self_attention_v1", ("d_in", "d_out"), {},
             weights=tuple(Weight(name, ("d_in", "d_out")) for name in QKV),
             input_layout="(T, D)", qkv="matrices",
         ),
         LayerSpec(
-            "SelfAttentionV2", "self_attention_v2", ("d_in", "d_out", "qkv_bias"), {"qkv_bias": False},
+            "SelfAttentionV2", "self_attention", "self_attention_v2", ("d_in", "d_out", "qkv_bias"),
+            {"qkv_bias": False},
             weights=_qkv("qkv_bias"), input_layout="(T, D)",
         ),
         LayerSpec(
-            "CausalAttention", "causal_attention",
+            "CausalAttention", "causal", "causal_attention",
             ("d_in", "d_out", "context_length", "dropout", "qkv_bias"), {"dropout": 0.0, "qkv_bias": False},
             weights=_qkv("qkv_bias"), arguments=("context_length", "dropout"), context="context_length",
             dropouts=("dropout",), buffers=("mask",), steps=CAUSAL_STEPS, causal=True,
         ),
         LayerSpec(
-            "MultiHeadAttentionWrapper", "multi_head_attention_wrapper",
+            "MultiHeadAttentionWrapper", "causal", "multi_head_attention_wrapper",
             ("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias"),
             {"dropout": 0.0, "qkv_bias": False},
             weights=tuple(Weight("heads.{i}." + w.name, w.shape, w.flag) for w in _qkv("qkv_bias")),
@@ -198,7 +205,7 @@ SPECS: dict[str, LayerSpec] = {
             heads="CausalAttention",
         ),
         LayerSpec(
-            "MultiHeadAttention", "multi_head_attention",
+            "MultiHeadAttention", "multi_head", "multi_head_attention",
             ("d_in", "d_out", "context_length", "dropout", "num_heads", "qkv_bias", "out_bias"),
             {"dropout": 0.0, "qkv_bias": False, "out_bias": True},
             weights=(*_qkv("qkv_bias"), *linear("out_proj", "d_out", "d_out", "out_bias")),
@@ -207,7 +214,8 @@ SPECS: dict[str, LayerSpec] = {
             out="out_proj", causal=True,
         ),
         LayerSpec(
-            "FusedSingleHeadAttention", "fused_single_head_attention", ("hidden_size", "bias"), {"bias": True},
+            "FusedSingleHeadAttention", "fused", "fused_single_head_attention", ("hidden_size", "bias"),
+            {"bias": True},
             weights=(
                 *linear("Wqkv", "hidden_size", "3 * (hidden_size // 4)", "bias"),
                 *linear("Wo", "hidden_size // 4", "hidden_size", "bias"),
@@ -215,8 +223,8 @@ SPECS: dict[str, LayerSpec] = {
             qkv="fused", out="Wo",
         ),
         LayerSpec(
-            "FusedMultiHeadAttention", "fused_multi_head_attention", ("hidden_size", "num_heads", "bias"),
-            {"bias": True},
+            "FusedMultiHeadAttention", "fused", "fused_multi_head_attention",
+            ("hidden_size", "num_heads", "bias"), {"bias": True},
             weights=(
                 *linear("Wqkv", "hidden_size", "3 * hidden_size", "bias"),
                 *linear("Wo", "hidden_size", "hidden_size", "bias"),
@@ -224,7 +232,7 @@ SPECS: dict[str, LayerSpec] = {
             arguments=("num_heads",), head_width="hidden_size", qkv="fused", out="Wo",
         ),
         LayerSpec(
-            "FusedCausalAttention", "fused_causal_attention",
+            "FusedCausalAttention", "fused", "fused_causal_attention",
             ("hidden_size", "num_heads", "context_size", "attn_drop", "out_drop", "bias"),
             {"attn_drop": 0.1, "out_drop": 0.1, "bias": True},
             weights=(
@@ -292,12 +300,16 @@ def read_arguments(spec: LayerSpec, params: Mapping[str, Any], given: Mapping[st
     and by the class's defaults (the required ones the weights cannot tell may still be absent)."""
     unknown = sorted(set(given) - set(spec.constructor))
     if unknown:
-        raise TypeError(f"{spec.name} takes no argument(s) {unknown}; its arguments are {list(spec.constructor)}")
+        raise TypeError(
+            f"{spec.name} takes no argument(s) {unknown}; its arguments are {list(spec.constructor)}"
+        )
     check_mapping(params)
     implied = spec.implied({key: check_array(f"params[{key!r}]", value) for key, value in params.items()})
     for name, (value, evidence) in implied.items():
         if name in given and given[name] != value:
-            raise ValueError(f"{name}={given[name]!r} contradicts the weights: {evidence}, so {name}={value!r}")
+            raise ValueError(
+                f"{name}={given[name]!r} contradicts the weights: {evidence}, so {name}={value!r}"
+            )
     arguments = {**spec.defaults, **given, **{name: value for name, (value, _) in implied.items()}}
     check_sizes(spec, arguments)
     return arguments

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from numpy_attn.fast.options import AttnDropout, ComputePath, Masking, fuses_projections, uses_blockwise
+from numpy_attn.fast.projections import qkv_projections, qkv_weights, split_projection
 from numpy_attn.spec import SPECS, LayerSpec
 from numpy_attn.steps import Steps
 
@@ -88,16 +89,7 @@ def attend_heads(
             **{fw.random: dropout.rng},
         )  # fmt: skip
         return context_vec, Steps()
-    weight, bias = qkv
-    width = weight.shape[0] // 3
-    if path.fused_qkv:
-        projected = fw.ops.linear(x, weight, bias)  # (B, T, 3E)
-        queries, keys, values = (projected[..., i * width : (i + 1) * width] for i in range(3))
-    else:
-        queries, keys, values = (
-            fw.ops.linear(x, weight[i * width : (i + 1) * width], None if bias is None else bias[i * width : (i + 1) * width])
-            for i in range(3)
-        )  # 3 x (B, T, E)
+    queries, keys, values = split_projection(fw, x, *qkv, fused=path.fused_qkv)  # 3 x (B, T, E)
     split = lambda a: fw.ops.split_heads(a, num_heads)  # noqa: E731  (B, T, E) -> (B, N, T, H)
     context_vec, steps = attend(fw, split(queries), split(keys), split(values), masking, dropout, path, return_steps)
     if return_steps:
@@ -154,19 +146,13 @@ def _projections(spec: LayerSpec, fw: Any, params: Mapping[str, Any], x: Any) ->
     if spec.qkv == "matrices":
         return x @ params["W_query"], x @ params["W_key"], x @ params["W_value"]
     if spec.qkv == "fused":
-        projected = fw.ops.linear(x, *_weights(params, "Wqkv"))  # (..., T, 3E)
-        width = projected.shape[-1] // 3
-        return tuple(projected[..., i * width : (i + 1) * width] for i in range(3))
-    return tuple(fw.ops.linear(x, *_weights(params, name)) for name in ("W_query", "W_key", "W_value"))
+        return split_projection(fw, x, *_weights(params, "Wqkv"))
+    return qkv_projections(fw, x, params)
 
 
 def _stacked_qkv(spec: LayerSpec, fw: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
     """The ``(3E, D)`` weight and ``(3E,)`` bias (or None) of the three projections."""
-    if spec.qkv == "fused":
-        return _weights(params, "Wqkv")
-    weights = [_weights(params, name) for name in ("W_query", "W_key", "W_value")]
-    bias = None if weights[0][1] is None else fw.xp.concatenate([b for _, b in weights])
-    return fw.xp.concatenate([w for w, _ in weights]), bias
+    return _weights(params, "Wqkv") if spec.qkv == "fused" else qkv_weights(fw, params)
 
 
 def _stack(

@@ -1,0 +1,94 @@
+"""The public functions numpy_attn and jax_attn share, declared once.
+
+The layers of the notes come from ``numpy_attn.spec.SPECS`` (each spec names the module of its
+math); ``PUBLIC`` lists everything else: the module of each package that holds its math (or, for
+the framework-neutral fast paths, the one shared module), the check its door runs and the door's
+options. Each package's ``__init__`` calls ``export(FRAMEWORK, package)``, which puts that
+package's math behind ``numpy_attn.door``: the two packages cannot export different functions,
+or the same function with different checks.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from numpy_attn import cache_checks, calls, door, gpt_checks
+from numpy_attn.spec import SPECS
+
+__all__ = ["NAMES", "PUBLIC", "Public", "export"]
+
+
+@dataclass(frozen=True)
+class Public:
+    """One public function: ``module`` holds its math (a module of each package, or a dotted path to
+    one shared framework-neutral module), ``check`` is its door's check, ``steps`` whether it takes
+    ``return_steps``, ``static`` its arguments that are static under ``jax.jit``."""
+
+    module: str
+    check: Callable[..., None]
+    steps: bool = False
+    static: tuple[str, ...] | None = None
+
+
+FAST = "numpy_attn.fast.attend"
+PROJECTIONS = "numpy_attn.fast.projections"
+PUBLIC: dict[str, Public] = {
+    "simplified_self_attention": Public("simplified", calls.simplified_self_attention, steps=True),
+    # the building blocks
+    "softmax": Public("ops", calls.softmax),
+    "softmax_naive": Public("ops", calls.softmax_naive),
+    "causal_mask": Public("ops", calls.causal_mask),
+    "dropout": Public("ops", calls.dropout),
+    "linear": Public("ops", calls.linear),
+    "split_heads": Public("ops", calls.split_heads),
+    "merge_heads": Public("ops", calls.merge_heads),
+    "scaled_dot_product_attention": Public("ops", calls.scaled_dot_product_attention, steps=True),
+    # the fast paths
+    "attend": Public(FAST, calls.attend),
+    "attend_heads": Public(FAST, calls.attend_heads),
+    "blockwise_attention": Public("fast.blockwise", calls.blockwise_attention),
+    "blockwise_self_attention": Public("fast.blockwise", calls.blockwise_self_attention),
+    "qkv_projections": Public(PROJECTIONS, calls.qkv_projections),
+    "qkv_weights": Public(PROJECTIONS, calls.qkv_weights),
+    "split_projection": Public(PROJECTIONS, calls.split_projection),
+    # decoding with a KV cache
+    "init_kv_cache": Public("kv_cache", cache_checks.init_kv_cache),
+    "multi_head_attention_decode": Public("kv_cache", cache_checks.multi_head_attention_decode),
+    "fused_causal_attention_decode": Public("kv_cache", cache_checks.fused_causal_attention_decode),
+    # the book's GPT (chapter 4)
+    "layer_norm": Public("gpt", gpt_checks.layer_norm),
+    "gelu": Public("gpt", gpt_checks.gelu),
+    "feed_forward": Public("gpt", gpt_checks.feed_forward),
+    "transformer_block": Public("gpt", gpt_checks.transformer_block, steps=True),
+    "gpt_model": Public("gpt", gpt_checks.gpt_model, steps=True, static=("config",)),
+    "init_gpt_cache": Public("gpt", gpt_checks.init_gpt_cache),
+    "gpt_model_decode": Public("gpt", gpt_checks.gpt_model_decode),
+    "generate": Public("generation", gpt_checks.generate),
+}
+
+
+# the names every package exports: the layers of the notes, then PUBLIC's
+NAMES = [*(spec.function for spec in SPECS.values()), *PUBLIC]
+
+
+def export(
+    framework: door.Framework, package: str, checks: Mapping[str, Callable[..., None]] = {}
+) -> dict[str, Any]:
+    """Every shared public function of ``package`` (``"numpy_attn"``, ``"jax_attn"``), its math
+    behind the door of ``framework``; ``checks`` replace a row's check (jax_attn's ``generate``
+    takes a model). Returns name -> function."""
+    public: dict[str, Any] = {}
+    for spec in SPECS.values():
+        math = getattr(importlib.import_module(f"{package}.{spec.module}"), spec.function)
+        public[spec.function] = door.layer(spec, framework, math)
+    for name, row in PUBLIC.items():
+        shared = row.module.startswith("numpy_attn.")
+        math = getattr(importlib.import_module(row.module if shared else f"{package}.{row.module}"), name)
+        check = checks.get(name, row.check)
+        public[name] = door.block(
+            math, check, framework, steps=row.steps, framework_first=shared, static=row.static
+        )
+    return public
