@@ -153,7 +153,20 @@ def layer(spec: LayerSpec, framework: Framework, fn: Callable[..., Any]) -> Call
         return (output, steps) if return_steps else output
 
     public.__signature__ = signature
+    public.__doc__ = (fn.__doc__ or "") + LAYER_DOOR_DOC
     return public
+
+
+LAYER_DOOR_DOC = """
+    The door adds: ``implementation`` (``"reference"``: the math above; ``"blockwise"``: the
+    O(T)-memory path; ``"auto"``: blockwise from 512 tokens), ``block_size`` (the blockwise path's
+    keys per block) and ``return_steps`` (True: ``(output, steps)``; False: the output).
+    Bad input raises TypeError or ValueError naming the argument and the shapes (``check_layer_call``).
+"""
+BLOCK_DOOR_DOC = """
+    ``return_steps=True`` returns ``(output, steps)``; False, the output. Bad input raises TypeError or
+    ValueError naming the argument and the shapes.
+"""
 
 
 def block(
@@ -189,6 +202,8 @@ def block(
         return (output, trace) if return_steps else output
 
     public.__signature__ = signature
+    if steps:
+        public.__doc__ = (fn.__doc__ or "") + BLOCK_DOOR_DOC
     return public
 
 
