@@ -112,7 +112,9 @@ def _signature(fn: Callable[..., Any], extra: Mapping[str, Any], skip: int = 0) 
         output = returns.removeprefix("tuple[").split(",")[0]  # "tuple[np.ndarray, Steps]" -> output or both
         signature = signature.replace(return_annotation=f"{output} | {returns}")
     added = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value)
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=value, annotation=type(value).__name__
+        )
         for name, value in extra.items()
     ]
     return signature.replace(parameters=[*list(signature.parameters.values())[skip:], *added])
