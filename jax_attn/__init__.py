@@ -27,7 +27,18 @@ import jax.numpy as jnp
 from jax_attn import generation, ops
 from jax_attn.fast import blockwise
 from jax_attn.framework import JaxFramework
+from jax_attn.gpt_module import GPTModel
 from jax_attn.kv_cache import KVCache
+from jax_attn.modules import (
+    CausalAttention,
+    FusedCausalAttention,
+    FusedMultiHeadAttention,
+    FusedSingleHeadAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    SelfAttentionV1,
+    SelfAttentionV2,
+)
 from numpy_attn import api
 from numpy_attn.fast.options import AttnDropout, ComputePath, Masking, fuses_projections
 
@@ -42,4 +53,14 @@ __all__ = [
     "KVCache",
     "Masking",
     "fuses_projections",
+    # the Flax NNX modules: the notes' classes, named as the torch ones, and the book's GPT
+    "SelfAttentionV1",
+    "SelfAttentionV2",
+    "CausalAttention",
+    "MultiHeadAttentionWrapper",
+    "MultiHeadAttention",
+    "FusedSingleHeadAttention",
+    "FusedMultiHeadAttention",
+    "FusedCausalAttention",
+    "GPTModel",
 ]

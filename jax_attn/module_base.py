@@ -1,85 +1,94 @@
-"""What every Flax NNX attention module shares: weights in and out, input checks, dropout
-state, the call of the attention core, and the steps it sows."""
+"""What the Flax NNX modules share: torch's initialisation; the weights format in and out
+(``TorchWeights``: the layout changes once, as weights enter or leave); the attention modules'
+door (``AttentionModule``: the constructor checked by the layer's ``LayerSpec``, a call by the layer
+function's own checks, word for word) and the one attention core they call
+(``numpy_attn.fast.attend.attend`` on jax_attn's framework).
+"""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from numpy_attn.attend_options import AttnDropout, ComputePath, Masking
-from numpy_attn.implementation import check_implementation
-from numpy_attn.validation import (
-    JAX_FLOATS,
-    check_array_size,
-    check_cast_finite,
-    check_context_length,
-    check_dropout,
-    check_finite,
-    check_flag,
-    check_input,
-    check_mapping,
-    check_params,
-    check_size,
-)
 
-from jax_attn.attend import attend
-from jax_attn.checks import check_dtype, check_x64
-from jax_attn.convert import as_jax, flax_path, flax_value, torch_name, torch_value
-from jax_attn.draws import merged_draw
-from jax_attn.heads import merge_heads, split_heads
-from numpy_attn.spec import (
-    check_masks,
-    check_sizes,
-    check_weights,
-    constructor_arguments,
-    layer_spec,
-    parameter_names,
-    parameter_shapes,
-    without_buffers,
-)
+import jax_attn  # jax_attn.FRAMEWORK is read at call time: this module is imported while jax_attn starts
+from jax_attn.convert import Path, as_jax, flax_path, to_flax, torch_name, torch_value
+from jax_attn.ops import merge_heads, split_heads
+from numpy_attn import checks
+from numpy_attn.door import check_masks
+from numpy_attn.fast.attend import attend
+from numpy_attn.fast.options import AttnDropout, ComputePath, Masking, check_implementation
+from numpy_attn.spec import SPECS, check_sizes, constructor_arguments, without_buffers
 from numpy_attn.steps import Steps
 
 __all__ = [
-    "MODULE_OPTIONS", "AttentionModule", "build_to_load", "check_loaded", "check_rngs", "check_weight_dtypes",
-    "check_weights_to_draw", "fill", "load_variables", "named_params", "param_paths", "readable_weights",
-    "torch_linear", "torch_normal", "torch_qkv", "torch_uniform",
+    "AttentionModule", "TorchWeights", "build_to_load", "check_loaded", "check_rngs", "check_weights_to_draw",
+    "readable_weights", "torch_linear", "torch_normal", "torch_uniform",
 ]  # fmt: skip
 
-# the constructor arguments of a Flax module that its torch class does not have
-MODULE_OPTIONS = ("dtype", "implementation", "block_size", "rngs")
 M = TypeVar("M", bound=nnx.Module)
-SIZES = ("d_in", "d_out", "hidden_size", "num_heads")  # constructor arguments that are positive sizes
-FLAGS = ("qkv_bias", "out_bias", "bias")  # constructor arguments that are bools
+Rngs = nnx.Rngs | nnx.RngStream | None
+Variables = dict[str, tuple[Path, nnx.Param]]  # torch name -> (Flax path, parameter)
+OPTIONS = ("dtype", "implementation", "block_size")  # a constructor's keywords beside torch's (and rngs)
 
 
 def torch_uniform(low: float, high: float) -> Callable[..., jax.Array]:
-    """An initializer drawing uniformly from [low, high), like torch's ``uniform_``: the bits of
-    ``jax.random.uniform``, drawn by ``merged_draw`` (compiled faster)."""
+    """An initializer drawing from U[low, high) (torch's ``uniform_``): ``jax.random.uniform``'s
+    bits at ``shape``, drawn flat (XLA:CPU compiles the counters of one axis faster)."""
 
     def init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
-        return merged_draw(jax.random.uniform, key, shape, dtype=dtype, minval=low, maxval=high)
+        return jax.random.uniform(key, (math.prod(shape),), dtype, low, high).reshape(shape)
 
     return init
 
 
 def torch_normal(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
-    """An initializer drawing from N(0, 1), like torch's ``nn.Embedding``: the bits of
-    ``jax.random.normal``, drawn by ``merged_draw`` (compiled faster)."""
-    return merged_draw(jax.random.normal, key, shape, dtype=dtype)
+    """An initializer drawing from N(0, 1) (``nn.Embedding``'s): ``jax.random.normal``'s bits, drawn flat."""
+    return jax.random.normal(key, (math.prod(shape),), dtype).reshape(shape)
+
+
+def torch_linear(d_in: int, d_out: int, bias: bool, dtype: Any, rngs: nnx.Rngs) -> nnx.Linear:
+    """An ``nnx.Linear``, kernel ``(d_in, d_out)``, drawn as ``nn.Linear``: from U(±1/sqrt(d_in))."""
+    init = torch_uniform(-1 / math.sqrt(d_in), 1 / math.sqrt(d_in))
+    return nnx.Linear(d_in, d_out, use_bias=bias, dtype=dtype, param_dtype=dtype, kernel_init=init,
+                      bias_init=init, rngs=rngs)  # fmt: skip
+
+
+def check_rngs(rngs: Any, *, call: bool = False) -> None:
+    """A constructor's ``rngs``: an ``nnx.Rngs``; a call's (``call``): also None or an ``nnx.RngStream``."""
+    if not isinstance(rngs, (nnx.Rngs, nnx.RngStream, type(None)) if call else nnx.Rngs):
+        or_none = " or None" if call else ""
+        raise TypeError(
+            f"rngs must be a flax.nnx.Rngs (nnx.Rngs(seed)){or_none}, got {rngs!r} ({type(rngs).__name__})"
+        )
+
+
+def check_weights_to_draw(dtype: Any, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """A constructor's ``dtype`` (jax_attn's floats; float64 with x64) and weights of ``shapes`` an
+    array may hold (XLA would abort the process past ``checks.MAX_ELEMENTS``)."""
+    jax_attn.FRAMEWORK.check_dtype(dtype)
+    for name, shape in shapes.items():
+        checks.check_array_size(f"weight {name!r}", shape)
+
+
+def readable_weights(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The weights as the checks read them: NumPy arrays as they are (their byte order checked), JAX
+    and torch arrays as JAX arrays made in 64-bit mode (float64 kept, for the x64 check), others as
+    they are (for the checks to name)."""
+    checks.check_mapping(params)
+    with jax.enable_x64(True):
+        return {name: w if isinstance(w, np.ndarray) else as_jax(w) for name, w in params.items()}
 
 
 def build_to_load(build: Callable[[nnx.Rngs], M], rngs: nnx.Rngs | None) -> M:
-    """``build(rngs)``: the module ``from_params`` then fills with weights. With ``rngs`` it is
-    built as it is (its dropout streams are forks of the caller's). Without, it is built as shapes
-    only (``nnx.eval_shape``), so that no weight is drawn to be thrown away, and with no dropout
-    stream: eval mode, as ``nnx.Dropout`` without ``rngs``. ``check_loaded`` checks the fill."""
+    """``build(rngs)``, the module ``from_params`` fills; without ``rngs``, built as shapes
+    (``nnx.eval_shape``: no weight drawn to be thrown away), in eval mode with no dropout stream."""
     if rngs is not None:
         return build(rngs)
     module = nnx.eval_shape(lambda: build(nnx.Rngs(0)))
@@ -91,240 +100,125 @@ def build_to_load(build: Callable[[nnx.Rngs], M], rngs: nnx.Rngs | None) -> M:
     return module
 
 
-def fill(variable: nnx.Variable, value: jax.Array) -> None:
-    """Write ``value``, cast to the variable's dtype, into ``variable``: over its array in place
-    (keeping the array's placement, as ``variable[...] = value`` does) or over the shape that
-    ``build_to_load`` left."""
-    current = variable.get_value()
-    value = value.astype(current.dtype)
-    if isinstance(current, jax.ShapeDtypeStruct):
-        variable.set_value(value)
-    else:
-        variable[...] = value
-
-
-def param_paths(
-    node: Any, path: tuple[str | int, ...] = (), ancestors: frozenset[int] = frozenset()
-) -> Iterator[tuple[tuple[str | int, ...], nnx.Param]]:
-    """``(Flax path, parameter)`` for every parameter under the graph node ``node``, under every
-    path that reaches it: a submodule or parameter shared within the module (``m.W_key =
-    m.W_query``, tied weights) comes once per path, where ``nnx.iter_graph`` gives it once, under
-    its first path only. A node met again inside itself (a cycle) is not followed."""
-    ancestors = ancestors | {id(node)}
-    for key, child in nnx.iter_children(node):
-        if isinstance(child, nnx.Param):
-            yield (*path, key), child
-        elif not isinstance(child, nnx.Variable) and id(child) not in ancestors:
-            yield from param_paths(child, (*path, key), ancestors)
-
-
-def named_params(
-    node: Any, names: Collection[str], name_of: Callable[[tuple[str | int, ...]], str] = torch_name
-) -> dict[str, tuple[tuple[str | int, ...], nnx.Param]]:
-    """torch name (``name_of`` a path) -> ``(Flax path, parameter)``, for the paths of
-    ``param_paths`` whose torch name is one of ``names`` (the weights format's): a submodule
-    shared between two of them (``m.W_key = m.W_query``, tied weights) is under both names; an
-    alias attribute (``m.alias = m.W_query``: a second path that is no torch name) is left out,
-    as the parameters it reaches are under their torch names already. A parameter under none of
-    ``names`` (one the format has no place for) is a ValueError naming its paths."""
-    paths = [(name_of(path), path, param) for path, param in param_paths(node)]
-    named = {name: (path, param) for name, path, param in paths if name in names}
-    kept = {id(param) for _, param in named.values()}
-    extra = sorted(name for name, _, param in paths if id(param) not in kept)
-    if extra:
-        raise ValueError(
-            f"{type(node).__name__} has parameters that its weights format has no name for: {extra}"
-        )
-    return named
-
-
-def load_variables(variables: Mapping[str, nnx.Variable], value_of: Callable[[str], jax.Array]) -> None:
-    """``fill`` each of ``variables`` (torch name -> variable) with ``value_of(name)`` (its value
-    in Flax's layout). The names of one shared variable (tied weights: ``named_params``) must get
-    equal values, cast to its dtype: otherwise a ValueError names both keys, and nothing is
-    written; the variable is then filled once."""
-    first: dict[int, str] = {}
-    for name, variable in variables.items():
-        other = first.setdefault(id(variable), name)
-        dtype = variable.get_value().dtype
-        if other != name and not jnp.array_equal(value_of(other).astype(dtype), value_of(name).astype(dtype)):
-            raise ValueError(
-                f"params[{other!r}] and params[{name!r}] share one variable in this module (tied "
-                "weights) but differ: give them equal values"
-            )
-    for name, variable in variables.items():
-        if first[id(variable)] == name:
-            fill(variable, value_of(name))
-
-
-def check_rngs(rngs: Any, *, call: bool = False) -> None:
-    """A constructor's ``rngs``: an ``nnx.Rngs`` (its streams draw the weights and dropout).
-    With ``call``, a call's ``rngs``: None (the module's own stream), an ``nnx.Rngs`` or one of
-    its streams (``nnx.RngStream``, as ``nnx.Dropout`` takes)."""
-    if call and (rngs is None or isinstance(rngs, nnx.RngStream)):
-        return
-    if not isinstance(rngs, nnx.Rngs):
-        raise TypeError(
-            f"rngs must be a flax.nnx.Rngs (nnx.Rngs(seed)){' or None' if call else ''}, "
-            f"got {rngs!r} ({type(rngs).__name__})"
-        )
-
-
-def readable_weights(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Each weight of ``params`` with the dtype it was given, for the checks: NumPy arrays as
-    they are (their byte order checked with their dtype, by ``check_params``), other arrays (JAX,
-    torch) as JAX arrays converted in 64-bit mode, where ``as_jax`` keeps a float64 or int64
-    dtype that it narrows without x64; anything else as it is, for the checks to name."""
-    check_mapping(params)
-    with jax.enable_x64(True):
-        return {
-            name: value if isinstance(value, np.ndarray) else as_jax(value) for name, value in params.items()
-        }
-
-
-def check_weight_dtypes(
-    layer: str, weights: Mapping[str, Any], shapes: Mapping[str, Any], default: Any
-) -> np.dtype:
-    """The one dtype that ``weights`` (of keys and ``shapes`` already checked, in torch's order)
-    share: that of the first, if it is floating, else ``default``. The layer function checks the
-    weights against x's dtype; here, against that one, with its TypeError word for word (the
-    first weight of another dtype named): what a call with an x of that dtype would raise."""
-    first = np.dtype(weights[next(iter(shapes))].dtype)
-    dtype = first if first.name in JAX_FLOATS else np.dtype(default)
-    check_params(weights, shapes, layer=layer, dtype=dtype)
-    return dtype
-
-
-def check_weights_to_draw(shapes: Mapping[str, tuple[int, ...]], dtype: Any) -> None:
-    """What a constructor checks before it draws weights of ``shapes`` (torch name -> shape) in
-    ``dtype``: a floating dtype in the machine's byte order (``check_dtype_argument``), float64
-    only with JAX's 64-bit mode (``check_dtype``), and no weight past ``MAX_ELEMENTS``
-    elements (``check_array_size``: XLA would abort the process)."""
-    check_dtype(dtype)
-    for name, shape in shapes.items():
-        check_array_size(f"weight {name!r}", shape)
-
-
 def check_loaded(module: nnx.Module) -> None:
-    """Every variable of ``module`` holds an array (none is a shape ``build_to_load`` left)."""
+    """RuntimeError naming each variable of ``module`` that ``build_to_load`` left a shape."""
     leaves = jax.tree_util.tree_leaves_with_path(nnx.state(module))
-    shapes = [jax.tree_util.keystr(path) for path, value in leaves if isinstance(value, jax.ShapeDtypeStruct)]
-    if shapes:
+    if shapes := [jax.tree_util.keystr(path) for path, v in leaves if isinstance(v, jax.ShapeDtypeStruct)]:
         raise RuntimeError(f"variables left without values after loading: {shapes}")
 
 
-def torch_linear(d_in: int, d_out: int, bias: bool, dtype: Any, rngs: nnx.Rngs) -> nnx.Linear:
-    """An ``nnx.Linear`` initialised as torch's ``nn.Linear``: weight and bias uniform in
-    ±1/sqrt(in_features) (what ``kaiming_uniform_(a=sqrt(5))`` amounts to)."""
-    bound = 1.0 / math.sqrt(d_in)
-    init = torch_uniform(-bound, bound)
-    return nnx.Linear(
-        d_in,
-        d_out,
-        use_bias=bias,
-        dtype=dtype,
-        param_dtype=dtype,
-        kernel_init=init,
-        bias_init=init,
-        rngs=rngs,
-    )
-
-
-def torch_qkv(
-    d_in: int, d_out: int, bias: bool, dtype: Any, rngs: nnx.Rngs
-) -> tuple[nnx.Linear, nnx.Linear, nnx.Linear]:
-    """``W_query``, ``W_key``, ``W_value``: three ``torch_linear`` from d_in to d_out, drawn in
-    that order (the torch classes' three ``nn.Linear``)."""
-    return tuple(torch_linear(d_in, d_out, bias, dtype, rngs) for _ in range(3))
+def param_paths(
+    node: Any, path: Path = (), seen: frozenset = frozenset()
+) -> Iterator[tuple[Path, nnx.Param]]:
+    """``(path, parameter)`` for every path under ``node`` that reaches a parameter: a shared one
+    (``m.W_key = m.W_query``) once per path, where ``nnx.iter_graph`` gives its first path only."""
+    seen = seen | {id(node)}  # a cycle is not followed
+    for key, child in nnx.iter_children(node):
+        if isinstance(child, nnx.Param):
+            yield (*path, key), child
+        elif not isinstance(child, nnx.Variable) and id(child) not in seen:
+            yield from param_paths(child, (*path, key), seen)
 
 
 class _Signature:
-    """What ``inspect.signature`` (and so ``help``) shows: for a class, its constructor's
-    signature, which nnx's metaclass would hide behind ``(*args, **kwargs)``; for a module,
-    its ``__call__``'s."""
+    """``inspect.signature`` (so ``help``) of a module class: its constructor's, which nnx's metaclass
+    would hide behind ``(*args, **kwargs)``; of a module: its ``__call__``'s."""
 
     def __get__(self, module: Any, cls: type) -> inspect.Signature:
         method = inspect.signature(cls.__init__ if module is None else cls.__call__)
         return method.replace(parameters=list(method.parameters.values())[1:])  # without self
 
 
-class AttentionModule(nnx.Module):
-    """Base of the modules: ``layer`` names the torch class whose weights format is used.
-
-    Dropout follows ``nnx.Dropout``: ``deterministic`` is switched by ``.train()`` and
-    ``.eval()`` (or passed to a call), and random masks come from the module's fork of the
-    ``dropout`` stream of the ``nnx.Rngs`` it was built with (or the ``rngs`` passed to a call).
-    A module built by ``from_params`` without ``rngs`` starts in eval mode and has no stream.
-
-    Steps: with ``return_steps=True`` a call returns ``(output, steps)``; inside ``nnx.capture``
-    it also sows every step (``self.sow(nnx.Intermediate, name, value)``; the wrapper's heads sow
-    theirs under ``heads.{i}``), so that ``nnx.capture(module, nnx.Intermediate)(x,
-    return_steps=True)`` collects them. Outside ``nnx.capture`` nothing is sown (Flax 0.12
-    deprecates sowing there): the module's state stays as it was.
-    """
-
-    layer: ClassVar[str]
-    num_heads: int = 1
+class TorchWeights(nnx.Module):
+    """A module whose weights go in and out in the weights format (torch's names, layout, order).
+    A subclass defines ``_format()`` (torch name -> shape), ``_without_buffers(params)`` (a
+    ``state_dict()``'s weights) and ``_check_load(weights, variables)``."""
 
     __signature__ = _Signature()
 
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any], /, **arguments: Any) -> Self:
-        """A module holding ``params``: the project's weights format (NumPy, JAX or torch arrays;
-        a torch ``state_dict()`` as it is, its causal-mask buffers ignored), checked as
-        ``load_params`` does: they must share one floating dtype (``check_weight_dtypes``),
-        float64 only in JAX's 64-bit mode.
+    def _variables(self) -> Variables:
+        """Each format name's ``(path, parameter)``, in path order: tied weights under each of their
+        names; an alias attribute's paths (no name of the format) left out. ValueError for a
+        parameter under no name of the format, or a name with no parameter."""
+        names = self._format()
+        found = [(torch_name(path), path, param) for path, param in param_paths(self)]
+        named = {name: (path, param) for name, path, param in found if name in names}
+        kept, cls = {id(param) for _, param in named.values()}, type(self).__name__
+        if extra := sorted(name for name, _, param in found if id(param) not in kept):
+            raise ValueError(f"{cls} has parameters that its weights format has no name for: {extra}")
+        if missing := [name for name in names if name not in named]:
+            raise ValueError(f"{cls} has no parameters for {missing} of its weights format")
+        return named
 
-        ``arguments`` are the constructor's, by name: the sizes and bias flags are read from the
-        weights (one given that contradicts them raises ValueError naming both values); the
-        others (``context_length``, ``num_heads``, dropout rates, ``implementation``...) are
-        passed on; ``dropout`` defaults to 0. ``dtype`` defaults to the weights'. With ``rngs``
-        the module draws dropout masks from its ``dropout`` stream in train mode; without, it
-        starts in eval mode and has no stream, and is built as shapes (``build_to_load``): no
-        weight is drawn to be overwritten.
+    def torch_params(self) -> dict[str, jax.Array]:
+        """The weights as JAX arrays in the weights format: torch name -> array in torch's layout."""
+        variables = self._variables()
+        return {name: torch_value(variables[name][0], variables[name][1][...]) for name in self._format()}
+
+    def to_params(self) -> dict[str, np.ndarray]:
+        """The weights as NumPy arrays in the weights format: torch name -> array in torch's layout."""
+        return {name: np.asarray(value) for name, value in self.torch_params().items()}
+
+    def load_params(self, params: Mapping[str, Any]) -> Self:
+        """Copy the weights-format ``params`` (NumPy, JAX or torch arrays; a ``state_dict()`` as it
+        is, buffers ignored) in, cast to the module's dtype, in place; returns the module.
+
+        Nothing is written unless they pass ``_check_load`` (one error naming every missing,
+        unexpected and mis-shaped key, then one floating dtype, then finite values), stay finite in
+        the module's dtype (1e5 into float16: torch_ref's ValueError) and tied weights are equal.
         """
-        options = {name: arguments.pop(name) for name in MODULE_OPTIONS if name in arguments}
-        weights = readable_weights(without_buffers(cls.layer, params))
-        arguments = constructor_arguments(cls.layer, weights, **arguments)  # the torch class's
-        rngs = options.pop("rngs", None)
-        shapes = parameter_shapes(cls.layer, **arguments)
-        dtype = check_weight_dtypes(cls.layer, weights, shapes, options.get("dtype", jnp.float32))
-        if "dtype" not in options:  # the weights': as the functions, float64 only with x64
-            first = next(iter(shapes))
-            check_x64(f"params[{first!r}]", weights[first])
-            options["dtype"] = dtype
-        module = build_to_load(lambda rngs: cls(**arguments, **options, rngs=rngs), rngs)
-        module.load_params(weights)
-        check_loaded(module)
-        return module
+        weights = readable_weights(self._without_buffers(params))
+        variables = self._variables()
+        self._check_load(weights, variables)
+        dtypes = {name: param.get_value().dtype for name, (_, param) in variables.items()}
+        checks.check_cast_finite(weights, dtypes)
+        first: dict[int, str] = {}  # parameter -> its first name
+        for name, (_, param) in variables.items():
+            other = first.setdefault(id(param), name)
+            tied = [as_jax(weights[key]).astype(dtypes[name]) for key in (other, name) if other != name]
+            if tied and not jnp.array_equal(*tied):
+                raise ValueError(
+                    f"params[{other!r}] and params[{name!r}] share one variable in this module (tied "
+                    "weights) but differ: give them equal values"
+                )
+        for name, (path, param) in variables.items():
+            if first[id(param)] != name:
+                continue
+            value = to_flax(path, as_jax(weights[name])).astype(dtypes[name])
+            if isinstance(param.get_value(), jax.ShapeDtypeStruct):  # a shape that build_to_load left
+                param.set_value(value)
+            else:
+                param[...] = value  # in place: the array's placement (sharding) kept
+        return self
 
-    def _init_layer(
-        self, arguments: Mapping[str, Any], dtype: Any, implementation: str, block_size: int, rngs: nnx.Rngs
-    ) -> None:
-        """Check the torch constructor's ``arguments`` as the torch class and the layer function
-        do (sizes, heads, dropout rates, read from the spec; the context length with the
-        function's ``check_size``), the bias flags (bools: ``check_flag``), ``rngs``, ``dtype``
-        and the weights' sizes (``check_weights_to_draw``) and the compute path; keep what a call
-        reads: the arguments the layer function takes (``context_length``, ``num_heads``, the
-        dropout rates...), the torch name of the input weight and, with dropout, the train/eval
-        state and a fork of the ``dropout`` stream of ``rngs``."""
+
+class AttentionModule(TorchWeights):
+    """Base of the attention modules: ``layer`` names the torch class and its ``LayerSpec``.
+
+    Dropout follows ``nnx.Dropout``: ``.train()``/``.eval()`` switch ``deterministic``; masks come
+    from the module's fork of its ``rngs``' ``dropout`` stream; a call's ``deterministic`` and
+    ``rngs`` override them. A call with ``return_steps=True`` returns ``(output, steps)`` (the
+    spec's step names) and, inside ``nnx.capture`` only, sows them as ``nnx.Intermediate``.
+    """
+
+    layer: ClassVar[str]  # the torch class's name
+    num_heads: int = 1
+
+    def _init_layer(self, given: Mapping[str, Any]) -> None:
+        """Check a constructor's arguments (``given``: its ``locals()``) as the layer function does,
+        the spec telling which are bias flags, dropout rates and sizes; keep them as attributes."""
+        spec, rngs = SPECS[self.layer], given["rngs"]
+        arguments = {name: given[name] for name in spec.constructor}
         check_rngs(rngs)
-        spec = layer_spec(self.layer)
-        for name in (*SIZES, spec.context):
-            if name in arguments:
-                check_size(name, arguments[name])
-        for name in FLAGS:
-            if name in arguments:
-                check_flag(name, arguments[name])
-        check_sizes(self.layer, arguments)
-        check_weights_to_draw(parameter_shapes(self.layer, **arguments), dtype)
-        for name in spec.dropouts:
-            check_dropout(name, arguments[name])
-        check_implementation(implementation, block_size)
-        self.implementation, self.block_size = implementation, block_size
-        for name in spec.arguments:
-            setattr(self, name, arguments[name])
-        self.param_names = tuple(parameter_names(self.layer, **arguments))  # the first is the input weight
+        kinds = {w.flag: checks.check_flag for w in spec.weights if w.flag}
+        kinds |= dict.fromkeys(spec.dropouts, checks.check_dropout)
+        for name, value in arguments.items():  # each argument is a bias flag, a dropout rate or a size
+            kinds.get(name, checks.check_size)(name, value)
+        check_sizes(spec, arguments)
+        check_weights_to_draw(given["dtype"], spec.shapes(**arguments))
+        check_implementation(given["implementation"], given["block_size"])
+        for name in (*spec.constructor, "implementation", "block_size"):
+            setattr(self, name, given[name])
         if spec.dropouts:
             self._init_dropout(rngs)
 
@@ -332,145 +226,121 @@ class AttentionModule(nnx.Module):
         self.deterministic = rngs is None
         self.rngs = None if rngs is None else rngs["dropout"].fork()
 
-    def _dropout_rngs(
-        self, deterministic: bool | None, rngs: nnx.Rngs | nnx.RngStream | None
-    ) -> nnx.Rngs | nnx.RngStream | None:
-        """Where this call's dropout masks come from: None in eval mode. ``deterministic`` and
-        ``rngs`` given to the call override the module's, as in ``nnx.Dropout``; a call's
-        ``rngs`` of another type is refused in either mode (``check_rngs``), and so is a
-        ``deterministic`` that is neither None nor a bool (``check_flag``: ``"no"`` would have
-        meant yes)."""
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], /, **arguments: Any) -> Self:
+        """A module holding ``params`` (NumPy, JAX or torch arrays; a ``state_dict()`` as it is).
+
+        Args: ``arguments``, the constructor's by name: the sizes and bias flags are read from the
+            weights; the others passed on, the torch class's defaults filling the rest (``dropout``
+            0); ``dtype`` the weights' by default (float64 only with x64); with ``rngs``, train mode,
+            without, built as shapes (``build_to_load``) in eval mode with no dropout stream.
+        Returns: the module, loaded by ``load_params``.
+        Raises what ``numpy_attn.constructor_arguments``, the constructor and ``load_params`` raise.
+        """
+        options, rngs = (
+            {name: arguments.pop(name) for name in OPTIONS if name in arguments},
+            arguments.pop("rngs", None),
+        )
+        weights = readable_weights(without_buffers(cls.layer, params))
+        arguments = constructor_arguments(cls.layer, weights, **arguments)
+        shapes = SPECS[cls.layer].shapes(**arguments)
+        first = next(iter(shapes))
+        if "dtype" in options:
+            _one_dtype(weights, shapes, jax_attn.FRAMEWORK.check_dtype(options["dtype"]))
+        else:  # the weights', float64 only with x64 (as the functions' x)
+            options["dtype"] = _one_dtype(weights, shapes, jnp.float32)
+            jax_attn.FRAMEWORK.check_float64(f"params[{first!r}]", weights[first])
+        module = build_to_load(lambda rngs: cls(**arguments, **options, rngs=rngs), rngs)
+        check_loaded(module.load_params(weights))
+        return module
+
+    def _format(self) -> dict[str, tuple[int, ...]]:
+        spec = SPECS[self.layer]
+        return spec.shapes(**{name: getattr(self, name) for name in spec.constructor})
+
+    def _without_buffers(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return without_buffers(self.layer, params)
+
+    def _check_load(self, weights: Mapping[str, Any], variables: Variables) -> None:
+        """The layer function's checks of its weights: keys and shapes, one dtype (the function's
+        TypeError for an x of the module's dtype), finite values."""
+        shapes = self._format()
+        checks.check_params(weights, shapes, layer=self.layer)
+        _one_dtype(weights, shapes, variables[next(iter(shapes))][1].get_value().dtype)
+        checks.check_finite(weights)
+
+    def _check_call(self, x: Any, return_steps: bool, **masks: Any) -> jax.Array:
+        """The layer function's checks of a call, word for word: ``return_steps`` a bool; ``x`` a
+        floating array of the layer's layout, as wide as the input weight and of its dtype (float64
+        only with x64), T within the context; the masks' shapes (the door's ``check_masks``)."""
+        checks.check_flag("return_steps", return_steps)
+        spec, name, weight = SPECS[self.layer], next(iter(self._format())), self  # the input weight
+        for part in flax_path(name):
+            weight = weight[part] if isinstance(part, int) else getattr(weight, part)
+        weight = weight[...]  # (D, ...)
+        shape = checks.check_input(
+            x, layout=spec.input_layout, d_in=weight.shape[0], floating=checks.JAX_FLOATS
+        )
+        jax_attn.FRAMEWORK.check_float64("x", x)
+        checks.check_param_dtypes({name: weight}, [name], x.dtype, "x")
+        if spec.context is not None:
+            checks.check_context_length(shape, getattr(self, spec.context), spec.context)
+        check_masks(spec, shape, self.num_heads, masks)
+        return jnp.asarray(x)
+
+    def _dropout_rngs(self, deterministic: bool | None, rngs: Rngs) -> Rngs:
+        """The stream this call's dropout masks come from, as ``nnx.Dropout`` decides; None in eval mode."""
         check_rngs(rngs, call=True)
         if deterministic is not None:
-            check_flag("deterministic", deterministic)
+            checks.check_flag("deterministic", deterministic)  # "no" would mean yes
         if self.deterministic if deterministic is None else deterministic:
             return None
-        stream = self.rngs if rngs is None else rngs
-        if stream is None:
+        if rngs is None and self.rngs is None:
             raise ValueError(
                 f"{type(self).__name__} is in train mode but has no dropout stream: "
                 "build it with rngs=nnx.Rngs(...) or call .eval()"
             )
-        return stream
+        return self.rngs if rngs is None else rngs
 
-    def _dropout_key(
-        self, deterministic: bool | None, rngs: nnx.Rngs | nnx.RngStream | None
-    ) -> jax.Array | None:
-        """A fresh key in train mode, None in eval mode."""
+    def _dropout_key(self, deterministic: bool | None, rngs: Rngs) -> jax.Array | None:
+        """A fresh key from ``_dropout_rngs``' stream; None in eval mode."""
         stream = self._dropout_rngs(deterministic, rngs)
-        if stream is None:
-            return None
-        return stream.dropout() if isinstance(stream, nnx.Rngs) else stream()
+        return None if stream is None else stream.dropout() if isinstance(stream, nnx.Rngs) else stream()
 
-    def _check_call(
-        self,
-        x: Any,
-        *,
-        return_steps: bool,
-        attn_keep_mask: jax.Array | None = None,
-        out_keep_mask: jax.Array | None = None,
-        padding_mask: jax.Array | None = None,
-    ) -> jax.Array:
-        """The layer function's checks of a call, with its errors word for word: ``x`` a floating
-        array of the layer's layout, as wide as the input weight's input features and of its
-        dtype (the TypeError names the weight by its torch name), no longer than the context;
-        the masks' shapes and dtypes (``check_masks``); ``return_steps`` a bool (``check_flag``:
-        a string or 1 is a TypeError). Returns x as a JAX array."""
-        check_flag("return_steps", return_steps)
-        weight = self
-        input_weight = self.param_names[0]
-        for step in flax_path(input_weight):
-            weight = weight[step] if isinstance(step, int) else getattr(weight, step)
-        value = weight[...]  # (in, out)
-        spec = layer_spec(self.layer)
-        shape = check_input(x, layout=spec.input_layout, d_in=value.shape[0], floating=JAX_FLOATS)
-        check_x64("x", x)  # a module holds float64 weights only in 64-bit mode
-        expected = {input_weight: value.shape}
-        check_params({input_weight: value}, expected, layer=self.layer, dtype=x.dtype)
-        if spec.context is not None:
-            check_context_length(shape, getattr(self, spec.context), spec.context)
-        check_masks(self.layer, shape, self.num_heads, attn_keep_mask, out_keep_mask, padding_mask)
-        return jnp.asarray(x)
-
-    def _attention(
-        self,
-        queries: jax.Array,
-        keys: jax.Array,
-        values: jax.Array,
-        masking: Masking = Masking(),
-        dropout: AttnDropout = AttnDropout(),
-        *,
-        num_heads: int | None = None,
-        return_steps: bool = False,
-    ) -> tuple[jax.Array, Steps]:
-        """``(context_vec, steps)``: ``jax_attn.attend`` of the projections (``(..., T, E)``;
-        split into ``num_heads`` heads and merged back if given) on the module's compute path;
-        steps are ``queries``, ``keys``, ``values``, attend's and ``context_vec``, when
-        ``return_steps``."""
-        heads = (lambda a: a) if num_heads is None else (lambda a: split_heads(a, num_heads))
-        context_vec, attention_steps = attend(
-            heads(queries), heads(keys), heads(values),  # (..., N, T, H) with num_heads
-            masking, dropout, ComputePath(self.implementation, self.block_size), return_steps,
+    def _attend(
+        self, queries: jax.Array, keys: jax.Array, values: jax.Array, masking: Masking | None = None,
+        dropout: AttnDropout | None = None, *, num_heads: int | None = None, return_steps: bool = False,
+    ) -> tuple[jax.Array, Steps]:  # fmt: skip
+        """``(context_vec (..., T, E), steps)``: the attention core on the module's compute path over
+        the projections ``(..., T, E)`` (split into ``num_heads`` heads and merged back if given);
+        the steps from ``queries`` to ``context_vec`` with ``return_steps``, else none."""
+        heads = (lambda a: a) if num_heads is None else (lambda a: split_heads(a, num_heads))  # (B, N, T, H)
+        context_vec, steps = attend(
+            jax_attn.FRAMEWORK, heads(queries), heads(keys), heads(values), masking or Masking(),
+            dropout or AttnDropout(), ComputePath(self.implementation, self.block_size), return_steps,
         )  # fmt: skip
         if num_heads is not None:
             context_vec = merge_heads(context_vec)  # (B, T, E)
-        if not return_steps:
-            return context_vec, Steps()
-        steps = Steps(queries=queries, keys=keys, values=values, **attention_steps, context_vec=context_vec)
+        if return_steps:
+            steps = Steps(queries=queries, keys=keys, values=values, **steps, context_vec=context_vec)
         return context_vec, steps
 
-    def _finish(
-        self, output: jax.Array, steps: Steps, return_steps: bool, sown: Steps | None = None
-    ) -> jax.Array | tuple[jax.Array, Steps]:
-        """``output``, or with ``return_steps`` ``(output, steps)`` once ``steps`` and
-        ``output`` are sown; ``sown`` are steps that submodules already sowed (listed first)."""
+    def _finish(self, output: jax.Array, steps: Steps, return_steps: bool, sown: Steps | None = None) -> Any:
+        """``output``, or ``(output, steps + output)``, sown inside ``nnx.capture`` (the one place
+        Flax sows); ``sown``: steps that submodules sowed, listed first."""
         if not return_steps:
             return output
         steps = Steps(**steps, output=output)
-        if hasattr(self, "__captures__"):  # inside nnx.capture: as Module.sow tells, the one place it sows
+        if hasattr(self, "__captures__"):
             for name, value in steps.items():
                 self.sow(nnx.Intermediate, name, value)
         return output, Steps(**(sown or {}), **steps)
 
-    def _param_variables(self) -> dict[str, tuple[tuple[Any, ...], nnx.Param]]:
-        """torch name -> (Flax path, parameter), for each of the class's torch names that a path
-        of the module has (a shared parameter under each of its names, an alias attribute left
-        out: ``named_params``)."""
-        return named_params(self, self.param_names)
 
-    def to_params(self) -> dict[str, np.ndarray]:
-        """The weights in the project's format, as NumPy arrays in torch's names, layout and order."""
-        params = {
-            name: np.asarray(torch_value(path, variable[...]))
-            for name, (path, variable) in self._param_variables().items()
-        }
-        order = parameter_names(self.layer, **check_weights(self.layer, params, self.num_heads))
-        return {name: params[name] for name in order}
-
-    def load_params(self, params: Mapping[str, Any]) -> Self:
-        """Copy torch-format weights in (NumPy, JAX or torch arrays; a torch ``state_dict()``'s
-        causal-mask buffers ignored), in place, and return the module.
-
-        Every key and shape is checked first (one error names every missing, unexpected and
-        mis-shaped key), then the weights must share one floating dtype (``check_weight_dtypes``),
-        then every value must be finite, and stay finite cast to the module's dtype
-        (``check_cast_finite``: 1e5 into float16 is a ValueError, as in torch_ref); values are
-        cast to the module's dtype (as torch's ``load_state_dict`` does). With ``to_params``,
-        the only place where torch's layout becomes Flax's.
-        """
-        weights = readable_weights(without_buffers(self.layer, params))
-        variables = self._param_variables()
-        expected = {
-            name: jax.eval_shape(functools.partial(torch_value, path), var.get_value()).shape
-            for name, (path, var) in variables.items()
-        }  # a value may be its shape alone (build_to_load)
-        check_params(weights, expected, layer=self.layer)
-        shapes = parameter_shapes(self.layer, **check_weights(self.layer, weights, self.num_heads))
-        check_weight_dtypes(self.layer, weights, shapes, variables[next(iter(shapes))][1].get_value().dtype)
-        check_finite(weights)
-        check_cast_finite(weights, {name: var.get_value().dtype for name, (_, var) in variables.items()})
-        load_variables(
-            {name: variable for name, (_, variable) in variables.items()},
-            lambda name: flax_value(name, as_jax(weights[name])),
-        )
-        return self
+def _one_dtype(weights: Mapping[str, Any], shapes: Mapping[str, Any], default: Any) -> np.dtype:
+    """The weights' one dtype: the first's if floating, else ``default``; for another, the layer
+    function's TypeError (a weight named against x's dtype)."""
+    first = np.dtype(weights[next(iter(shapes))].dtype)
+    dtype = first if first.name in checks.JAX_FLOATS else np.dtype(default)
+    checks.check_param_dtypes(weights, shapes, dtype, "x")
+    return dtype

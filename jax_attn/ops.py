@@ -141,7 +141,7 @@ def scaled_dot_product_attention(
     """
     dtype, compute = queries.dtype, compute_dtype(queries.dtype)
     queries, keys = queries.astype(compute), keys.astype(compute)
-    attn_scores = queries @ keys.swapaxes(-1, -2)  # (..., T, S)
+    attn_scores = jnp.einsum("...th,...sh->...ts", queries, keys)  # (..., T, S)
     steps = Steps(attn_scores=attn_scores)
     if mask is not None:
         attn_scores = steps["masked_scores"] = jnp.where(mask, -jnp.inf, attn_scores)  # (..., T, S)

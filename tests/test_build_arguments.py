@@ -16,7 +16,8 @@ from flax import nnx
 
 import jax_attn
 import numpy_attn
-from numpy_attn.validation import MAX_ELEMENTS, check_array_size, check_kv_cache_sizes, check_mapping
+from numpy_attn import cache_checks
+from numpy_attn.checks import MAX_ELEMENTS, check_array_size, check_mapping
 from tests.gpt_cases import TINY, token_ids
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -54,7 +55,8 @@ def test_check_array_size_multiplies_numpy_ints_without_wrapping():
 
 
 def test_kv_cache_sizes_at_the_bound_pass_the_check():
-    check_kv_cache_sizes(1, 1, MAX_ELEMENTS, 1)  # checked only: nothing is allocated
+    sizes = {"batch": 1, "num_heads": 1, "max_length": MAX_ELEMENTS, "head_dim": 1, "dtype": np.float32}
+    cache_checks.init_kv_cache(numpy_attn.FRAMEWORK, sizes)  # checked only: nothing is allocated
 
 
 # Each entry point, with sizes that aborted jax_attn (SIGABRT: "overflow in static extent

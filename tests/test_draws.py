@@ -8,9 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_attn.draws import merged_draw
-from jax_attn.dropout import draw_keep_mask
 from jax_attn.module_base import torch_normal, torch_uniform
+from jax_attn.ops import draw_keep_mask
 
 SHAPES = [(), (7,), (3, 5), (2, 3, 4)]
 # (impl, threefry_partitionable): the generators jax.random offers
@@ -46,7 +45,5 @@ def test_a_draw_merges_its_last_two_axes_and_keeps_the_others(shape, drawn):
     """A (B, N, T, S) mask is drawn as (B, N, T * S): the batch and heads, which a mesh may shard,
     stay axes (tests/test_parallel.py checks that each device then draws its own shard); without
     the merge this fails."""
-    jaxpr = jax.make_jaxpr(lambda key: merged_draw(jax.random.bernoulli, key, shape, p=0.5))(
-        jax.random.key(0)
-    )
+    jaxpr = jax.make_jaxpr(lambda key: draw_keep_mask(key, 0.5, shape))(jax.random.key(0))
     assert re.findall(r"random_bits\[bit_width=32 shape=\(([0-9, ]*?),?\)", str(jaxpr)) == [drawn]

@@ -94,7 +94,10 @@ def test_every_step_of_every_block_matches_torch_ref():
     params = torch_ref.to_params(model)
     _, actual_numpy = numpy_attn.gpt_model(params, ids, TINY, return_steps=True)
     _, actual_jax = jax_attn.GPTModel.from_params(params, TINY)(jnp.asarray(ids), return_steps=True)
-    assert list(expected)[:7] == ["embeddings", *(f"trf_blocks.0.{s}" for s in numpy_attn.gpt.BLOCK_STEPS)]
+    assert list(expected)[:7] == [
+        "embeddings",
+        *(f"trf_blocks.0.{s}" for s in numpy_attn.gpt_spec.BLOCK_STEPS),
+    ]
     assert compare_steps(expected, actual_numpy).ok
     assert compare_steps(expected, actual_jax).ok
 

@@ -500,7 +500,7 @@ def test_jax_generate_refuses_logits_that_overflow_naming_the_step(params):
 def test_jax_generate_refuses_a_model_that_is_not_a_gpt_model(params, model_given):
     """numpy_attn.generate's params dict (the porting mistake), None or another module: a
     TypeError naming model and what it must be, not an AttributeError on ``model.config``."""
-    given = {"params": params, None: None, "module": jax_attn.gpt.LayerNorm(4)}[model_given]
+    given = {"params": params, None: None, "module": jax_attn.gpt_module.LayerNorm(4)}[model_given]
     message = (
         "model must be a jax_attn.GPTModel (GPTModel.from_params(params, config); numpy_attn.generate "
         f"takes params and config instead), got {type(given).__name__}"

@@ -167,7 +167,7 @@ def refuse_draws(monkeypatch):
                 raise AssertionError("a weight was drawn")
             return draw(key, *args, **kwargs)
 
-        monkeypatch.setattr(jax_attn.draws.jax.random, name, refused)
+        monkeypatch.setattr(jax.random, name, refused)
 
 
 @pytest.mark.parametrize("layer", ["MultiHeadAttention", "FusedCausalAttention"])

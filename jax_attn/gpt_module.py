@@ -1,0 +1,154 @@
+"""The book's chapter-4 ``GPTModel`` as a Flax NNX module, under the book's attribute names.
+
+``tok_emb``, ``pos_emb`` (``nnx.Embed``), ``drop_emb``, ``trf_blocks`` (an ``nnx.List`` of
+``TransformerBlock``: ``att``, jax_attn's ``MultiHeadAttention``; ``ff.layers`` = [Linear, GELU,
+Linear]; ``norm1``, ``norm2``, ``drop_shortcut``), ``final_norm``, ``out_head``. The block and model
+loops are ``numpy_attn.gpt_spec``'s, the LayerNorm and GELU math ``jax_attn.gpt``'s. It works under
+``nnx.jit`` and ``nnx.grad``; ``.train()``/``.eval()`` switch dropout.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any, Self
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+import jax_attn
+from jax_attn import gpt
+from jax_attn import module_base as base
+from jax_attn.modules import MultiHeadAttention
+from numpy_attn import checks, gpt_checks
+from numpy_attn import gpt_spec as spec
+from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
+from numpy_attn.steps import Steps
+
+__all__ = ["GELU", "FeedForward", "GPTModel", "LayerNorm", "TransformerBlock"]
+
+Output = jax.Array | tuple[jax.Array, Steps]  # the output, or (output, steps) with return_steps
+
+
+class LayerNorm(nnx.Module):
+    """The book's ``LayerNorm``: ``scale`` (ones) and ``shift`` (zeros), ``(D,)``; x ``(..., D)`` -> same."""
+
+    def __init__(self, emb_dim: int, *, dtype: Any = jnp.float32) -> None:
+        self.scale = nnx.Param(jnp.ones((emb_dim,), dtype))
+        self.shift = nnx.Param(jnp.zeros((emb_dim,), dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return gpt.layer_norm({"scale": self.scale[...], "shift": self.shift[...]}, x)
+
+
+class GELU(nnx.Module):
+    """GELU, tanh approximation; no weights (it keeps ``ff.layers``' torch numbering)."""
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return gpt.gelu(x)
+
+
+class FeedForward(nnx.Module):
+    """``layers``: Linear(D, 4D), GELU, Linear(4D, D), drawn as ``nn.Linear``; x ``(..., D)`` -> same."""
+
+    def __init__(self, config: Mapping[str, Any], *, dtype: Any = jnp.float32, rngs: nnx.Rngs) -> None:
+        emb = config["emb_dim"]
+        expand = base.torch_linear(emb, 4 * emb, True, dtype, rngs)
+        self.layers = nnx.List([expand, GELU(), base.torch_linear(4 * emb, emb, True, dtype, rngs)])
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for layer in self.layers:
+            x = layer(x)  # (B, T, 4D), then (B, T, D)
+        return x
+
+
+class TransformerBlock(nnx.Module):
+    """The pre-LayerNorm block: ``x + drop(att(norm1(x)))``, then ``+ drop(ff(norm2(.)))``; x
+    ``(B, T, D)`` -> ``(B, T, D)``, with ``return_steps`` and the ``gpt_spec.BLOCK_STEPS``."""
+
+    def __init__(self, config: Mapping[str, Any], *, dtype: Any = jnp.float32, rngs: nnx.Rngs) -> None:
+        emb, rate = config["emb_dim"], config["drop_rate"]
+        sizes = (emb, emb, config["context_length"], rate, config["n_heads"], config["qkv_bias"])
+        self.att = MultiHeadAttention(*sizes, dtype=dtype, rngs=rngs)
+        self.ff = FeedForward(config, dtype=dtype, rngs=rngs)
+        self.norm1, self.norm2 = LayerNorm(emb, dtype=dtype), LayerNorm(emb, dtype=dtype)
+        self.drop_shortcut = nnx.Dropout(rate, rngs=rngs)
+
+    def __call__(self, x: jax.Array, *, return_steps: bool = False) -> Output:
+        parts = {"norm1": self.norm1, "att": self.att, "norm2": self.norm2, "ff": self.ff}
+        x, steps = spec.apply_block(x, **parts, drop_shortcut=self.drop_shortcut)
+        return (x, steps) if return_steps else x
+
+
+class GPTModel(base.TorchWeights):
+    """The book's ``GPTModel(config)``: token ids ``(B, T)``, T <= context_length -> logits ``(B, T, V)``.
+
+    Drawn as torch draws it (embeddings N(0, 1), Linear layers U(±1/sqrt(in_features)), LayerNorms
+    ones and zeros) from ``rngs``' ``params`` stream; dropout draws from its ``dropout`` stream in
+    train mode (the default, as in torch). ``return_steps=True`` gives ``(logits, steps)``:
+    ``embeddings``, ``trf_blocks.{i}.<step>``, ``final_norm``, ``output``. ``from_params``,
+    ``load_params`` and ``to_params`` take and give the weights format; ``from_hf_gpt2`` reads a
+    Hugging Face GPT-2 folder, ``save_hf_gpt2`` writes one.
+    A bad config, dtype, rngs or token ids raise numpy_attn's errors (``gpt_checks``).
+    """
+
+    def __init__(self, config: Mapping[str, Any], *, dtype: Any = jnp.float32, rngs: nnx.Rngs) -> None:
+        spec.check_config(config)
+        base.check_rngs(rngs)
+        base.check_weights_to_draw(dtype, spec.gpt_param_shapes({**config, "n_layers": 1}))  # every block's
+        self.config = dict(config)
+        vocab, emb = config["vocab_size"], config["emb_dim"]
+        embed = functools.partial(nnx.Embed, dtype=dtype, param_dtype=dtype, embedding_init=base.torch_normal)
+        self.tok_emb = embed(vocab, emb, rngs=rngs)
+        self.pos_emb = embed(config["context_length"], emb, rngs=rngs)
+        self.drop_emb = nnx.Dropout(config["drop_rate"], rngs=rngs)
+        blocks = [TransformerBlock(config, dtype=dtype, rngs=rngs) for _ in range(config["n_layers"])]
+        self.trf_blocks = nnx.List(blocks)
+        self.final_norm = LayerNorm(emb, dtype=dtype)
+        self.out_head = base.torch_linear(emb, vocab, False, dtype, rngs)
+
+    def __call__(self, token_ids: jax.Array, *, return_steps: bool = False) -> Output:
+        checks.check_flag("return_steps", return_steps)
+        known = jax_attn.FRAMEWORK.concrete({"token_ids": token_ids})  # not traced: their values checked
+        gpt_checks.check_token_ids(token_ids, self.config, values=known)
+        tok_embeds = self.tok_emb(token_ids)  # (B, T, D)
+        pos_embeds = self.pos_emb.embedding[: token_ids.shape[1]]  # (T, D)
+        x = self.drop_emb(tok_embeds + pos_embeds)  # (B, T, D)
+        blocks = [functools.partial(block, return_steps=True) for block in self.trf_blocks]
+        logits, steps = spec.apply_model(x, blocks=blocks, final_norm=self.final_norm, out_head=self.out_head)
+        return (logits, steps) if return_steps else logits  # (B, T, V)
+
+    @classmethod
+    def from_params(
+        cls, params: Mapping[str, Any], config: Mapping[str, Any], *, rngs: nnx.Rngs | None = None
+    ) -> Self:
+        """A model holding ``params`` (the weights format, or a ``state_dict()`` as it is), in their
+        dtype, loaded by ``load_params``; without ``rngs`` built as shapes (no weight drawn to be
+        thrown away), in eval mode with no dropout stream. Raises ``check_gpt_params``' errors."""
+        weights = base.readable_weights(spec.without_gpt_buffers(params, config))
+        gpt_checks.check_gpt_params(jax_attn.FRAMEWORK, weights, config, values=False)
+        model = base.build_to_load(
+            lambda rngs: cls(config, dtype=weights[spec.FIRST_WEIGHT].dtype, rngs=rngs), rngs
+        )
+        base.check_loaded(model.load_params(weights))
+        return model
+
+    @classmethod
+    def from_hf_gpt2(cls, directory: str | os.PathLike, *, rngs: nnx.Rngs | None = None) -> Self:
+        """A model from a Hugging Face GPT-2 folder (``config.json`` and ``model.safetensors``)."""
+        return cls.from_params(*load_hf_gpt2(directory), rngs=rngs)
+
+    def save_hf_gpt2(self, directory: str | os.PathLike) -> None:
+        """Write the model as a folder transformers' ``GPT2LMHeadModel.from_pretrained`` loads."""
+        save_hf_gpt2(directory, self.to_params(), self.config)
+
+    def _format(self) -> dict[str, tuple[int, ...]]:
+        return spec.gpt_param_shapes(self.config)
+
+    def _without_buffers(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return spec.without_gpt_buffers(params, self.config)
+
+    def _check_load(self, weights: Mapping[str, Any], variables: base.Variables) -> None:
+        gpt_checks.check_gpt_params(jax_attn.FRAMEWORK, weights, self.config)
