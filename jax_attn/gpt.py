@@ -45,8 +45,10 @@ def layer_norm(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
 
 
 def gelu(x: jax.Array) -> jax.Array:
-    """GELU, tanh approximation (the book's ``GELU``, GPT-2's ``gelu_new``), in x's dtype."""
-    return 0.5 * x * (1 + jnp.tanh(jnp.sqrt(2.0 / jnp.pi).astype(x.dtype) * (x + 0.044715 * x**3)))
+    """GELU, tanh approximation (the book's ``GELU``, GPT-2's ``gelu_new``), in x's dtype; sqrt(2 / pi)
+    computed in float32 as the book's ``torch.sqrt(torch.tensor(2.0 / torch.pi))``, in float64 for float64."""
+    scale = jnp.sqrt(jnp.asarray(2.0 / jnp.pi, jnp.promote_types(x.dtype, jnp.float32))).astype(x.dtype)
+    return 0.5 * x * (1 + jnp.tanh(scale * (x + 0.044715 * x**3)))
 
 
 def feed_forward(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:

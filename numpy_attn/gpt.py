@@ -44,8 +44,10 @@ def layer_norm(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation (the book's ``GELU``, GPT-2's ``gelu_new``), in x's dtype."""
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2.0 / np.pi).astype(x.dtype) * (x + 0.044715 * x**3)))
+    """GELU, tanh approximation (the book's ``GELU``, GPT-2's ``gelu_new``), in x's dtype; sqrt(2 / pi)
+    computed in float32 as the book's ``torch.sqrt(torch.tensor(2.0 / torch.pi))``, in float64 for float64."""
+    scale = np.sqrt(np.asarray(2.0 / np.pi, np.promote_types(x.dtype, np.float32))).astype(x.dtype)
+    return 0.5 * x * (1 + np.tanh(scale * (x + 0.044715 * x**3)))
 
 
 def feed_forward(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:

@@ -49,10 +49,11 @@ class LayerNorm(nn.Module):
 
 class GELU(nn.Module):
     """GELU, tanh approximation (GPT-2's ``gelu_new``), written as the book writes it: the constant
-    sqrt(2 / pi) is computed by torch in float32 (Python's float64 value rounds to another float32)."""
+    sqrt(2 / pi) is computed by torch in float32 (the book's dtype; a Python float would round to
+    another float32 on some CPUs' kernels), or in float64 for a float64 input."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scale = torch.sqrt(torch.tensor(2.0 / torch.pi))
+        scale = torch.sqrt(torch.tensor(2.0 / torch.pi, dtype=torch.promote_types(x.dtype, torch.float32)))
         return 0.5 * x * (1 + torch.tanh(scale * (x + 0.044715 * torch.pow(x, 3))))
 
 
