@@ -3,6 +3,8 @@
 import json
 import re
 import struct
+import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -99,6 +101,11 @@ def test_altered_npz_data_is_detected(tmp_path):
         load_weights(path)
 
 
+def last_tensor(header):
+    """The name of the tensor whose data the file holds last."""
+    return max((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"])
+
+
 def rewrite_header(path, change):
     blob = path.read_bytes()
     (size,) = struct.unpack("<Q", blob[:8])
@@ -119,7 +126,7 @@ def rewrite_header(path, change):
             lambda h: h["W_key.weight"].update(data_offsets=[0]),
             r"'W_key.weight' has invalid data_offsets \[0\]",
         ),
-        (lambda h: h.pop("out_proj.bias"), r"the header describes \d+ data bytes, the file holds \d+"),
+        (lambda h: h.pop(last_tensor(h)), r"the header describes \d+ data bytes, the file holds \d+"),
     ],
     ids=["shape", "offsets", "missing_entry"],
 )
@@ -173,8 +180,20 @@ def test_non_finite_weights_and_wrong_suffix_are_refused(tmp_path):
         save_weights(tmp_path / "w.npz", {"W": np.zeros(2, np.int64)})
 
 
-def test_bfloat16_needs_ml_dtypes_only_when_present():
-    assert numpy_attn.weights_file._numpy_dtype("BF16", "f") == np.dtype(ml_dtypes.bfloat16)
+def test_bfloat16_needs_ml_dtypes_only_when_present(tmp_path):
+    """numpy_attn does not import ml_dtypes: a bfloat16 file loads where it is loaded (by jax or
+    torch_ref), and is refused with how to read it where it is not."""
+    path = tmp_path / "w.safetensors"
+    save_weights(path, {"W": np.ones(2, ml_dtypes.bfloat16)})
+    assert load_weights(path)["W"].dtype == np.dtype(ml_dtypes.bfloat16)
+    script = (
+        "import sys, numpy_attn; assert 'ml_dtypes' not in sys.modules; numpy_attn.load_weights(sys.argv[1])"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"TypeError: {path} holds bfloat16 weights: import ml_dtypes (or jax) to read them"
+    )
 
 
 @pytest.mark.parametrize(
