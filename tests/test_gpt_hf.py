@@ -9,6 +9,7 @@ import re
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import safetensors.numpy
 import torch
 import transformers  # its models load on first use (GPT2LMHeadModel: 2 s), so only where used
 from safetensors import safe_open
@@ -361,3 +362,89 @@ def test_a_save_failing_at_any_step_leaves_the_folder_loading_as_before_and_no_t
         assert versions <= {state.get(".current")}, (index, step, sorted(state))
         numpy_attn.save_hf_gpt2(folder, new, TINY)  # and the next save works
         assert loaded(folder) == after
+
+
+def test_a_bfloat16_checkpoint_loads_as_bfloat16_weights(tmp_path):
+    """transformers saves a bfloat16 model as BF16 tensors: load_hf_gpt2 returns them as they are
+    (ml_dtypes' bfloat16, what jax_attn computes in), save_hf_gpt2 writes them back, and
+    transformers loads that folder as the same model."""
+    import ml_dtypes
+
+    model = hf_model(seed=3).to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "hf")
+    params, config = numpy_attn.load_hf_gpt2(tmp_path / "hf")
+    assert {value.dtype for value in params.values()} == {np.dtype(ml_dtypes.bfloat16)}
+    expected = model.transformer.wte.weight.detach().float().numpy()
+    np.testing.assert_array_equal(params["tok_emb.weight"].astype(np.float32), expected)
+    numpy_attn.save_hf_gpt2(tmp_path / "ours", params, config)
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ours")
+    assert back.transformer.wte.weight.dtype == torch.bfloat16
+    ids = token_ids(1, 9, config)
+    np.testing.assert_array_equal(hf_logits(back.float(), ids), hf_logits(model.float(), ids))
+
+
+def test_a_bfloat16_checkpoint_loads_in_the_jax_model(tmp_path):
+    """docs/hardening.md promises bfloat16 in jax_attn: GPTModel.from_hf_gpt2 refused such a folder."""
+    model = hf_model(seed=3).to(torch.bfloat16)
+    model.save_pretrained(tmp_path)
+    ids = token_ids(1, 9, {"vocab_size": 53})
+    actual = np.asarray(jax_attn.GPTModel.from_hf_gpt2(tmp_path)(jnp.asarray(ids)), np.float32)
+    np.testing.assert_allclose(actual, hf_logits(model.float(), ids), rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.bool_, np.uint8])
+def test_leftover_attention_buffers_of_another_dtype_are_ignored_as_transformers_ignores_them(
+    tmp_path, dtype
+):
+    """Older transformers saved each block's causal mask ``attn.bias`` (float32, later bool) and
+    ``attn.masked_bias``; a float16 folder with them was refused for mixing dtypes."""
+    model = hf_model(seed=4).half()
+    model.save_pretrained(tmp_path)
+    path = tmp_path / "model.safetensors"
+    tensors = safetensors.numpy.load_file(path)
+    for index in range(2):
+        tensors[f"transformer.h.{index}.attn.bias"] = np.tril(np.ones((20, 20), dtype))[None, None]
+        tensors[f"transformer.h.{index}.attn.masked_bias"] = np.array(-1e4, np.float32)
+    safetensors.numpy.save_file(tensors, path, metadata={"format": "pt"})
+    params, config = numpy_attn.load_hf_gpt2(tmp_path)
+    assert {value.dtype for value in params.values()} == {np.dtype(np.float16)}
+    assert not [
+        name
+        for name in params
+        if "bias" in name and "att." in name and "W_" not in name and "out" not in name
+    ]
+    _, info = transformers.GPT2LMHeadModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+
+
+def test_a_save_over_a_transformers_folder_loads_in_transformers_and_keeps_links(tmp_path):
+    """The first save into a folder transformers wrote turns its two files into links through the
+    folder's pointer (its content unchanged at each step), then switches to the new version."""
+    hf_model(seed=5).save_pretrained(tmp_path)
+    config = TINY
+    model = torch_model(config, seed=6)
+    numpy_attn.save_hf_gpt2(tmp_path, torch_ref.to_params(model), config)
+    assert os.readlink(tmp_path / "config.json") == os.path.join(".current", "config.json")
+    assert os.readlink(tmp_path / "model.safetensors") == os.path.join(".current", "model.safetensors")
+    ids = token_ids(1, 9, config)
+    with torch.no_grad():
+        expected = model(torch.tensor(ids)).numpy()
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path)
+    assert compare_arrays("logits", expected, hf_logits(hf, ids)).ok
+    assert len([entry for entry in os.listdir(tmp_path) if entry.startswith(".version-")]) == 1
+
+
+def test_writing_where_no_folder_can_be_is_one_clear_error(tmp_path):
+    """Onto a regular file, save_hf_gpt2 raised makedirs' FileExistsError; into /proc, a raw
+    FileNotFoundError naming a temporary."""
+    params = torch_ref.to_params(torch_model())
+    (tmp_path / "file").write_bytes(b"mine")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'file'))} is not a folder"):
+        numpy_attn.save_hf_gpt2(tmp_path / "file", params, TINY)
+    assert (tmp_path / "file").read_bytes() == b"mine"
+    with pytest.raises(OSError, match=r"^\[Errno \d+\] .*: '/proc'$"):
+        numpy_attn.save_hf_gpt2("/proc", params, TINY)
+    with pytest.raises(
+        OSError, match=f"^\\[Errno 2\\] No such file or directory: '{re.escape(str(tmp_path))}/no/w.npz'$"
+    ):
+        numpy_attn.save_weights(tmp_path / "no" / "w.npz", params)
