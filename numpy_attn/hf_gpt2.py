@@ -14,21 +14,23 @@ one; ``load_hf_gpt2`` reads the version the link names when it starts, never a m
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
-import re
-import secrets
-import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from numpy_attn.checks import JAX_FLOATS, check_divisible, check_dropout, check_flag, check_params, check_size
 from numpy_attn.door import Framework
-from numpy_attn.files import check_regular_file, fsync_folder, named_error, open_regular_file
+from numpy_attn.files import (
+    atomic_write,
+    check_regular_file,
+    named_error,
+    open_regular_file,
+    read_folder,
+    write_folder,
+)
 from numpy_attn.gpt_checks import check_gpt_params
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, gpt_param_shapes, without_gpt_buffers
 from numpy_attn.weights_file import MAX_TENSORS, read_arrays, save_weights
@@ -36,8 +38,6 @@ from numpy_attn.weights_file import MAX_TENSORS, read_arrays, save_weights
 __all__ = ["HF_NAMES", "load_hf_gpt2", "save_hf_gpt2"]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
-_POINTER, _VERSION = ".current", ".version-"  # the link naming the checkpoint, its folders' prefix
-_TEMPORARY = re.compile(r"\.(current|config\.json|model\.safetensors)\.[0-9a-f]{16}\.tmp")
 _BUFFERS = (".attn.bias", ".attn.masked_bias")  # old causal-mask buffers, which transformers ignores
 _MAX_CONFIG = 1 << 20  # bytes of config.json read at most (GPT-2's has about 1 kB)
 _SIZES = ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer")  # config.json's required sizes
@@ -161,15 +161,14 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
         if not os.path.exists(path):  # a link to nothing too; a FIFO or a folder is not missing
             raise ValueError(f"{directory} is not a GPT-2 checkpoint folder: {name} is missing")
         check_regular_file(path)  # both before either is read
-    for attempt in range(8):  # a version removed by a save after it was read: the new one
-        paths = _pinned(directory)
-        try:
-            hf_config = _read_config(directory, paths[CONFIG_FILE])
-            hf = _transformer_names(read_arrays(paths[WEIGHTS_FILE], skip=_BUFFERS), directory)
-            break
-        except FileNotFoundError:
-            if attempt == 7 or _pinned(directory) == paths:
-                raise
+    hf_config, hf = read_folder(
+        directory,
+        (CONFIG_FILE, WEIGHTS_FILE),
+        lambda paths: (
+            _read_config(directory, paths[CONFIG_FILE]),
+            _transformer_names(read_arrays(paths[WEIGHTS_FILE], skip=_BUFFERS), directory),
+        ),
+    )
     config = {
         "vocab_size": hf_config["vocab_size"],
         "context_length": hf_config["n_positions"],
@@ -245,23 +244,13 @@ def save_hf_gpt2(
         raise ValueError(f"{directory} is not a folder: a GPT-2 checkpoint is a folder") from None
     except OSError as error:
         raise named_error(error, directory) from None
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        check_regular_file(os.path.join(directory, name), missing_ok=True)  # a refusal writes nothing
-    try:
-        with _locked(directory):
-            try:
-                version = _new_version(directory)
-                with open(os.path.join(version, CONFIG_FILE), "xb") as file:
-                    file.write(text)
-                    os.fsync(file.fileno())
-                save_weights(os.path.join(version, WEIGHTS_FILE), hf)
-                fsync_folder(version)
-                _adopt(directory)
-                _link(os.path.join(directory, _POINTER), os.path.basename(version))  # the switch
-            finally:
-                _remove_unused(directory)
-    except OSError as error:
-        raise named_error(error, directory) from None
+
+    def write(version: str) -> None:
+        with atomic_write(os.path.join(version, CONFIG_FILE)) as file:
+            file.write(text)
+        save_weights(os.path.join(version, WEIGHTS_FILE), hf)
+
+    write_folder(directory, (CONFIG_FILE, WEIGHTS_FILE), write)
 
 
 def _hf_config(config: Mapping[str, Any], tied: bool, dtype: str) -> dict[str, Any]:
@@ -286,97 +275,3 @@ def _hf_config(config: Mapping[str, Any], tied: bool, dtype: str) -> dict[str, A
         "eos_token_id": None,
         "dtype": dtype,
     }
-
-
-# ---------------------------------------------------------------- the folder's versions
-
-
-def _ours(directory: str, name: str) -> bool:
-    """Whether the folder's entry ``name`` is the link through the pointer that ``save_hf_gpt2`` makes."""
-    path = os.path.join(directory, name)
-    return os.path.islink(path) and os.readlink(path) == os.path.join(_POINTER, name)
-
-
-def _pinned(directory: str) -> dict[str, str]:
-    """The paths of the folder's two files, those behind the pointer read once: one version."""
-    pointer = os.path.join(directory, _POINTER)
-    version = os.path.join(directory, os.readlink(pointer)) if os.path.islink(pointer) else None
-    return {
-        name: os.path.join(version, name)
-        if version and _ours(directory, name)
-        else os.path.join(directory, name)
-        for name in (CONFIG_FILE, WEIGHTS_FILE)
-    }
-
-
-@contextlib.contextmanager
-def _locked(directory: str) -> Iterator[None]:
-    """An exclusive lock on the folder (released when the process ends, whatever ends it)."""
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)
-
-
-def _new_version(directory: str) -> str:
-    version = os.path.join(directory, f"{_VERSION}{secrets.token_hex(8)}")
-    os.mkdir(version)
-    return version
-
-
-def _link(path: str, target: str) -> None:
-    """``path`` made a link to ``target`` with one atomic rename, then flushed to disk."""
-    folder, name = os.path.split(path)
-    temporary = os.path.join(folder, f".{name.lstrip('.')}.{secrets.token_hex(8)}.tmp")
-    os.symlink(target, temporary)
-    try:
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
-    fsync_folder(folder)
-
-
-def _adopt(directory: str) -> None:
-    """The folder's two entries made links through the pointer, its content unchanged at every step:
-    a file there (transformers', or one put in place of a link) first becomes the pointed version's
-    (a hard link, or a copy), with a new version for the folder's files where there is no pointer."""
-    if all(_ours(directory, name) for name in (CONFIG_FILE, WEIGHTS_FILE)):
-        return
-    pointer = os.path.join(directory, _POINTER)
-    if not os.path.islink(pointer):
-        _link(pointer, os.path.basename(_new_version(directory)))
-    current = os.path.join(directory, os.readlink(pointer))
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        path = os.path.join(directory, name)
-        if _ours(directory, name):
-            continue
-        if os.path.exists(path):
-            copy = os.path.join(current, f".{name}.{secrets.token_hex(8)}.tmp")
-            try:
-                try:
-                    os.link(os.path.realpath(path), copy)
-                except OSError:  # another file system, or one without links
-                    shutil.copyfile(path, copy)
-                os.replace(copy, os.path.join(current, name))
-            finally:
-                with contextlib.suppress(OSError):
-                    os.remove(copy)
-        _link(path, os.path.join(_POINTER, name))
-
-
-def _remove_unused(directory: str) -> None:
-    """The versions the pointer does not name and the temporaries of this save or of killed ones
-    (the lock is held: no other save runs)."""
-    pointer = os.path.join(directory, _POINTER)
-    current = os.readlink(pointer) if os.path.islink(pointer) else None
-    for entry in os.listdir(directory):
-        path = os.path.join(directory, entry)
-        if entry.startswith(_VERSION) and entry != current and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        elif _TEMPORARY.fullmatch(entry):
-            with contextlib.suppress(OSError):
-                os.remove(path)

@@ -18,7 +18,7 @@ import pytest
 import safetensors.numpy
 import torch
 
-from numpy_attn import gpt_param_shapes, load_hf_gpt2, load_weights, save_hf_gpt2, save_weights, weights_file
+from numpy_attn import file_checks, gpt_param_shapes, load_hf_gpt2, load_weights, save_hf_gpt2, save_weights
 from tests.cpu_time import within_cpu_seconds
 
 W = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -595,7 +595,7 @@ def test_an_npz_inflating_to_more_than_the_bound_is_refused_before_inflating(tmp
     """A zip bomb whose sizes are all true: one deflated member of zeros, as its npy header says
     (a 1 MB file of 1 GiB of zeros loaded in 5 s). The members may declare at most 10 times the
     file's size (the floor, 64 MiB, lowered here to keep the file small)."""
-    monkeypatch.setattr(weights_file, "_NPZ_EXPANSION_FLOOR", 2**20)
+    monkeypatch.setattr(file_checks, "NPZ_EXPANSION_FLOOR", 2**20)
     blob = deflated_npz({"W": np.zeros(2**20, np.float32)})  # 4 MiB of zeros in about 4 kB
     path = tmp_path / "w.npz"
     path.write_bytes(blob)
@@ -611,7 +611,7 @@ def test_an_npz_inflating_to_more_than_the_bound_is_refused_before_inflating(tmp
 def test_np_savez_compressed_weights_load_within_the_inflation_bound(tmp_path, monkeypatch, dtype):
     """Real weights deflate to about 1:1.1, far inside the bound, even with the floor lowered below
     their size; so do a model's small zero or one vectors beside them."""
-    monkeypatch.setattr(weights_file, "_NPZ_EXPANSION_FLOOR", 2**18)
+    monkeypatch.setattr(file_checks, "NPZ_EXPANSION_FLOOR", 2**18)
     rng = np.random.default_rng(0)
     params = {
         "W_query.weight": (0.02 * rng.standard_normal((512, 512))).astype(dtype),
@@ -620,7 +620,7 @@ def test_np_savez_compressed_weights_load_within_the_inflation_bound(tmp_path, m
     }
     path = tmp_path / "w.npz"
     path.write_bytes(deflated_npz(params))
-    assert sum(array.nbytes for array in params.values()) > weights_file._NPZ_EXPANSION_FLOOR
+    assert sum(array.nbytes for array in params.values()) > file_checks.NPZ_EXPANSION_FLOOR
     loaded = load_weights(path)
     assert list(loaded) == list(params)
     for name, array in params.items():
@@ -701,7 +701,7 @@ def test_the_members_zipfile_read_are_counted_too(tmp_path, monkeypatch):
     zipfile read are held to the same bound."""
     path = tmp_path / "w.npz"
     path.write_bytes(npz_claiming_one_member(10_002, False, monkeypatch))
-    monkeypatch.setattr(weights_file, "_directory_entries", lambda directory: 1)
+    monkeypatch.setattr(file_checks, "_directory_entries", lambda directory: 1)
     check_refused(path, ValueError, f"^{re.escape(str(path))} holds more than 10000 tensors")
 
 
@@ -717,8 +717,8 @@ def test_saving_refuses_names_longer_than_the_bounds(tmp_path):
 
 
 def test_the_bounds_are_the_documented_ones():
-    assert (weights_file.MAX_TENSORS, weights_file._MAX_HEADER) == (10_000, 8 * 2**20)
-    assert (weights_file._MAX_NPZ_EXPANSION, weights_file._NPZ_EXPANSION_FLOOR) == (10, 64 * 2**20)
+    assert (file_checks.MAX_TENSORS, file_checks.MAX_HEADER) == (10_000, 8 * 2**20)
+    assert (file_checks.MAX_NPZ_EXPANSION, file_checks.NPZ_EXPANSION_FLOOR) == (10, 64 * 2**20)
 
 
 # ------------------------------------------------------------------ names UTF-8 cannot encode
