@@ -1,7 +1,9 @@
 """Weight files: safetensors and .npz round trips, no pickle, clear errors for bad files."""
 
 import json
+import os
 import re
+import stat
 import struct
 import subprocess
 import sys
@@ -213,3 +215,34 @@ def test_load_weights_checks_its_dtype_argument_as_init_kv_cache_does(tmp_path, 
     with pytest.raises(TypeError, match=f"^{re.escape(big_endian)}$"):
         load_weights(tmp_path / "w.npz", dtype=np.dtype(">f4"))
     assert load_weights(tmp_path / "w.npz", dtype="float32")["W"].dtype == np.float32
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_a_save_replaces_the_target_of_a_link_and_keeps_a_files_permissions(tmp_path, suffix):
+    """The link stays a link, its target gets the new content; an existing file keeps its mode."""
+    _, params = weights()
+    target, link = tmp_path / f"target{suffix}", tmp_path / f"link{suffix}"
+    save_weights(target, {"W": np.ones(2, np.float32)})
+    target.chmod(0o640)
+    link.symlink_to(target.name)
+    save_weights(link, params)
+    assert link.is_symlink() and os.readlink(link) == target.name
+    assert list(load_weights(target)) == list(params) and stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([target.name, link.name])
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_a_save_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch, suffix):
+    _, params = weights()
+    path = tmp_path / f"w{suffix}"
+    save_weights(path, params)
+    before = path.read_bytes()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(numpy_attn.weights_file.safetensors.numpy, "save_file", interrupted)
+    monkeypatch.setattr(numpy_attn.weights_file.np.lib.format, "write_array", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_weights(path, {name: value + 1 for name, value in params.items()})
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [path.name]
