@@ -103,12 +103,13 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
     folder, name = os.path.split(target)
     temporary = os.path.join(folder, f".{name}.{secrets.token_hex(8)}.tmp")
     try:
+        mode = os.stat(target).st_mode if os.path.exists(target) else None
         file = open(temporary, "xb")  # closed after the block
-        mode = os.stat(target).st_mode if os.path.exists(target) else os.fstat(file.fileno()).st_mode
     except OSError as error:
         raise named_error(error, path) from None
     try:
         with file:
+            mode = os.fstat(file.fileno()).st_mode if mode is None else mode  # a new file's
             yield file
         descriptor = os.open(temporary, os.O_RDONLY)  # the file now at that name
         try:
@@ -117,13 +118,13 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
         finally:
             os.close(descriptor)
         os.replace(temporary, target)
+        fsync_folder(folder)
     except BaseException as error:
         with contextlib.suppress(OSError):
             os.remove(temporary)
         if isinstance(error, OSError):
             raise named_error(error, path) from None
         raise
-    fsync_folder(folder)
 
 
 def write_folder(directory: str, names: tuple[str, ...], write: Callable[[str], None]) -> None:
@@ -157,14 +158,15 @@ def write_folder(directory: str, names: tuple[str, ...], write: Callable[[str], 
 def read_folder(directory: str, names: tuple[str, ...], read: Callable[[dict[str, str]], T]) -> T:
     """``read(paths)``: ``paths`` the files ``names`` of one set of ``directory`` (``write_folder``),
     the link that names it read once; where a write removed that set meanwhile, the new one."""
-    for attempt in range(8):
-        paths = _pinned(directory, names)
+    paths = _pinned(directory, names)
+    for _ in range(8):
         try:
             return read(paths)
         except FileNotFoundError:
-            if attempt == 7 or _pinned(directory, names) == paths:
+            if _pinned(directory, names) == paths:
                 raise
-    raise AssertionError("unreachable")
+            paths = _pinned(directory, names)
+    return read(paths)
 
 
 def _ours(directory: str, name: str) -> bool:

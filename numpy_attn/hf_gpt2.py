@@ -41,29 +41,42 @@ CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 _BUFFERS = (".attn.bias", ".attn.masked_bias")  # old causal-mask buffers, which transformers ignores
 _MAX_CONFIG = 1 << 20  # bytes of config.json read at most (GPT-2's has about 1 kB)
 _SIZES = ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer")  # config.json's required sizes
-# GPT-2 name (``transformer.h.{i}.`` + name in a block) -> GPTModel's names (split along the output
-# axis), and whether GPT-2 stores it transposed (Conv1D)
+# GPT-2's tensor -> GPTModel's (GPT-2's split in equal parts along the output axis) and whether GPT-2
+# stores it transposed (Conv1D); ``{i}``: each block's index
 HF_NAMES: dict[str, tuple[tuple[str, ...], bool]] = {
-    "attn.c_attn.weight": (("att.W_query.weight", "att.W_key.weight", "att.W_value.weight"), True),
-    "attn.c_attn.bias": (("att.W_query.bias", "att.W_key.bias", "att.W_value.bias"), False),
-    "attn.c_proj.weight": (("att.out_proj.weight",), True),
-    "attn.c_proj.bias": (("att.out_proj.bias",), False),
-    "mlp.c_fc.weight": (("ff.layers.0.weight",), True),
-    "mlp.c_fc.bias": (("ff.layers.0.bias",), False),
-    "mlp.c_proj.weight": (("ff.layers.2.weight",), True),
-    "mlp.c_proj.bias": (("ff.layers.2.bias",), False),
-    "ln_1.weight": (("norm1.scale",), False),
-    "ln_1.bias": (("norm1.shift",), False),
-    "ln_2.weight": (("norm2.scale",), False),
-    "ln_2.bias": (("norm2.shift",), False),
+    "transformer.wte.weight": (("tok_emb.weight",), False),
+    "transformer.wpe.weight": (("pos_emb.weight",), False),
+    "transformer.h.{i}.attn.c_attn.weight": (
+        (
+            "trf_blocks.{i}.att.W_query.weight",
+            "trf_blocks.{i}.att.W_key.weight",
+            "trf_blocks.{i}.att.W_value.weight",
+        ),
+        True,
+    ),
+    "transformer.h.{i}.attn.c_attn.bias": (
+        (
+            "trf_blocks.{i}.att.W_query.bias",
+            "trf_blocks.{i}.att.W_key.bias",
+            "trf_blocks.{i}.att.W_value.bias",
+        ),
+        False,
+    ),
+    "transformer.h.{i}.attn.c_proj.weight": (("trf_blocks.{i}.att.out_proj.weight",), True),
+    "transformer.h.{i}.attn.c_proj.bias": (("trf_blocks.{i}.att.out_proj.bias",), False),
+    "transformer.h.{i}.mlp.c_fc.weight": (("trf_blocks.{i}.ff.layers.0.weight",), True),
+    "transformer.h.{i}.mlp.c_fc.bias": (("trf_blocks.{i}.ff.layers.0.bias",), False),
+    "transformer.h.{i}.mlp.c_proj.weight": (("trf_blocks.{i}.ff.layers.2.weight",), True),
+    "transformer.h.{i}.mlp.c_proj.bias": (("trf_blocks.{i}.ff.layers.2.bias",), False),
+    "transformer.h.{i}.ln_1.weight": (("trf_blocks.{i}.norm1.scale",), False),
+    "transformer.h.{i}.ln_1.bias": (("trf_blocks.{i}.norm1.shift",), False),
+    "transformer.h.{i}.ln_2.weight": (("trf_blocks.{i}.norm2.scale",), False),
+    "transformer.h.{i}.ln_2.bias": (("trf_blocks.{i}.norm2.shift",), False),
+    "transformer.ln_f.weight": (("final_norm.scale",), False),
+    "transformer.ln_f.bias": (("final_norm.shift",), False),
+    "lm_head.weight": (("out_head.weight",), False),  # absent where tied to wte
 }
-_MODEL_NAMES = {
-    "transformer.wte.weight": "tok_emb.weight",
-    "transformer.wpe.weight": "pos_emb.weight",
-    "transformer.ln_f.weight": "final_norm.scale",
-    "transformer.ln_f.bias": "final_norm.shift",
-    "lm_head.weight": "out_head.weight",
-}
+_PER_BLOCK = sum("{i}" in name for name in HF_NAMES)
 # config.json values this GPT computes exactly as GPT-2 does (absent keys take these defaults)
 _SUPPORTED = {
     "activation_function": ("gelu_new", "gelu_pytorch_tanh"),
@@ -79,13 +92,12 @@ class _FileChecks(Framework):
 
 
 def _names(n_layers: int, lm_head: bool) -> dict[str, tuple[tuple[str, ...], bool]]:
-    """``HF_NAMES`` for every block of a GPT of ``n_layers``, with the model's own tensors."""
-    names = {hf: ((ours,), False) for hf, ours in _MODEL_NAMES.items() if lm_head or hf != "lm_head.weight"}
-    for index in range(n_layers):
-        block = {f"transformer.h.{index}.{hf}": (tuple(f"trf_blocks.{index}.{n}" for n in ours), transposed)
-                 for hf, (ours, transposed) in HF_NAMES.items()}  # fmt: skip
-        names |= block
-    return names
+    """``HF_NAMES`` for a GPT of ``n_layers`` blocks (``lm_head`` left out where it is tied)."""
+    names = {}
+    for hf, (ours, transposed) in HF_NAMES.items():
+        for index in range(n_layers) if "{i}" in hf else [None]:
+            names[hf.format(i=index)] = (tuple(name.format(i=index) for name in ours), transposed)
+    return names if lm_head else {hf: value for hf, value in names.items() if hf != "lm_head.weight"}
 
 
 def _hf_shapes(config: Mapping[str, Any], lm_head: bool) -> dict[str, tuple[int, ...]]:
@@ -93,10 +105,7 @@ def _hf_shapes(config: Mapping[str, Any], lm_head: bool) -> dict[str, tuple[int,
     ours = gpt_param_shapes({**config, "qkv_bias": True})
     shapes = {}
     for hf, (names, transposed) in _names(config["n_layers"], lm_head).items():
-        shape = (
-            sum(ours[name][0] for name in names),
-            *ours[names[0]][1:],
-        )  # parts stacked on the output axis
+        shape = (sum(ours[name][0] for name in names), *ours[names[0]][1:])  # parts along the output axis
         shapes[hf] = shape[::-1] if transposed else shape
     return shapes
 
@@ -128,7 +137,7 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
     check_divisible(f"{name}: n_embd", hf_config["n_embd"], hf_config["n_head"], heads_name="n_head")
     check_flag(f"{name}: tie_word_embeddings", hf_config.setdefault("tie_word_embeddings", True))
     check_dropout(f"{name}: resid_pdrop", hf_config.get("resid_pdrop", 0.1))
-    n_layer, per_block = hf_config["n_layer"], len(HF_NAMES)
+    n_layer, per_block = hf_config["n_layer"], _PER_BLOCK
     if n_layer * per_block > MAX_TENSORS:
         raise ValueError(
             f"{name}: n_layer={n_layer} needs {n_layer * per_block} tensors ({per_block} a block), more "
