@@ -24,20 +24,6 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-__all__ = [
-    "MAX_HEADER",
-    "MAX_NPZ_EXPANSION",
-    "MAX_TENSORS",
-    "NPZ_EXPANSION_FLOOR",
-    "check_count",
-    "check_header_size",
-    "check_npy_header",
-    "check_npz_members",
-    "check_safetensors_header",
-    "check_zip_directory",
-    "is_utf8",
-]
-
 MAX_TENSORS = 10_000  # the most tensors a weight file holds (GPT-2 XL has 580)
 MAX_HEADER = 8 << 20  # bytes of safetensors header or zip directory (the format allows 100 MB)
 MAX_NPZ_EXPANSION = 10  # an .npz's members inflate to at most this many times the file's size...

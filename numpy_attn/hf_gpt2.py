@@ -21,16 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from numpy_attn import files
 from numpy_attn.checks import JAX_FLOATS, check_divisible, check_dropout, check_flag, check_params, check_size
 from numpy_attn.door import Framework
-from numpy_attn.files import (
-    atomic_write,
-    check_regular_file,
-    named_error,
-    open_regular_file,
-    read_folder,
-    write_folder,
-)
 from numpy_attn.gpt_checks import check_gpt_params
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, gpt_param_shapes, without_gpt_buffers
 from numpy_attn.weights_file import MAX_TENSORS, read_arrays, save_weights
@@ -40,7 +33,9 @@ __all__ = ["HF_NAMES", "load_hf_gpt2", "save_hf_gpt2"]
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 _BUFFERS = (".attn.bias", ".attn.masked_bias")  # old causal-mask buffers, which transformers ignores
 _MAX_CONFIG = 1 << 20  # bytes of config.json read at most (GPT-2's has about 1 kB)
-_SIZES = ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer")  # config.json's required sizes
+# the book's config's sizes -> config.json's (which must hold them)
+_SIZES = {"vocab_size": "vocab_size", "context_length": "n_positions", "emb_dim": "n_embd",
+          "n_heads": "n_head", "n_layers": "n_layer"}  # fmt: skip
 # GPT-2's tensor -> GPTModel's (GPT-2's split in equal parts along the output axis) and whether GPT-2
 # stores it transposed (Conv1D); ``{i}``: each block's index
 HF_NAMES: dict[str, tuple[tuple[str, ...], bool]] = {
@@ -117,7 +112,7 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
     ``n_embd``, a bool ``tie_word_embeddings`` (True where absent), a dropout rate in [0, 1) and the
     settings this GPT computes as GPT-2 does."""
     name = f"{directory}/{CONFIG_FILE}"
-    with open_regular_file(path) as file:
+    with files.open_regular_file(path) as file:
         text = file.read(_MAX_CONFIG + 1)
     if len(text) > _MAX_CONFIG:
         raise ValueError(f"{name} holds more than {_MAX_CONFIG} bytes; a GPT-2 config.json holds about 1 kB")
@@ -129,10 +124,10 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
     if not isinstance(hf_config, dict) or hf_config.get("model_type") != "gpt2":
         model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
         raise ValueError(f"{directory} holds a {model_type!r} model, not 'gpt2'")
-    missing = [key for key in _SIZES if key not in hf_config]
+    missing = [key for key in _SIZES.values() if key not in hf_config]
     if missing:
         raise ValueError(f"{name} is missing keys {missing}")
-    for key in _SIZES:
+    for key in _SIZES.values():
         check_size(f"{name}: {key}", hf_config[key])
     check_divisible(f"{name}: n_embd", hf_config["n_embd"], hf_config["n_head"], heads_name="n_head")
     check_flag(f"{name}: tie_word_embeddings", hf_config.setdefault("tie_word_embeddings", True))
@@ -169,8 +164,8 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
         path = os.path.join(directory, name)
         if not os.path.exists(path):  # a link to nothing too; a FIFO or a folder is not missing
             raise ValueError(f"{directory} is not a GPT-2 checkpoint folder: {name} is missing")
-        check_regular_file(path)  # both before either is read
-    hf_config, hf = read_folder(
+        files.check_regular_file(path)  # both before either is read
+    hf_config, hf = files.read_folder(
         directory,
         (CONFIG_FILE, WEIGHTS_FILE),
         lambda paths: (
@@ -178,15 +173,8 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
             _transformer_names(read_arrays(paths[WEIGHTS_FILE], skip=_BUFFERS), directory),
         ),
     )
-    config = {
-        "vocab_size": hf_config["vocab_size"],
-        "context_length": hf_config["n_positions"],
-        "emb_dim": hf_config["n_embd"],
-        "n_heads": hf_config["n_head"],
-        "n_layers": hf_config["n_layer"],
-        "drop_rate": hf_config.get("resid_pdrop", 0.1),
-        "qkv_bias": True,
-    }
+    config = {ours: hf_config[theirs] for ours, theirs in _SIZES.items()}
+    config |= {"drop_rate": hf_config.get("resid_pdrop", 0.1), "qkv_bias": True}
     # an untied head must be in the file (transformers would draw it at random), a tied one may be
     lm_head = not hf_config["tie_word_embeddings"] or "lm_head.weight" in hf
     check_params(hf, _hf_shapes(config, lm_head), layer=f"GPT-2 checkpoint {directory}")
@@ -252,33 +240,27 @@ def save_hf_gpt2(
     except FileExistsError:
         raise ValueError(f"{directory} is not a folder: a GPT-2 checkpoint is a folder") from None
     except OSError as error:
-        raise named_error(error, directory) from None
+        raise files.named_error(error, directory) from None
 
     def write(version: str) -> None:
-        with atomic_write(os.path.join(version, CONFIG_FILE)) as file:
+        with files.atomic_write(os.path.join(version, CONFIG_FILE)) as file:
             file.write(text)
         save_weights(os.path.join(version, WEIGHTS_FILE), hf)
 
-    write_folder(directory, (CONFIG_FILE, WEIGHTS_FILE), write)
+    files.write_folder(directory, (CONFIG_FILE, WEIGHTS_FILE), write)
 
 
 def _hf_config(config: Mapping[str, Any], tied: bool, dtype: str) -> dict[str, Any]:
     """config.json for ``config``: checked ints and a float, NumPy's too, as JSON's."""
-    drop_rate = float(config["drop_rate"])
+    rate = float(config["drop_rate"])
     return {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
-        "vocab_size": int(config["vocab_size"]),
-        "n_positions": int(config["context_length"]),
-        "n_embd": int(config["emb_dim"]),
-        "n_head": int(config["n_heads"]),
-        "n_layer": int(config["n_layers"]),
+        **{theirs: int(config[ours]) for ours, theirs in _SIZES.items()},
         "n_inner": None,
         "activation_function": "gelu_new",
         "layer_norm_epsilon": LAYER_NORM_EPS,
-        "resid_pdrop": drop_rate,
-        "embd_pdrop": drop_rate,
-        "attn_pdrop": drop_rate,
+        **{key: rate for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop")},
         "tie_word_embeddings": bool(tied),
         "bos_token_id": None,
         "eos_token_id": None,
