@@ -808,3 +808,18 @@ def test_a_gpt2_checkpoint_file_that_is_not_a_regular_file_is_not_called_missing
     else:
         message = f"{path} is not a regular file (a FIFO, device, directory or a link to one)"
     assert type(error) is ValueError and str(error) == message
+
+
+@pytest.mark.parametrize(
+    "names", [["W", "V"], [f"t{i}" for i in range(300)], ["PK\x01\x02", "a/PK\x01\x02PK\x01\x02"]]
+)
+def test_the_early_count_of_a_zip_directory_is_never_below_zipfiles(names):
+    """``_directory_entries`` (the count that bounds a directory before zipfile reads it) against
+    zipfile itself: at least the entries zipfile reads, names holding the entries' signature too."""
+    blob = npz_file([(f"{name}.npy", npy(B)) for name in names])
+    end = zipfile._EndRecData(io.BytesIO(blob))
+    directory = blob[end[zipfile._ECD_OFFSET] : end[zipfile._ECD_OFFSET] + end[zipfile._ECD_SIZE]]
+    assert file_checks._directory_entries(directory) >= len(zipfile.ZipFile(io.BytesIO(blob)).infolist())
+    assert file_checks._directory_entries(directory) == len(names) + sum(
+        name.count("PK\x01\x02") for name in names
+    )
