@@ -48,7 +48,10 @@ _RESERVED = ("__metadata__", _NPZ_RECORD)
 _DIGEST_LENGTH = 64  # hex characters of a SHA-256: an .npz's zip comment
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed, so that equal weights give equal files
 _MAX_ZIP_NAME = 0xFFFF - len(".npy")  # a zip member's name holds at most 65535 bytes
-_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, struct.error, EOFError, OSError, UnicodeError)  # cut, altered
+# what zipfile raises for a cut or altered archive: a bad CRC, a cut member, a name that is not UTF-8,
+# a member's own flags (patched data, strong encryption: NotImplementedError)
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, struct.error, EOFError, OSError, UnicodeError)
+_ZIP_ERRORS += (NotImplementedError,)
 
 
 def save_weights(path: str | os.PathLike, params: Mapping[str, Any]) -> None:
@@ -268,7 +271,7 @@ def _read_npz(file: BinaryIO, size: int, path: str) -> dict[str, np.ndarray]:
                 file_checks.check_npy_header(npz.zip, info, path, _NPZ_RECORD)
             arrays = {info.filename.removesuffix(".npy"): npz[info.filename] for info in infos}
             comment = npz.zip.comment
-    except _ZIP_ERRORS as error:  # a truncated or altered archive: bad CRC, cut members, names
+    except _ZIP_ERRORS as error:
         raise ValueError(f"{path} is not a readable .npz weight file: {error}") from error
     record = arrays.pop(_NPZ_RECORD, None)
     if record is not None or re.fullmatch(rb"[0-9a-f]{64}", comment):  # written by save_weights
