@@ -514,7 +514,7 @@ def test_a_png_link_into_a_missing_folder_is_one_line_and_exit_code_2_before_any
 
 
 def test_heatmap_writes_through_a_link_to_a_missing_file_in_an_existing_folder(tmp_path, capsys):
-    """Opening the file follows the link and creates its target (create_regular_file's O_CREAT),
+    """The write follows the link and creates its target (atomic_write replaces a link's target),
     as for the weights files: such a link is accepted."""
     (tmp_path / "maps").mkdir()
     link, target = tmp_path / "out.png", tmp_path / "maps" / "x.png"
