@@ -1,5 +1,6 @@
 """Weight files: safetensors and .npz round trips, no pickle, clear errors for bad files."""
 
+import base64
 import json
 import os
 import re
@@ -7,6 +8,7 @@ import stat
 import struct
 import subprocess
 import sys
+import zlib
 
 import ml_dtypes
 import numpy as np
@@ -246,3 +248,37 @@ def test_a_save_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path,
     with pytest.raises(KeyboardInterrupt):
         save_weights(path, {name: value + 1 for name, value in params.items()})
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+# written by ac36c62's save_weights (its own writer), zlib-compressed, base64:
+# {"W": np.arange(6).reshape(2, 3), "b": [0.5, -1.5]} (float32)
+EARLIER_FILES = {
+    ".safetensors": (
+        "eNp9UEFqw0AMTH/QJwSdl7LR7sohl/bUL+QQm2XlXdMSkphYFxMMeUp/0jwtcnproUIjkDQzAj0/LR5xgS1sLpBl7Ats4N0h"
+        "GBg+0tzt0LjGQE6S4qnrhiKDDq1B30wG+B/dXxV643CWxXgokh7bODt0p/MhiVr0og5J5Bj7dP6U8WVfRlXCroZtDWZZA9fQ"
+        "/OLoRQykrIpD4VIcl5a4zZYzBmbKlHFFjC1W6K0n31JFtO7IOo/B+pUPvMZQEUzTco6fr1xftbxpKq6KL8VCZ7fvOwQNVg8="
+    ),
+    ".npz": (
+        "eNqtks9LwzAUx7vNedjV3a29VKVI0iZdO4TtJMhQe5EhIiXNDxRlG+0UyhzM2+5ePHrzH/DmQf8WBcGD/4OvzDE2HIjzJd/k"
+        "5fEe+ZC8oFFYKmsjW9MOPrTNO/AyFUHNrVYnvd0/3AuOctqV1jOFTHhsVnVzWxHT0k3Vjrsxa4XtWMgsvsMuEgnx5JR1JJzX"
+        "bUt3Niy9r//ZSiO4QQ2WOkzQAHRfD6bQb97fVofgDb/Ro39AXwx8hA7YL8/TqLuPtc9X8DKtgMKQdbutsMPis24ahnPBry/x"
+        "r8B9b1HyUs84l2liVPVjo2lYuhEZJ7DCDTZ1IWpQJhThShIkIsQoQVIJEanIk46vHEEjHBGPMkixK9LFVCBMmfQ9hBn3uaOM"
+        "ftDI5cuF+a03tkFOGzfibMnsl09KnsYNMFsy+/STEpX78SOCRnE5SyjAeIA9zWddGDGXI4eqimdjgW14BiQwdj2JEXGIj11h"
+        "C1s5yJecEk95rMIp9ylTmCNMGPoCYZG41w=="
+    ),
+}
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_files_written_before_the_formats_libraries_still_load_and_refuse_a_change(tmp_path, suffix):
+    """The integrity record is computed as before: earlier files load exactly, a changed bit is refused."""
+    blob = zlib.decompress(base64.b64decode(EARLIER_FILES[suffix]))
+    path = tmp_path / f"w{suffix}"
+    path.write_bytes(blob)
+    loaded = load_weights(path)
+    assert list(loaded) == ["W", "b"]
+    np.testing.assert_array_equal(loaded["W"], np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(loaded["b"], np.float32([0.5, -1.5]))
+    path.write_bytes(blob[:-2] + bytes([blob[-2] ^ 1]) + blob[-1:])
+    with pytest.raises(ValueError, match=r"was altered|CRC"):
+        load_weights(path)
