@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from numpy_attn.weights_file import create_regular_file
+from numpy_attn.files import atomic_write
 
 __all__ = ["pyplot", "save_png"]
 
@@ -21,11 +21,12 @@ def pyplot() -> Any:
 
 
 def save_png(figure: Any, path: str | os.PathLike) -> None:
-    """Write ``figure`` to ``path`` as a PNG at 100 dpi, then close it. The file is opened with
-    ``create_regular_file``: an existing entry that is not a regular file (a FIFO, a device) is a
-    ValueError, never an open that blocks; OSError where the file cannot be written."""
+    """Write ``figure`` to ``path`` as a PNG at 100 dpi, then close it. The file is replaced
+    atomically (``atomic_write``: a failed save leaves the old file); an existing entry that is not
+    a regular file (a FIFO, a device) is a ValueError, never an open that blocks; OSError where the
+    file cannot be written."""
     try:
-        with create_regular_file(path) as file:
+        with atomic_write(path) as file:
             figure.savefig(file, format="png", dpi=100)
     finally:
         pyplot().close(figure)

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from numpy_attn.weights_file import check_regular_file
+from numpy_attn.files import check_regular_file
 
 __all__ = [
     "MAX_ENTRIES",
@@ -97,7 +97,7 @@ def check_writable(path: str) -> None:
     existing entry must be a regular file (``check_regular_file``: a FIFO would block the writer,
     a device or a folder cannot hold the file) that is writable, and its folder must take a new
     file (probed with an anonymous temporary file: ``os.access`` says yes to root for ``/proc``).
-    A link is followed, as opening the file follows it (``create_regular_file``'s ``O_CREAT``
+    A link is followed, as the write follows it (``atomic_write`` replaces a link's target, and
     creates a dangling link's target): the folder probed is its target's, which must exist."""
     try:
         check_regular_file(path, missing_ok=True)

@@ -1,4 +1,5 @@
-"""Dependency boundaries: numpy_attn needs NumPy alone; only torch_ref/parity_tests use torch."""
+"""Dependency boundaries: numpy_attn needs NumPy (and safetensors for its weight files) alone; only
+torch_ref/parity_tests use torch."""
 
 import ast
 import pathlib
@@ -18,6 +19,10 @@ STDLIB = {
     "contextvars",
     "functools",
     "dataclasses",
+    "errno",
+    "fcntl",
+    "itertools",
+    "shutil",
     "typing",
     "math",
     "hashlib",
@@ -36,7 +41,7 @@ STDLIB = {
     "zlib",
 }
 ALLOWED = {
-    "numpy_attn": {"numpy", "numpy_attn", *STDLIB},
+    "numpy_attn": {"numpy", "safetensors", "numpy_attn", *STDLIB},  # safetensors: the weight files
     "jax_attn": {"jax", "flax", "numpy", "numpy_attn", "jax_attn", *STDLIB},
     "torch_ref": {"torch", "numpy", "ml_dtypes", "torch_ref", *STDLIB},
 }

@@ -514,7 +514,7 @@ def test_a_png_link_into_a_missing_folder_is_one_line_and_exit_code_2_before_any
 
 
 def test_heatmap_writes_through_a_link_to_a_missing_file_in_an_existing_folder(tmp_path, capsys):
-    """Opening the file follows the link and creates its target (create_regular_file's O_CREAT),
+    """The write follows the link and creates its target (atomic_write replaces a link's target),
     as for the weights files: such a link is accepted."""
     (tmp_path / "maps").mkdir()
     link, target = tmp_path / "out.png", tmp_path / "maps" / "x.png"
@@ -550,3 +550,34 @@ def test_the_weights_io_bench_refuses_a_size_out_of_range(capsys, text):
         .err.splitlines()[-1]
         .endswith(f"error: argument --gib: --gib {text!r}: expected a number from 0.001 to 64")
     )
+
+
+def test_the_weights_io_bench_never_touches_a_users_file(tmp_path):
+    """It wrote D/weights_io.safetensors and D/weights_io.npz over a user's files, then removed them."""
+    from parity_tests.bench.weights_io import measure_weights_io
+
+    mine = {tmp_path / "weights_io.safetensors": b"mine", tmp_path / "weights_io.npz": b"mine too"}
+    for path, data in mine.items():
+        path.write_bytes(data)
+    assert len(measure_weights_io(1 / 512, (".safetensors", ".npz"), str(tmp_path))) == 4
+    assert {path: path.read_bytes() for path in mine} == mine and sorted(tmp_path.iterdir()) == sorted(mine)
+
+
+@pytest.mark.parametrize("case", ["missing_folder", "more_than_the_memory"])
+def test_the_weights_io_bench_refuses_what_it_cannot_do_before_starting(tmp_path, monkeypatch, capsys, case):
+    """A missing --dir, or weights the memory cannot hold (64 GiB on a 23 GiB machine), ended in a
+    child's CalledProcessError traceback, after the save had started."""
+    from parity_tests.bench import weights_io
+
+    monkeypatch.setattr(weights_io, "measure_weights_io", None)  # never reached
+    monkeypatch.setattr(weights_io, "available_memory", lambda: 2**30)
+    folder = tmp_path / "nowhere" if case == "missing_folder" else tmp_path
+    with pytest.raises(SystemExit) as exit_info:
+        weights_io.main(["--gib", "2", "--dir", str(folder)])
+    expected = (
+        f"--dir {folder}: no such folder"
+        if case == "missing_folder"
+        else f"--gib 2.0: {2 * 2**30} bytes of weights, more than the {2**30} bytes of memory available"
+    )
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"python -m parity_tests.bench.weights_io: error: {expected}\n"

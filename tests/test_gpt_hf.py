@@ -9,6 +9,7 @@ import re
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import safetensors.numpy
 import torch
 import transformers  # its models load on first use (GPT2LMHeadModel: 2 s), so only where used
 from safetensors import safe_open
@@ -186,7 +187,7 @@ CONFIG_FILES = {
 
 @pytest.mark.parametrize("text, error, message", CONFIG_FILES.values(), ids=CONFIG_FILES.keys())
 @pytest.mark.parametrize(
-    "load", [numpy_attn.load_hf_gpt2, jax_attn.GPTModel.from_hf_gpt2], ids=["numpy", "jax"]
+    "load", [numpy_attn.load_hf_gpt2, lambda d: jax_attn.GPTModel.from_hf_gpt2(d)], ids=["numpy", "jax"]
 )
 def test_a_hostile_config_json_is_refused_quickly_naming_the_file_and_key(
     checkpoint, tmp_path, load, text, error, message
@@ -265,69 +266,185 @@ def test_numpy_sizes_in_the_config_are_written_as_json_numbers(tmp_path):
     assert numpy_attn.load_hf_gpt2(tmp_path)[1] == TINY
 
 
-def folder_bytes(directory) -> dict[str, bytes]:
-    """Every entry of ``directory`` (hidden temporaries included) and its bytes."""
-    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+def folder_state(directory) -> dict[str, bytes | str]:
+    """Every entry under ``directory`` (hidden ones too): a file's bytes, a link's target."""
+    return {
+        str(path.relative_to(directory)): os.readlink(path) if path.is_symlink() else path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_symlink() or path.is_file()
+    }
 
 
-def disk_full_at(monkeypatch, failing: str, call: int) -> None:
-    """Make the ``call``-th (from 0) file opened for writing (``failing="write"``: it writes its first
-    byte, then raises ENOSPC) or ``os.replace`` (``"replace"``) in the save fail with an OSError."""
-    calls = {"write": 0, "replace": 0}
-    create, replace = numpy_attn.weights_file.create_regular_file, os.replace
-
-    def full() -> OSError:
-        return OSError(28, "No space left on device")
-
-    def failing_create(path):
-        file = create(path)
-        calls["write"] += 1
-        if failing == "write" and calls["write"] == call + 1:
-            write = file.write
-
-            def write_one_byte(data):
-                write(bytes(data)[:1])
-                raise full()
-
-            file.write = write_one_byte
-        return file
-
-    def failing_replace(source, destination):
-        calls["replace"] += 1
-        if failing == "replace" and calls["replace"] == call + 1:
-            raise full()
-        return replace(source, destination)
-
-    for module in (numpy_attn.weights_file, numpy_attn.hf_gpt2):
-        monkeypatch.setattr(module, "create_regular_file", failing_create)
-    monkeypatch.setattr(os, "replace", failing_replace)
+def loaded(directory):
+    """What ``load_hf_gpt2`` reads from ``directory``, or the ValueError's text."""
+    try:
+        params, config = numpy_attn.load_hf_gpt2(directory)
+    except ValueError as error:
+        return str(error).replace(str(directory), "<folder>")
+    return config, {name: value.tobytes() for name, value in params.items()}
 
 
-# the first write is config.json's, the second the weights'; the renames: config.json aside, the new one
-# in, the weights aside, the new ones in (into an empty folder: the two "in" alone)
-FAILURES = [("write", 0), ("write", 1), ("replace", 0), ("replace", 1), ("replace", 2), ("replace", 3)]
-CASES = [(True, *failure) for failure in FAILURES] + [(False, *failure) for failure in FAILURES[:4]]
+FAILING = ("replace", "symlink", "mkdir", "link", "fsync")  # os's calls that change the disk
 
 
-@pytest.mark.parametrize(
-    ("earlier", "failing", "call"),
-    CASES,
-    ids=[f"{'over_a_save' if e else 'empty'}-{f}_{c}" for e, f, c in CASES],
-)
-def test_a_save_failing_at_any_write_or_rename_leaves_the_folder_as_it_was(
-    tmp_path, monkeypatch, earlier, failing, call
+def failing_at(monkeypatch, index: int | None) -> list[str]:
+    """``os``'s calls of ``FAILING`` and the weights' writes counted (their names listed, in order);
+    the ``index``-th (from 0) raises ENOSPC, as a full disk would."""
+    calls: list[str] = []
+
+    def counted(name, function):
+        def call(*args, **kwargs):
+            calls.append(name)
+            if len(calls) - 1 == index:
+                raise OSError(28, "No space left on device")
+            return function(*args, **kwargs)
+
+        return call
+
+    for name in FAILING:
+        monkeypatch.setattr(os, name, counted(name, getattr(os, name)))
+    save_file = numpy_attn.weights_file.safetensors.numpy.save_file
+    monkeypatch.setattr(
+        numpy_attn.weights_file.safetensors.numpy, "save_file", counted("save_file", save_file)
+    )
+    return calls
+
+
+@pytest.mark.parametrize("earlier", ["saved", "plain_files", "empty"])
+def test_a_save_failing_at_any_step_leaves_the_folder_loading_as_before_and_no_temporary(
+    tmp_path, monkeypatch, earlier
 ):
-    """A full disk while config.json was written, after the weights, left new weights beside the old
-    config.json (another model) or a truncated file: now the folder keeps every byte it held and
-    no temporary."""
+    """A full disk at each step that changes the disk (each rename, link, folder, flush and the
+    weights' write) of a save over an earlier save, over a folder of plain files (as transformers
+    writes them) and into an empty folder: the folder loads what it loaded, holds no temporary, no
+    version but the one it names, and the next save works."""
     params = torch_ref.to_params(torch_model())
-    if earlier:
-        numpy_attn.save_hf_gpt2(tmp_path, params, TINY)
-    before = folder_bytes(tmp_path)
-    disk_full_at(monkeypatch, failing, call)
-    with pytest.raises(OSError, match=r"^\[Errno 28\] No space left on device$"):
-        numpy_attn.save_hf_gpt2(tmp_path, {k: v + 1 for k, v in params.items()}, TINY)
-    assert folder_bytes(tmp_path) == before
-    monkeypatch.undo()
-    numpy_attn.save_hf_gpt2(tmp_path, params, TINY)  # and the next save works
-    assert sorted(folder_bytes(tmp_path)) == ["config.json", "model.safetensors"]
+    new = {k: v + 1 for k, v in params.items()}
+
+    def prepare(folder):
+        if earlier == "saved":
+            numpy_attn.save_hf_gpt2(folder, params, TINY)
+        elif earlier == "plain_files":
+            numpy_attn.save_hf_gpt2(tmp_path / "source", params, TINY)
+            folder.mkdir()
+            for name in ("config.json", "model.safetensors"):
+                (folder / name).write_bytes((tmp_path / "source" / name).read_bytes())
+        else:
+            folder.mkdir()
+
+    counted = tmp_path / "counted"
+    prepare(counted)
+    before = loaded(counted)
+    with monkeypatch.context() as patch:
+        calls = failing_at(patch, None)
+        numpy_attn.save_hf_gpt2(counted, new, TINY)  # the steps of the save
+    after = loaded(counted)
+    assert {"replace", "symlink", "mkdir", "fsync", "save_file"} <= set(calls), calls
+    assert ("link" in calls) == (earlier == "plain_files"), calls  # the folder's files kept as they are
+    switch = len(calls) - 1 - calls[::-1].index("replace")  # the last rename: the pointer's
+    for index, step in enumerate(calls):
+        folder = tmp_path / f"gpt2-{index}"
+        prepare(folder)
+        full = rf"^\[Errno 28\] No space left on device: '{re.escape(str(folder))}'$"
+        with monkeypatch.context() as patch:
+            failing_at(patch, index)
+            if step == "link":  # as on a file system without hard links: the folder's file is copied
+                numpy_attn.save_hf_gpt2(folder, new, TINY)
+            else:
+                with pytest.raises(OSError, match=full):
+                    numpy_attn.save_hf_gpt2(folder, new, TINY)
+        # until the switch fails the old checkpoint, once it is done (the folder's flush) the new one
+        expected = before if index <= switch and step != "link" else after
+        assert loaded(folder) == expected, (index, step)
+        state = folder_state(folder)
+        assert not [name for name in state if name.endswith(".tmp")], (index, step, sorted(state))
+        versions = {name.split("/")[0] for name in state if name.startswith(".version-")}
+        assert versions <= {state.get(".current")}, (index, step, sorted(state))
+        numpy_attn.save_hf_gpt2(folder, new, TINY)  # and the next save works
+        assert loaded(folder) == after
+
+
+def test_a_bfloat16_checkpoint_loads_as_bfloat16_weights(tmp_path):
+    """transformers saves a bfloat16 model as BF16 tensors: load_hf_gpt2 returns them as they are
+    (ml_dtypes' bfloat16, what jax_attn computes in), save_hf_gpt2 writes them back, and
+    transformers loads that folder as the same model."""
+    import ml_dtypes
+
+    model = hf_model(seed=3).to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "hf")
+    params, config = numpy_attn.load_hf_gpt2(tmp_path / "hf")
+    assert {value.dtype for value in params.values()} == {np.dtype(ml_dtypes.bfloat16)}
+    expected = model.transformer.wte.weight.detach().float().numpy()
+    np.testing.assert_array_equal(params["tok_emb.weight"].astype(np.float32), expected)
+    numpy_attn.save_hf_gpt2(tmp_path / "ours", params, config)
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ours")
+    assert back.transformer.wte.weight.dtype == torch.bfloat16
+    ids = token_ids(1, 9, config)
+    np.testing.assert_array_equal(hf_logits(back.float(), ids), hf_logits(model.float(), ids))
+
+
+def test_a_bfloat16_checkpoint_loads_in_the_jax_model(tmp_path):
+    """docs/hardening.md promises bfloat16 in jax_attn: GPTModel.from_hf_gpt2 refused such a folder."""
+    model = hf_model(seed=3).to(torch.bfloat16)
+    model.save_pretrained(tmp_path)
+    ids = token_ids(1, 9, {"vocab_size": 53})
+    actual = np.asarray(jax_attn.GPTModel.from_hf_gpt2(tmp_path)(jnp.asarray(ids)), np.float32)
+    np.testing.assert_allclose(actual, hf_logits(model.float(), ids), rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.bool_, np.uint8])
+def test_leftover_attention_buffers_of_another_dtype_are_ignored_as_transformers_ignores_them(
+    tmp_path, dtype
+):
+    """Older transformers saved each block's causal mask ``attn.bias`` (float32, later bool) and
+    ``attn.masked_bias``; a float16 folder with them was refused for mixing dtypes."""
+    model = hf_model(seed=4).half()
+    model.save_pretrained(tmp_path)
+    path = tmp_path / "model.safetensors"
+    tensors = safetensors.numpy.load_file(path)
+    for index in range(2):
+        tensors[f"transformer.h.{index}.attn.bias"] = np.tril(np.ones((20, 20), dtype))[None, None]
+        tensors[f"transformer.h.{index}.attn.masked_bias"] = np.array(-1e4, np.float32)
+    safetensors.numpy.save_file(tensors, path, metadata={"format": "pt"})
+    params, config = numpy_attn.load_hf_gpt2(tmp_path)
+    assert {value.dtype for value in params.values()} == {np.dtype(np.float16)}
+    assert not [
+        name
+        for name in params
+        if "bias" in name and "att." in name and "W_" not in name and "out" not in name
+    ]
+    _, info = transformers.GPT2LMHeadModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+
+
+def test_a_save_over_a_transformers_folder_loads_in_transformers_and_keeps_links(tmp_path):
+    """The first save into a folder transformers wrote turns its two files into links through the
+    folder's pointer (its content unchanged at each step), then switches to the new version."""
+    hf_model(seed=5).save_pretrained(tmp_path)
+    config = TINY
+    model = torch_model(config, seed=6)
+    numpy_attn.save_hf_gpt2(tmp_path, torch_ref.to_params(model), config)
+    assert os.readlink(tmp_path / "config.json") == os.path.join(".current", "config.json")
+    assert os.readlink(tmp_path / "model.safetensors") == os.path.join(".current", "model.safetensors")
+    ids = token_ids(1, 9, config)
+    with torch.no_grad():
+        expected = model(torch.tensor(ids)).numpy()
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path)
+    assert compare_arrays("logits", expected, hf_logits(hf, ids)).ok
+    assert len([entry for entry in os.listdir(tmp_path) if entry.startswith(".version-")]) == 1
+
+
+def test_writing_where_no_folder_can_be_is_one_clear_error(tmp_path):
+    """Onto a regular file, save_hf_gpt2 raised makedirs' FileExistsError; into /proc, a raw
+    FileNotFoundError naming a temporary."""
+    params = torch_ref.to_params(torch_model())
+    (tmp_path / "file").write_bytes(b"mine")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'file'))} is not a folder"):
+        numpy_attn.save_hf_gpt2(tmp_path / "file", params, TINY)
+    assert (tmp_path / "file").read_bytes() == b"mine"
+    with pytest.raises(OSError, match=r"^\[Errno \d+\] .*: '/proc'$"):
+        numpy_attn.save_hf_gpt2("/proc", params, TINY)
+    with pytest.raises(
+        OSError, match=f"^\\[Errno 2\\] No such file or directory: '{re.escape(str(tmp_path))}/no/w.npz'$"
+    ):
+        numpy_attn.save_weights(tmp_path / "no" / "w.npz", params)

@@ -18,7 +18,7 @@ import pytest
 import safetensors.numpy
 import torch
 
-from numpy_attn import gpt_param_shapes, load_hf_gpt2, load_weights, save_hf_gpt2, save_weights, weights_file
+from numpy_attn import file_checks, gpt_param_shapes, load_hf_gpt2, load_weights, save_hf_gpt2, save_weights
 from tests.cpu_time import within_cpu_seconds
 
 W = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -595,7 +595,7 @@ def test_an_npz_inflating_to_more_than_the_bound_is_refused_before_inflating(tmp
     """A zip bomb whose sizes are all true: one deflated member of zeros, as its npy header says
     (a 1 MB file of 1 GiB of zeros loaded in 5 s). The members may declare at most 10 times the
     file's size (the floor, 64 MiB, lowered here to keep the file small)."""
-    monkeypatch.setattr(weights_file, "_NPZ_EXPANSION_FLOOR", 2**20)
+    monkeypatch.setattr(file_checks, "NPZ_EXPANSION_FLOOR", 2**20)
     blob = deflated_npz({"W": np.zeros(2**20, np.float32)})  # 4 MiB of zeros in about 4 kB
     path = tmp_path / "w.npz"
     path.write_bytes(blob)
@@ -611,7 +611,7 @@ def test_an_npz_inflating_to_more_than_the_bound_is_refused_before_inflating(tmp
 def test_np_savez_compressed_weights_load_within_the_inflation_bound(tmp_path, monkeypatch, dtype):
     """Real weights deflate to about 1:1.1, far inside the bound, even with the floor lowered below
     their size; so do a model's small zero or one vectors beside them."""
-    monkeypatch.setattr(weights_file, "_NPZ_EXPANSION_FLOOR", 2**18)
+    monkeypatch.setattr(file_checks, "NPZ_EXPANSION_FLOOR", 2**18)
     rng = np.random.default_rng(0)
     params = {
         "W_query.weight": (0.02 * rng.standard_normal((512, 512))).astype(dtype),
@@ -620,7 +620,7 @@ def test_np_savez_compressed_weights_load_within_the_inflation_bound(tmp_path, m
     }
     path = tmp_path / "w.npz"
     path.write_bytes(deflated_npz(params))
-    assert sum(array.nbytes for array in params.values()) > weights_file._NPZ_EXPANSION_FLOOR
+    assert sum(array.nbytes for array in params.values()) > file_checks.NPZ_EXPANSION_FLOOR
     loaded = load_weights(path)
     assert list(loaded) == list(params)
     for name, array in params.items():
@@ -701,29 +701,8 @@ def test_the_members_zipfile_read_are_counted_too(tmp_path, monkeypatch):
     zipfile read are held to the same bound."""
     path = tmp_path / "w.npz"
     path.write_bytes(npz_claiming_one_member(10_002, False, monkeypatch))
-    monkeypatch.setattr(weights_file, "_directory_entries", lambda directory, size: 1)
+    monkeypatch.setattr(file_checks, "_directory_entries", lambda directory: 1)
     check_refused(path, ValueError, f"^{re.escape(str(path))} holds more than 10000 tensors")
-
-
-def test_an_npz_zip_directory_is_read_from_the_file_once(tmp_path, monkeypatch):
-    """The early count read the directory, then zipfile read it again; now zipfile is given the
-    bytes the count read."""
-    path = tmp_path / "w.npz"
-    save_weights(path, {"a": W, "b": B})
-    data = path.read_bytes()
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        start = archive.start_dir
-    reads = []
-
-    class CountingFile(io.BytesIO):
-        def read(self, count=-1):
-            reads.append(self.tell())
-            return super().read(count)
-
-    monkeypatch.setattr(weights_file, "open_regular_file", lambda _: CountingFile(data))
-    loaded = load_weights(path)
-    np.testing.assert_array_equal(loaded["a"], W)
-    assert reads.count(start) == 1
 
 
 def test_saving_refuses_names_longer_than_the_bounds(tmp_path):
@@ -738,8 +717,8 @@ def test_saving_refuses_names_longer_than_the_bounds(tmp_path):
 
 
 def test_the_bounds_are_the_documented_ones():
-    assert (weights_file.MAX_TENSORS, weights_file._MAX_HEADER) == (10_000, 8 * 2**20)
-    assert (weights_file._MAX_NPZ_EXPANSION, weights_file._NPZ_EXPANSION_FLOOR) == (10, 64 * 2**20)
+    assert (file_checks.MAX_TENSORS, file_checks.MAX_HEADER) == (10_000, 8 * 2**20)
+    assert (file_checks.MAX_NPZ_EXPANSION, file_checks.NPZ_EXPANSION_FLOOR) == (10, 64 * 2**20)
 
 
 # ------------------------------------------------------------------ names UTF-8 cannot encode
@@ -797,14 +776,13 @@ def test_a_gpt2_checkpoint_whose_file_is_not_a_regular_file_is_refused_writing_n
     path = tmp_path / name
     path.unlink()
     os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    listing = sorted(tmp_path.iterdir())
     error = raised_in_thread(
         lambda: save_hf_gpt2(tmp_path, {k: v + 1 for k, v in params.items()}, config), path, reading=False
     )
     message = f"{path} is not a regular file (a FIFO, device, directory or a link to one)"
     assert type(error) is ValueError and str(error) == message
-    assert other.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["config.json", "model.safetensors"]
-    )  # nothing rewritten, no temporary
+    assert other.read_bytes() == before and sorted(tmp_path.iterdir()) == listing  # nothing written
 
 
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
@@ -830,3 +808,18 @@ def test_a_gpt2_checkpoint_file_that_is_not_a_regular_file_is_not_called_missing
     else:
         message = f"{path} is not a regular file (a FIFO, device, directory or a link to one)"
     assert type(error) is ValueError and str(error) == message
+
+
+@pytest.mark.parametrize(
+    "names", [["W", "V"], [f"t{i}" for i in range(300)], ["PK\x01\x02", "a/PK\x01\x02PK\x01\x02"]]
+)
+def test_the_early_count_of_a_zip_directory_is_never_below_zipfiles(names):
+    """``_directory_entries`` (the count that bounds a directory before zipfile reads it) against
+    zipfile itself: at least the entries zipfile reads, names holding the entries' signature too."""
+    blob = npz_file([(f"{name}.npy", npy(B)) for name in names])
+    end = zipfile._EndRecData(io.BytesIO(blob))
+    directory = blob[end[zipfile._ECD_OFFSET] : end[zipfile._ECD_OFFSET] + end[zipfile._ECD_SIZE]]
+    assert file_checks._directory_entries(directory) >= len(zipfile.ZipFile(io.BytesIO(blob)).infolist())
+    assert file_checks._directory_entries(directory) == len(names) + sum(
+        name.count("PK\x01\x02") for name in names
+    )

@@ -1,8 +1,14 @@
 """Weight files: safetensors and .npz round trips, no pickle, clear errors for bad files."""
 
+import base64
 import json
+import os
 import re
+import stat
 import struct
+import subprocess
+import sys
+import zlib
 
 import ml_dtypes
 import numpy as np
@@ -99,6 +105,11 @@ def test_altered_npz_data_is_detected(tmp_path):
         load_weights(path)
 
 
+def last_tensor(header):
+    """The name of the tensor whose data the file holds last."""
+    return max((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"])
+
+
 def rewrite_header(path, change):
     blob = path.read_bytes()
     (size,) = struct.unpack("<Q", blob[:8])
@@ -119,7 +130,7 @@ def rewrite_header(path, change):
             lambda h: h["W_key.weight"].update(data_offsets=[0]),
             r"'W_key.weight' has invalid data_offsets \[0\]",
         ),
-        (lambda h: h.pop("out_proj.bias"), r"the header describes \d+ data bytes, the file holds \d+"),
+        (lambda h: h.pop(last_tensor(h)), r"the header describes \d+ data bytes, the file holds \d+"),
     ],
     ids=["shape", "offsets", "missing_entry"],
 )
@@ -173,8 +184,20 @@ def test_non_finite_weights_and_wrong_suffix_are_refused(tmp_path):
         save_weights(tmp_path / "w.npz", {"W": np.zeros(2, np.int64)})
 
 
-def test_bfloat16_needs_ml_dtypes_only_when_present():
-    assert numpy_attn.weights_file._numpy_dtype("BF16", "f") == np.dtype(ml_dtypes.bfloat16)
+def test_bfloat16_needs_ml_dtypes_only_when_present(tmp_path):
+    """numpy_attn does not import ml_dtypes: a bfloat16 file loads where it is loaded (by jax or
+    torch_ref), and is refused with how to read it where it is not."""
+    path = tmp_path / "w.safetensors"
+    save_weights(path, {"W": np.ones(2, ml_dtypes.bfloat16)})
+    assert load_weights(path)["W"].dtype == np.dtype(ml_dtypes.bfloat16)
+    script = (
+        "import sys, numpy_attn; assert 'ml_dtypes' not in sys.modules; numpy_attn.load_weights(sys.argv[1])"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"TypeError: {path} holds bfloat16 weights: import ml_dtypes (or jax) to read them"
+    )
 
 
 @pytest.mark.parametrize(
@@ -194,3 +217,68 @@ def test_load_weights_checks_its_dtype_argument_as_init_kv_cache_does(tmp_path, 
     with pytest.raises(TypeError, match=f"^{re.escape(big_endian)}$"):
         load_weights(tmp_path / "w.npz", dtype=np.dtype(">f4"))
     assert load_weights(tmp_path / "w.npz", dtype="float32")["W"].dtype == np.float32
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_a_save_replaces_the_target_of_a_link_and_keeps_a_files_permissions(tmp_path, suffix):
+    """The link stays a link, its target gets the new content; an existing file keeps its mode."""
+    _, params = weights()
+    target, link = tmp_path / f"target{suffix}", tmp_path / f"link{suffix}"
+    save_weights(target, {"W": np.ones(2, np.float32)})
+    target.chmod(0o640)
+    link.symlink_to(target.name)
+    save_weights(link, params)
+    assert link.is_symlink() and os.readlink(link) == target.name
+    assert list(load_weights(target)) == list(params) and stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([target.name, link.name])
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_a_save_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch, suffix):
+    _, params = weights()
+    path = tmp_path / f"w{suffix}"
+    save_weights(path, params)
+    before = path.read_bytes()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(numpy_attn.weights_file.safetensors.numpy, "save_file", interrupted)
+    monkeypatch.setattr(numpy_attn.weights_file.np.lib.format, "write_array", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_weights(path, {name: value + 1 for name, value in params.items()})
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+# written by ac36c62's save_weights (its own writer), zlib-compressed, base64:
+# {"W": np.arange(6).reshape(2, 3), "b": [0.5, -1.5]} (float32)
+EARLIER_FILES = {
+    ".safetensors": (
+        "eNp9UEFqw0AMTH/QJwSdl7LR7sohl/bUL+QQm2XlXdMSkphYFxMMeUp/0jwtcnproUIjkDQzAj0/LR5xgS1sLpBl7Ats4N0h"
+        "GBg+0tzt0LjGQE6S4qnrhiKDDq1B30wG+B/dXxV643CWxXgokh7bODt0p/MhiVr0og5J5Bj7dP6U8WVfRlXCroZtDWZZA9fQ"
+        "/OLoRQykrIpD4VIcl5a4zZYzBmbKlHFFjC1W6K0n31JFtO7IOo/B+pUPvMZQEUzTco6fr1xftbxpKq6KL8VCZ7fvOwQNVg8="
+    ),
+    ".npz": (
+        "eNqtks9LwzAUx7vNedjV3a29VKVI0iZdO4TtJMhQe5EhIiXNDxRlG+0UyhzM2+5ePHrzH/DmQf8WBcGD/4OvzDE2HIjzJd/k"
+        "5fEe+ZC8oFFYKmsjW9MOPrTNO/AyFUHNrVYnvd0/3AuOctqV1jOFTHhsVnVzWxHT0k3Vjrsxa4XtWMgsvsMuEgnx5JR1JJzX"
+        "bUt3Niy9r//ZSiO4QQ2WOkzQAHRfD6bQb97fVofgDb/Ro39AXwx8hA7YL8/TqLuPtc9X8DKtgMKQdbutsMPis24ahnPBry/x"
+        "r8B9b1HyUs84l2liVPVjo2lYuhEZJ7DCDTZ1IWpQJhThShIkIsQoQVIJEanIk46vHEEjHBGPMkixK9LFVCBMmfQ9hBn3uaOM"
+        "ftDI5cuF+a03tkFOGzfibMnsl09KnsYNMFsy+/STEpX78SOCRnE5SyjAeIA9zWddGDGXI4eqimdjgW14BiQwdj2JEXGIj11h"
+        "C1s5yJecEk95rMIp9ylTmCNMGPoCYZG41w=="
+    ),
+}
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_files_written_before_the_formats_libraries_still_load_and_refuse_a_change(tmp_path, suffix):
+    """The integrity record is computed as before: earlier files load exactly, a changed bit is refused."""
+    blob = zlib.decompress(base64.b64decode(EARLIER_FILES[suffix]))
+    path = tmp_path / f"w{suffix}"
+    path.write_bytes(blob)
+    loaded = load_weights(path)
+    assert list(loaded) == ["W", "b"]
+    np.testing.assert_array_equal(loaded["W"], np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(loaded["b"], np.float32([0.5, -1.5]))
+    path.write_bytes(blob[:-2] + bytes([blob[-2] ^ 1]) + blob[-1:])
+    with pytest.raises(ValueError, match=r"was altered|CRC"):
+        load_weights(path)

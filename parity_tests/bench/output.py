@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-from numpy_attn.weights_file import create_regular_file
+from numpy_attn.files import atomic_write
 from parity_tests.png import pyplot, save_png
 
 __all__ = ["format_time", "markdown_table", "table_span", "update_readme", "write_chart", "write_json"]
@@ -15,9 +15,9 @@ README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
 def write_json(results: dict[str, Any], path: str | os.PathLike) -> None:
-    """``results`` as JSON in ``path``, which must be a regular file if it exists
-    (``create_regular_file``: a FIFO would block the open): ValueError otherwise."""
-    with create_regular_file(path) as file:
+    """``results`` as JSON in ``path``, replaced atomically (``atomic_write``); ValueError where
+    ``path`` exists and is not a regular file (a FIFO would block the open)."""
+    with atomic_write(path) as file:
         file.write(json.dumps(results, indent=2).encode())
 
 
@@ -79,12 +79,12 @@ def table_span(text: str) -> tuple[int, int]:
 
 def update_readme(results: dict[str, Any], path: str | os.PathLike) -> None:
     """Replace the README's table between the bench markers with one made from ``results``
-    (``table_span``)."""
+    (``table_span``), replacing the file atomically (``atomic_write``)."""
     with open(path) as file:
         text = file.read()
     start, end = table_span(text)
-    with open(path, "w") as file:
-        file.write(text[:start] + "\n" + markdown_table(results) + "\n" + text[end:])
+    with atomic_write(path) as file:
+        file.write((text[:start] + "\n" + markdown_table(results) + "\n" + text[end:]).encode())
 
 
 def write_chart(results: dict[str, Any], path: str | os.PathLike) -> None:

@@ -8,6 +8,10 @@ builds them and saves them, one loads the file; each prints the call's seconds a
 process's peak resident memory during the call above what it held before (``peak_extra_bytes``).
 For loading, that includes the weights it returns; the table also gives what is left after
 subtracting them: the copies the call made.
+
+The files are written in a new folder inside ``--dir``, removed afterwards: no file of the user's
+is written or removed. A missing ``--dir``, or weights that the machine's available memory or the
+folder's free space cannot hold, are refused before anything starts (one line, exit code 2).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,7 +30,7 @@ import numpy as np
 
 from numpy_attn import load_weights, save_weights
 from parity_tests.bench.memory import peak_extra_bytes
-from parity_tests.usage import number
+from parity_tests.usage import OneLineParser, number
 
 __all__ = ["WeightsIo", "markdown_weights_io", "measure_weights_io"]
 
@@ -63,20 +68,54 @@ class WeightsIo:
 
 
 def measure_weights_io(gib: float, suffixes: tuple[str, ...], directory: str) -> list[WeightsIo]:
+    """Each suffix's save and load of ``gib`` GiB, in a new folder inside ``directory`` (removed after:
+    nothing of the user's is touched). RuntimeError, one line, where a child process fails."""
     rows = []
-    for suffix in suffixes:
-        path = os.path.join(directory, f"weights_io{suffix}")
-        try:
+    folder = tempfile.mkdtemp(prefix="weights_io-", dir=directory)
+    try:
+        for suffix in suffixes:
+            path = os.path.join(folder, f"weights{suffix}")
             for operation in ("save", "load"):
                 command = [sys.executable, "-m", "parity_tests.bench.weights_io", "--child", operation, path]
-                command += ["--gib", str(gib)]
-                output = subprocess.run(command, check=True, capture_output=True, text=True)
+                output = subprocess.run([*command, "--gib", str(gib)], capture_output=True, text=True)
+                if output.returncode != 0:
+                    last = (output.stderr.strip().splitlines() or [f"exit code {output.returncode}"])[-1]
+                    raise RuntimeError(f"{operation} of {gib} GiB as {suffix} failed: {last}")
                 measured = json.loads(output.stdout)
                 rows.append(WeightsIo(suffix, operation, weights_bytes=int(gib * 2**30), **measured))
-        finally:
-            if os.path.exists(path):
-                os.remove(path)
+            os.remove(path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return rows
+
+
+def available_memory() -> int:
+    """Bytes of memory the machine can give a new process now (``MemAvailable``; all of it where
+    the kernel does not say)."""
+    try:
+        with open("/proc/meminfo") as file:
+            fields = dict(line.split(":", 1) for line in file)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_room(gib: float, directory: str) -> None:
+    """ValueError, before anything starts, where ``directory`` is not a folder, or where the weights
+    (held once by each child: the formats' writers and readers copy nothing of that size) do not
+    fit in the available memory or the folder's free space."""
+    if not os.path.isdir(directory):
+        raise ValueError(f"--dir {directory}: no such folder")
+    size = int(gib * 2**30)
+    memory, free = available_memory(), shutil.disk_usage(directory).free
+    if size > memory:
+        raise ValueError(
+            f"--gib {gib}: {size} bytes of weights, more than the {memory} bytes of memory available"
+        )
+    if size > free:
+        raise ValueError(
+            f"--gib {gib}: {size} bytes of weights, more than the {free} bytes free in {directory}"
+        )
 
 
 def markdown_weights_io(rows: list[WeightsIo]) -> str:
@@ -93,7 +132,7 @@ def markdown_weights_io(rows: list[WeightsIo]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.weights_io", description=__doc__)
+    parser = OneLineParser(prog="python -m parity_tests.bench.weights_io", description=__doc__)
     parser.add_argument(
         "--gib",
         type=number("--gib", 0.001, 64.0),
@@ -107,7 +146,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         print(json.dumps(_child(*args.child, args.gib)))
         return
-    print(markdown_weights_io(measure_weights_io(args.gib, tuple(args.suffix), args.dir)))
+    try:
+        check_room(args.gib, args.dir)
+        rows = measure_weights_io(args.gib, tuple(args.suffix), args.dir)
+    except (ValueError, RuntimeError, OSError) as error:
+        parser.error(str(error))
+    print(markdown_weights_io(rows))
 
 
 if __name__ == "__main__":
