@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.fast.projections import qkv_weights
+from numpy_attn import qkv_weights
 from parity_tests.bench.floor import TARGETS, numpy_projections, round_robin_medians
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from numpy_attn import qkv_weights
 from numpy_attn.fast.blockwise import block_sides
 from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE
-from numpy_attn.fast.projections import qkv_weights
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
 from parity_tests.usage import integer

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.fast.projections import qkv_weights
+from numpy_attn import qkv_weights
 from parity_tests.bench.implementations import SHAPES, Shape, layer_flops, make_call, make_inputs
 from parity_tests.bench.output import format_time
 from parity_tests.bench.run import gemm_peak
