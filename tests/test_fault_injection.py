@@ -2,13 +2,15 @@
 (RLIMIT_FSIZE), two writers at once, readers during saves. After each, the path holds the old or
 the new complete content: it loads, and equals one of them (docs/hardening.md, "Saving").
 
-Each fault happens in a child forked from the test process (numpy_attn already imported, so a child
-costs milliseconds), at seeded random times; the file runs in a few seconds."""
+Each fault happens in a child forked from a fresh server process that has imported this module (a
+child costs milliseconds, and forks no JAX threads: the test process may hold them), at seeded
+random times; the file runs in a few seconds."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 import os
 import resource
 import signal
@@ -74,31 +76,42 @@ def entries(path) -> list[str]:
     return sorted(os.listdir(folder))
 
 
-def fork(body) -> tuple[int, int]:
-    """``body(pipe)`` run in a forked child, which ends with ``os._exit`` (never back into pytest):
-    exit code 0, or 1 after writing ``"Type: message"`` of its exception to the pipe. Returns the
-    child's pid and the pipe's read end."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(read)
-            body(write)
-            code = 0
-        except BaseException as error:
-            os.write(write, f"{type(error).__name__}: {error}".encode())
-        finally:
-            os._exit(code)
-    os.close(write)
-    return pid, read
+SERVER = multiprocessing.get_context("forkserver")
+SERVER.set_forkserver_preload([__name__])
 
 
-def finished(pid: int, read: int) -> tuple[int, str]:
-    """The child's exit code and what it wrote to the pipe."""
-    _, status = os.waitpid(pid, 0)
-    with os.fdopen(read, "rb") as pipe:
-        return os.waitstatus_to_exitcode(status), pipe.read().decode()
+def _saves(pipe, kind: str, path, contents: tuple, rounds: int | None, file_limit: int | None) -> None:
+    """The child: ``save`` each of ``contents`` in turn, ``rounds`` times in all (None: until killed),
+    on a disk that takes ``file_limit`` bytes a file; sends ``""``, or ``"Type: message"`` of its
+    exception and exits with 1."""
+    try:
+        if file_limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
+        for content in itertools.islice(itertools.cycle(contents), rounds):
+            save(kind, path, content)
+    except BaseException as error:
+        pipe.send(f"{type(error).__name__}: {error}")
+        raise SystemExit(1) from None
+    pipe.send("")
+
+
+def spawn(kind: str, path, *contents, rounds: int | None = None, file_limit: int | None = None):
+    """A child process saving ``contents`` (``_saves``), and the end of its pipe."""
+    read, write = SERVER.Pipe(duplex=False)
+    child = SERVER.Process(target=_saves, args=(write, kind, path, contents, rounds, file_limit))
+    child.start()
+    write.close()
+    return child, read
+
+
+def finished(child, read) -> tuple[int, str]:
+    """The child's exit code (negative: killed by that signal) and what it sent."""
+    child.join()
+    try:
+        message = read.recv()
+    except EOFError:  # killed before it could send
+        message = ""
+    return child.exitcode, message
 
 
 @pytest.mark.parametrize("kind", [*SAVES, "gpt2_over_plain_files"])
@@ -126,10 +139,10 @@ def test_a_save_killed_at_random_points_leaves_the_old_or_the_new_content(tmp_pa
                 data = (path / name).read_bytes()
                 (path / name).unlink()
                 (path / name).write_bytes(data)
-        pid, read = fork(lambda _, path=path: [save(kind, path, c) for c in itertools.cycle((new, old))])
+        child, read = spawn(kind, path, new, old)
         time.sleep(rng.uniform(0, window))
-        os.kill(pid, signal.SIGKILL)
-        assert finished(pid, read)[0] == -signal.SIGKILL
+        os.kill(child.pid, signal.SIGKILL)
+        assert finished(child, read)[0] == -signal.SIGKILL
         assert_one_of(kind, path, old, new)
     save(kind, path, new)
     assert_one_of(kind, path, new)
@@ -148,12 +161,7 @@ def test_a_full_disk_leaves_the_old_content_no_temporary_and_one_clear_error(tmp
     path = target(tmp_path, kind)
     save(kind, path, old)
     before = entries(path)
-
-    def full_disk(_):
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
-        save(kind, path, new)
-
-    code, message = finished(*fork(full_disk))
+    code, message = finished(*spawn(kind, path, new, rounds=1, file_limit=FILE_LIMIT))
     assert (code, message) == (1, f"OSError: [Errno 27] File too large: '{path}'")
     assert_one_of(kind, path, old)
     assert entries(path) == before
@@ -164,9 +172,7 @@ def test_two_writers_at_once_leave_one_complete_result(tmp_path, kind):
     first, second = params(1), params(2)
     path = target(tmp_path, kind)
     save(kind, path, params(0))
-    writers = [
-        fork(lambda _, c=content: [save(kind, path, c) for _ in range(3)]) for content in (first, second)
-    ]
+    writers = [spawn(kind, path, content, rounds=3) for content in (first, second)]
     assert [finished(*writer) for writer in writers] == [(0, ""), (0, "")]
     assert_one_of(kind, path, first, second)
     expected = [".current", "config.json", "model.safetensors"] if kind == "gpt2_folder" else [path.name]
@@ -179,13 +185,12 @@ def test_readers_during_saves_see_the_old_or_the_new_content(tmp_path, kind):
     old, new = params(0), params(1)
     path = target(tmp_path, kind)
     save(kind, path, old)
-    pid, read = fork(lambda _: [save(kind, path, content) for content in (new, old) * 4])
+    child, read = spawn(kind, path, new, old, rounds=8)
     reads = 0
     while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
+        done = not child.is_alive()
         assert_one_of(kind, path, old, new)
         reads += 1
         if done:
             break
-    os.close(read)
-    assert os.waitstatus_to_exitcode(status) == 0 and reads > 1
+    assert finished(child, read) == (0, "") and reads > 1
