@@ -351,8 +351,10 @@ def check_param_dtypes(params: Mapping[str, Any], names: Iterable[str], dtype: A
 def check_finite(params: Mapping[str, Any]) -> None:
     """ValueError naming the first weight with NaN or inf (where values are concrete), tested
     ``_FINITE_CHUNK`` values at a time: no copy of the weights is made."""
-    for key, value in params.items():
-        flat = np.asarray(value).ravel()
+    flats = [np.asarray(value).ravel() for value in params.values()]  # views of contiguous arrays
+    if sum(flat.size for flat in flats) <= _FINITE_CHUNK and np.isfinite(np.concatenate(flats or [[]])).all():
+        return  # a layer's small weights: one test
+    for key, flat in zip(params, flats, strict=True):
         if not all(
             np.isfinite(flat[i : i + _FINITE_CHUNK]).all() for i in range(0, flat.size, _FINITE_CHUNK)
         ):

@@ -19,6 +19,7 @@ its Flax module.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -62,8 +63,15 @@ class Weight:
     flag: str | None = None
 
     def size(self, axis: int, arguments: Mapping[str, Any]) -> int:
-        times, name, per = _DIM.match(self.shape[axis]).groups()
-        return int(arguments[name]) // int(per or 1) * int(times or 1)
+        times, name, per = _parse(self.shape[axis])
+        return int(arguments[name]) // per * times
+
+
+@functools.cache
+def _parse(dim: str) -> tuple[int, str, int]:
+    """``"3 * (hidden_size // 4)"`` -> ``(3, "hidden_size", 4)``."""
+    times, name, per = _DIM.match(dim).groups()
+    return int(times or 1), name, int(per or 1)
 
 
 def linear(name: str, d_in: str, d_out: str, bias: str | None) -> tuple[Weight, ...]:
@@ -129,6 +137,12 @@ class LayerSpec:
     def shapes(self, **arguments: Any) -> Shapes:
         """The weights' names and torch-layout shapes, in torch's order."""
         arguments = {**self.defaults, **arguments}
+        try:
+            return dict(_shapes(self.name, tuple(sorted(arguments.items()))))
+        except TypeError:  # an unhashable argument: the checks name it
+            return self._shapes(arguments)
+
+    def _shapes(self, arguments: Mapping[str, Any]) -> Shapes:
         stack = range(arguments["num_heads"]) if self.heads else [None]
         return {
             weight.name.format(i=i): tuple(weight.size(axis, arguments) for axis in range(len(weight.shape)))
@@ -140,6 +154,9 @@ class LayerSpec:
     def implied(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[Any, str]]:
         """The constructor arguments the weights' ``shapes`` tell, each with its evidence
         (``"W_query.weight has shape (4, 3)"``), for the messages."""
+        return dict(_implied(self.name, tuple(shapes.items())))
+
+    def _implied(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[Any, str]]:
         implied: dict[str, tuple[Any, str]] = {}
         if self.heads:
             first = self.weights[0].name
@@ -158,6 +175,20 @@ class LayerSpec:
                 for axis, dim in bare:
                     implied.setdefault(dim, (shape[axis], f"{key} has shape {shape}"))
         return implied
+
+
+@functools.lru_cache(maxsize=256)
+def _implied(
+    layer: str, shapes: tuple[tuple[str, tuple[int, ...]], ...]
+) -> tuple[tuple[str, tuple[Any, str]], ...]:
+    """``LayerSpec.implied``, a pure function of the weights' shapes: read once per layer and shapes."""
+    return tuple(SPECS[layer]._implied(dict(shapes)).items())
+
+
+@functools.lru_cache(maxsize=256)
+def _shapes(layer: str, arguments: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``LayerSpec.shapes``, a pure function of the sizes: evaluated once per layer and sizes."""
+    return tuple(SPECS[layer]._shapes(dict(arguments)).items())
 
 
 def _evidence_shape(
@@ -285,14 +316,23 @@ def check_sizes(spec: LayerSpec, arguments: Mapping[str, Any]) -> None:
     every weight dimension must be at least 1 (``hidden_size // 4`` needs ``hidden_size >= 4``)."""
     if spec.head_width and "num_heads" in arguments:
         check_divisible(spec.head_width, arguments[spec.head_width], arguments["num_heads"])
-    for weight in spec.weights:
-        for dim in weight.shape:
-            times, name, per = _DIM.match(dim).groups()
-            if per and name in arguments and arguments[name] < int(per):
-                raise ValueError(
-                    f"{name}={arguments[name]} must be at least {per} for {spec.name} "
-                    f"({weight.name} has a dimension {dim})"
-                )
+    for weight, dim, name, per in _divided(spec.name):
+        if name in arguments and arguments[name] < per:
+            raise ValueError(
+                f"{name}={arguments[name]} must be at least {per} for {spec.name} "
+                f"({weight} has a dimension {dim})"
+            )
+
+
+@functools.cache
+def _divided(layer: str) -> tuple[tuple[str, str, str, int], ...]:
+    """The dimensions of ``layer``'s weights that divide an argument: (weight, dim, argument, divisor)."""
+    return tuple(
+        (weight.name, dim, _parse(dim)[1], _parse(dim)[2])
+        for weight in SPECS[layer].weights
+        for dim in weight.shape
+        if _parse(dim)[2] > 1
+    )
 
 
 def read_arguments(spec: LayerSpec, params: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
