@@ -122,8 +122,11 @@ def gpt_model(fw: Any, a: dict[str, Any]) -> None:
 
 
 def init_gpt_cache(fw: Any, a: A) -> None:
-    check_config(a["config"])
+    config = a["config"]
+    check_config(config)
     checks.check_size("batch", a["batch"])
+    shape = (a["batch"], config["n_heads"], config["context_length"], config["emb_dim"] // config["n_heads"])
+    checks.check_array_size("the cache's keys (batch, num_heads, max_length, head_dim)", shape)
     fw.check_dtype(a["dtype"])
 
 
