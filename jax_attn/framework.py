@@ -96,6 +96,11 @@ class JaxFramework(Framework):
             )
         return resolved
 
+    def memory_bytes(self) -> int:
+        """An accelerator's memory (its ``bytes_limit``), or this process's on the CPU."""
+        stats = jax.devices()[0].memory_stats() or {}
+        return stats.get("bytes_limit") or checks.memory_bytes()
+
     def cache_length(self, cache: Any) -> int | None:
         return None if isinstance(cache.length, jax.core.Tracer) else int(cache.length)
 

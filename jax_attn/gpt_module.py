@@ -97,7 +97,8 @@ class GPTModel(base.TorchWeights):
     def __init__(self, config: Mapping[str, Any], *, dtype: Any = jnp.float32, rngs: nnx.Rngs) -> None:
         spec.check_config(config)
         base.check_rngs(rngs)
-        base.check_weights_to_draw(dtype, spec.gpt_param_shapes({**config, "n_layers": 1}))  # every block's
+        one_block = spec.gpt_param_shapes({**config, "n_layers": 1})  # every block's shapes
+        base.check_weights_to_draw(dtype, one_block, "GPTModel", spec.gpt_param_count(config))
         self.config = dict(config)
         vocab, emb = config["vocab_size"], config["emb_dim"]
         embed = functools.partial(nnx.Embed, dtype=dtype, param_dtype=dtype, embedding_init=base.torch_normal)

@@ -69,12 +69,18 @@ def check_rngs(rngs: Any, *, call: bool = False) -> None:
         )
 
 
-def check_weights_to_draw(dtype: Any, shapes: Mapping[str, tuple[int, ...]]) -> None:
-    """A constructor's ``dtype`` (jax_attn's floats; float64 with x64) and weights of ``shapes`` an
-    array may hold (XLA would abort the process past ``checks.MAX_ELEMENTS``)."""
-    jax_attn.FRAMEWORK.check_dtype(dtype)
+def check_weights_to_draw(
+    dtype: Any, shapes: Mapping[str, tuple[int, ...]], what: str, count: int | None = None
+) -> None:
+    """A constructor's ``dtype`` (jax_attn's floats; float64 with x64), weights of ``shapes`` an array
+    may hold (XLA would abort the process past ``checks.MAX_ELEMENTS``), and ``count`` weights in all
+    (those of ``shapes`` by default) that fit in memory (``checks.check_memory``), before any is drawn."""
+    dtype = jax_attn.FRAMEWORK.check_dtype(dtype)
     for name, shape in shapes.items():
         checks.check_array_size(f"weight {name!r}", shape)
+    count = sum(math.prod(shape) for shape in shapes.values()) if count is None else count
+    checks.check_memory(f"{what}'s {count} weights in {dtype.name}", count * dtype.itemsize,
+                        jax_attn.FRAMEWORK.memory_bytes())  # fmt: skip
 
 
 def readable_weights(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -215,7 +221,8 @@ class AttentionModule(TorchWeights):
         for name, value in arguments.items():  # each argument is a bias flag, a dropout rate or a size
             kinds.get(name, checks.check_size)(name, value)
         check_sizes(spec, arguments)
-        check_weights_to_draw(given["dtype"], spec.shapes(**arguments))
+        one = {**arguments, "num_heads": 1} if spec.heads else arguments  # a stack's weights: one head's
+        check_weights_to_draw(given["dtype"], spec.shapes(**one), self.layer, spec.count(**arguments))
         check_implementation(given["implementation"], given["block_size"])
         for name in (*spec.constructor, "implementation", "block_size"):
             setattr(self, name, given[name])

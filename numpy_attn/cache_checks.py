@@ -19,7 +19,17 @@ def init_kv_cache(fw: Any, a: A) -> None:
         checks.check_size(name, a[name])
     shape = (a["batch"], a["num_heads"], a["max_length"], a["head_dim"])
     checks.check_array_size("the cache's keys (batch, num_heads, max_length, head_dim)", shape)
-    fw.check_dtype(a["dtype"])
+    dtype = fw.check_dtype(a["dtype"])
+    check_cache_memory(fw, shape, dtype, blocks=1)
+
+
+def check_cache_memory(fw: Any, shape: tuple[int, ...], dtype: Any, blocks: int) -> None:
+    """``blocks`` caches of keys and values of ``shape`` (B, N, L, H) in ``dtype``, and their
+    padding, fit in the framework's memory (ValueError naming the size otherwise)."""
+    batch, num_heads, length, head_dim = (int(size) for size in shape)
+    nbytes = blocks * (2 * batch * num_heads * length * head_dim * np.dtype(dtype).itemsize + batch * length)
+    checks.check_memory(f"{blocks} KV cache(s) of keys and values {tuple(shape)} in {np.dtype(dtype).name}",
+                        nbytes, fw.memory_bytes())  # fmt: skip
 
 
 def multi_head_attention_decode(fw: Any, a: A) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import operator
+import os
+import resource
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -147,6 +149,30 @@ def check_array_size(what: str, shape: Sequence[int]) -> None:
             f"{what} of shape {shape} would have {count} elements, more than an array may hold "
             f"({MAX_ELEMENTS} = 2**59 - 1)"
         )
+
+
+def memory_bytes() -> int:
+    """The bytes this process may hold: the machine's memory, or its address-space limit if lower."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return physical if limit == resource.RLIM_INFINITY else min(physical, limit)
+
+
+def check_memory(what: str, nbytes: int, limit: int | None = None, hint: str = "") -> None:
+    """ValueError, before anything is allocated, when ``what`` would take more than ``limit`` bytes
+    (this process's ``memory_bytes()``): an allocator's own failure would come later, or kill it."""
+    limit = memory_bytes() if limit is None else limit
+    if nbytes > limit:
+        raise ValueError(
+            f"{what} would take {_size(nbytes)}, more than the {_size(limit)} of memory here{hint}"
+        )
+
+
+def _size(nbytes: int) -> str:
+    """``3.2 GiB``: bytes in the largest binary unit below them."""
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    power = min(max(nbytes, 1).bit_length() - 1, 10 * (len(units) - 1)) // 10
+    return f"{nbytes} bytes" if power == 0 else f"{nbytes / 1024**power:.1f} {units[power]}"
 
 
 def check_dtype_argument(dtype: Any, floating: tuple[str, ...]) -> np.dtype:

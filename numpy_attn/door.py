@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -61,6 +62,10 @@ class Framework:
     def check_dtype(self, dtype: Any) -> np.dtype:
         """A ``dtype`` argument (a cache's, a module's): one the framework computes in."""
         return checks.check_dtype_argument(dtype, self.floats)
+
+    def memory_bytes(self) -> int:
+        """The bytes the framework's arrays may take (NumPy: this process's memory)."""
+        return checks.memory_bytes()
 
     def cache_length(self, cache: Any) -> int | None:
         """The tokens a KV cache holds, None where traced."""
@@ -257,6 +262,8 @@ def check_layer_call(spec: LayerSpec, framework: Framework, arguments: Mapping[s
     framework.check_float64("x", x)  # x and the weights share its dtype
     if spec.context is not None:
         checks.check_context_length(shape, arguments[spec.context], spec.context)
+    if not uses_blockwise(arguments.get("implementation", "reference"), shape[-2]):
+        check_scores_memory(spec, framework, shape, known.get("num_heads", 1), x.dtype)
     check_masks(spec, shape, known.get("num_heads", 1), arguments)
     if spec.dropouts:
         framework.check_random(arguments.get(framework.random))
@@ -264,6 +271,24 @@ def check_layer_call(spec: LayerSpec, framework: Framework, arguments: Mapping[s
         checks.check_finite(params)
     checks.check_flag("return_steps", arguments.get("return_steps", False))
     return known
+
+
+SCORE_ARRAYS = 4  # (B, N, T, S) arrays the reference path holds at once: scores, masked, weights, dropped
+
+
+def check_scores_memory(
+    spec: LayerSpec, framework: Framework, shape: tuple[int, ...], num_heads: int, dtype: Any
+) -> None:
+    """The reference path's (B, N, T, S) score arrays fit in memory (ValueError otherwise, pointing to
+    the blockwise path, whose memory grows with T, not T^2)."""
+    batch, tokens = (shape[0] if len(shape) == 3 else 1), shape[-2]
+    scores = (batch, num_heads if spec.multi_head else 1, tokens, tokens)
+    itemsize = max(np.dtype(dtype).itemsize, 4)  # half precision's scores are float32
+    checks.check_memory(
+        f"{spec.name}'s {SCORE_ARRAYS} arrays of (B, N, T, S) = {scores} attention scores",
+        SCORE_ARRAYS * math.prod(scores) * itemsize, framework.memory_bytes(),
+        hint="; implementation='blockwise' holds O(T) instead",
+    )  # fmt: skip
 
 
 def check_masks(

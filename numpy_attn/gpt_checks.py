@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from numpy_attn import checks
-from numpy_attn.cache_checks import check_decode_room, check_kv_cache
+from numpy_attn.cache_checks import check_cache_memory, check_decode_room, check_kv_cache
 from numpy_attn.gpt_spec import FIRST_WEIGHT, PART_SHAPES, block_shapes, check_config, gpt_param_shapes
 from numpy_attn.gpt_spec import without_gpt_buffers as _without_buffers
 
@@ -127,7 +127,7 @@ def init_gpt_cache(fw: Any, a: A) -> None:
     checks.check_size("batch", a["batch"])
     shape = (a["batch"], config["n_heads"], config["context_length"], config["emb_dim"] // config["n_heads"])
     checks.check_array_size("the cache's keys (batch, num_heads, max_length, head_dim)", shape)
-    fw.check_dtype(a["dtype"])
+    check_cache_memory(fw, shape, fw.check_dtype(a["dtype"]), blocks=config["n_layers"])
 
 
 def gpt_model_decode(fw: Any, a: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ lists them; a ``state_dict()`` as it is passes too (``without_gpt_buffers``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = [
     "apply_model",
     "block_shapes",
     "check_config",
+    "gpt_param_count",
     "gpt_param_shapes",
     "sub_params",
     "without_gpt_buffers",
@@ -105,6 +107,14 @@ def gpt_param_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     for index in range(config["n_layers"]):
         shapes |= _prefixed(f"trf_blocks.{index}.", block_shapes(emb, bool(config["qkv_bias"])))
     return shapes | _prefixed("final_norm.", layer_norm_shapes(emb)) | {"out_head.weight": (vocab, emb)}
+
+
+def gpt_param_count(config: Mapping[str, Any]) -> int:
+    """How many weights ``GPTModel(config)`` holds, counted without listing them."""
+    check_config(config)
+    vocab, emb = config["vocab_size"], config["emb_dim"]
+    block = sum(math.prod(shape) for shape in block_shapes(emb, bool(config["qkv_bias"])).values())
+    return 2 * vocab * emb + config["context_length"] * emb + config["n_layers"] * block + 2 * emb
 
 
 def without_gpt_buffers(params: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:

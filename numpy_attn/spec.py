@@ -20,6 +20,7 @@ its Flax module.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -150,6 +151,11 @@ class LayerSpec:
             for weight in self.weights
             if weight.flag is None or arguments[weight.flag]
         }
+
+    def count(self, **arguments: Any) -> int:
+        """How many weights the class holds, counted without listing them (a stack of heads too)."""
+        one = self.shapes(**{**arguments, "num_heads": 1}) if self.heads else self.shapes(**arguments)
+        return sum(math.prod(shape) for shape in one.values()) * (arguments["num_heads"] if self.heads else 1)
 
     def implied(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[Any, str]]:
         """The constructor arguments the weights' ``shapes`` tell, each with its evidence

@@ -18,7 +18,9 @@ import jax_attn
 import numpy_attn
 from numpy_attn import cache_checks
 from numpy_attn.checks import MAX_ELEMENTS, check_array_size, check_mapping
+from parity_tests.cases import Case
 from tests.gpt_cases import TINY, token_ids
+from torch_ref import to_params
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = {"numpy": numpy_attn, "jax": jax_attn}
@@ -54,9 +56,66 @@ def test_check_array_size_multiplies_numpy_ints_without_wrapping():
         check_array_size("x", (np.int64(2**40), np.int64(2**40)))
 
 
-def test_kv_cache_sizes_at_the_bound_pass_the_check():
+def test_kv_cache_sizes_at_the_bound_pass_the_size_check_and_meet_the_memory_check():
+    check_array_size(KV, (1, 1, MAX_ELEMENTS, 1))  # the bound itself is an array's size
     sizes = {"batch": 1, "num_heads": 1, "max_length": MAX_ELEMENTS, "head_dim": 1, "dtype": np.float32}
-    cache_checks.init_kv_cache(numpy_attn.FRAMEWORK, sizes)  # checked only: nothing is allocated
+    with pytest.raises(
+        ValueError, match=r"^1 KV cache\(s\) of keys and values .* would take 4\.5 EiB, more than"
+    ):
+        cache_checks.init_kv_cache(numpy_attn.FRAMEWORK, sizes)  # checked only: nothing is allocated
+
+
+MEMORY = r"would take [0-9.]+ [KMGTPE]iB, more than the [0-9.]+ [KMGTPE]iB of memory here"
+BOOK = {"vocab_size": 50257, "context_length": 1024, "emb_dim": 768, "n_heads": 12, "n_layers": 12}
+BOOK |= {"drop_rate": 0.0, "qkv_bias": False}
+
+
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (lambda: jax_attn.GPTModel({**BOOK, "vocab_size": 2**30}, rngs=nnx.Rngs(0)), "GPTModel's"),
+        (lambda: jax_attn.GPTModel({**BOOK, "n_layers": 10**6}, rngs=nnx.Rngs(0)), "GPTModel's"),
+        (lambda: jax_attn.MultiHeadAttentionWrapper(8, 8, 16, 0.0, 10**9, rngs=nnx.Rngs(0)), "Wrapper's"),
+        (lambda: jax_attn.init_kv_cache(1, 12, 2**25, 1024), "KV cache"),  # 128 GiB: RESOURCE_EXHAUSTED
+        (lambda: numpy_attn.init_kv_cache(1, 12, 2**25, 1024), "KV cache"),
+        (lambda: numpy_attn.init_gpt_cache({**BOOK, "n_layers": 10**4}, 64), "KV cache"),
+        (lambda: jax_attn.init_gpt_cache({**BOOK, "n_layers": 10**4}, 64), "KV cache"),
+    ],
+    ids=["gpt_vocab_2**30", "gpt_10**6_blocks", "wrapper_10**9_heads", "jax_cache", "numpy_cache",
+         "numpy_gpt_cache", "jax_gpt_cache"],
+)  # fmt: skip
+def test_what_cannot_fit_in_memory_is_refused_before_anything_is_allocated(make, what):
+    with pytest.raises(ValueError, match=f"{what}.*{MEMORY}"):
+        make()
+
+
+@pytest.mark.parametrize("package", [numpy_attn, jax_attn], ids=["numpy", "jax"])
+def test_a_reference_call_whose_scores_cannot_fit_points_to_the_blockwise_path(package):
+    params = to_params(Case("MultiHeadAttention", d_in=4, d_out=4, num_heads=2).build_torch())
+    x = np.zeros((4, 200_000, 4), np.float32)  # (B, N, T, S) float32 scores: 1.2 TiB
+    with pytest.raises(ValueError, match=f"MultiHeadAttention's 4 arrays .* attention scores {MEMORY}; "
+                       "implementation='blockwise' holds O\\(T\\) instead"):  # fmt: skip
+        package.multi_head_attention(params, x, num_heads=2, context_length=200_000)
+
+
+def test_an_address_space_limit_lowers_the_bound():
+    """Under ``ulimit -v`` (RLIMIT_AS) the bound is the limit, not the machine's memory: a cache that
+    fits the machine but not the limit is refused in one line (before: a deadlock or a kill)."""
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (2**32, 2**32))\n"
+        "import numpy_attn\n"
+        "try:\n    numpy_attn.init_kv_cache(1, 1, 2**28, 8)\nexcept ValueError as error:\n    print(error)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert (result.returncode, result.stdout.strip()) == (
+        0,
+        (
+            "1 KV cache(s) of keys and values (1, 1, 268435456, 8) in float32 would take 16.2 GiB, "
+            "more than the 4.0 GiB of memory here"
+        ),
+    )
 
 
 # Each entry point, with sizes that aborted jax_attn (SIGABRT: "overflow in static extent
