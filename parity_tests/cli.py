@@ -24,8 +24,6 @@ import os
 import sys
 from collections.abc import Callable
 
-import numpy as np
-
 from numpy_attn.spec import SPECS
 from parity_tests.cases import SHAPES
 from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS
@@ -50,10 +48,10 @@ EXTRAS = {
 }  # fmt: skip
 
 
-def _console(args: argparse.Namespace):
+def _console(args: argparse.Namespace, piped_width: int = 150):
     from rich.console import Console
 
-    width = args.width or (None if sys.stdout.isatty() else 150)  # files and pipes: 150 columns
+    width = args.width or (None if sys.stdout.isatty() else piped_width)  # files and pipes
     return Console(width=width, highlight=False)
 
 
@@ -134,45 +132,31 @@ def _trace(args: argparse.Namespace) -> int:
     return 0 if trace.ok else 1
 
 
-def _format_array(values: np.ndarray, boolean: bool = False) -> str:
-    with np.printoptions(precision=4, suppress=True, linewidth=200, floatmode="fixed"):
-        text = np.array2string(values.astype(int) if boolean else values)
-    return f"{text}\nshape {tuple(values.shape)}"
-
-
 def _walkthrough(args: argparse.Namespace) -> int:
-    from rich.panel import Panel
-    from rich.table import Table
+    from rich.text import Text
 
-    from parity_tests.walkthrough import FRAMEWORKS, STAGES
+    from parity_tests.walkthrough import STAGES
 
-    console = _console(args)
+    console = _console(args, piped_width=100)
     if args.list:
         for stage in STAGES:
-            console.print(f"{stage.name:<24} {stage.title}")
+            console.print(Text(f"{stage.name:<24} {stage.section}"))
         return 0
     stages = [s for s in STAGES if args.stage in (None, s.name)]
     if not stages:
         raise UsageError(f"unknown stage {args.stage!r}; see --list")
-    headers = {"torch": "torch_ref", "numpy": "numpy_attn", "jax": "jax_attn"}
+    from parity_tests.lesson.panel import shown_panel
+
     all_match = True
     for number, stage in enumerate(stages, start=STAGES.index(stages[0]) + 1):
-        shows = stage.run()  # first: without a framework, the one error line is all the output
-        console.rule(f"[bold]{number}. {stage.title}[/]  ({stage.name})")
-        console.print(stage.text)
-        for shown in shows:
-            table = Table(show_lines=True, expand=True)
-            for framework in FRAMEWORKS:
-                table.add_column(headers[framework], ratio=1, overflow="fold")
-            table.add_row(*(f"[dim]{shown.calls[f]}[/]" for f in FRAMEWORKS))
-            table.add_row(*(_format_array(shown.values[f], shown.boolean) for f in FRAMEWORKS))
-            differences = {f: shown.max_difference(f) for f in FRAMEWORKS[1:]}
-            all_match &= shown.by_design or all(d <= 1e-5 for d in differences.values())
-            summary = ", ".join(
-                f"{headers[f]} vs torch_ref: max |diff| {d:.1e}" for f, d in differences.items()
-            )
-            summary += " (they differ by design)" if shown.by_design else ""
-            console.print(Panel(table, title=shown.label, subtitle=summary, title_align="left"))
+        show = stage.function()  # first: without a framework, the one error line is all the output
+        console.rule(Text(f"{number}. {stage.section}  ({stage.name})", style="bold"))
+        console.print(Text(stage.text))
+        console.file.flush()  # a line per stage as it starts, also into a pipe
+        for shown in show():
+            console.print(shown_panel(shown))
+            all_match &= shown.ok
+        console.file.flush()
     return 0 if all_match else 1
 
 

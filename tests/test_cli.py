@@ -125,18 +125,23 @@ def test_walkthrough_lists_and_replays_the_notes(capsys):
     assert code == 0 and [line.split()[0] for line in out.splitlines()] == [s.name for s in STAGES]
     code, out = run(capsys, "walkthrough", "--stage", "multi-head")
     assert code == 0
-    assert out.count("[[[0.3190 0.4858]") == 3  # the notes' row, in torch_ref, numpy_attn, jax_attn
-    assert "numpy_attn.multi_head_attention(params," in out
+    assert out.count("[[[0.3190 0.4858]") == 1  # the notes' row, shown once for the three frameworks
+    assert "the notes print [[[0.3190, 0.4858], [0.2943, 0.3897]" not in out  # a table is named, not printed
+    assert out.count("the notes print this 2x6x2 table ✓") == 1
+    assert "keys = keys.view(b, num_tokens, self.num_heads, self.head_dim)" in out  # torch_ref's own line
+    assert "return x.swapaxes(1, 2)  # (B, N, T, H)" in out  # numpy_attn's and jax_attn's split_heads
     assert main(["walkthrough", "--stage", "nope"]) == 2
 
 
 def test_full_walkthrough_runs_every_stage_in_order(capsys):
     code, out = run(capsys, "walkthrough")
     assert code == 0
-    positions = [out.index(f"{number}. {stage.title}") for number, stage in enumerate(STAGES, start=1)]
+    positions = [out.index(f"{number}. {stage.section}") for number, stage in enumerate(STAGES, start=1)]
     assert positions == sorted(positions)
     assert "[0.4419 0.6515 0.5683]" in out  # z^2, the notes' first context vector
     assert "[-0.4519  0.2216  0.4772  0.1063]" in out  # the wrapper's first row
+    assert "[[15496    11   314   716 27018 24086 47843 30961 42348  7267]]" in out  # the book's next tokens
+    assert "✗" not in out
 
 
 @pytest.mark.parametrize("layer", ["MultiHeadAttention", "SelfAttentionV1", "FusedCausalAttention"])
