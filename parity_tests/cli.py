@@ -1,9 +1,9 @@
 """The ``attn-parity`` command line (also ``python -m parity_tests``).
 
     attn-parity report [--json] [--framework F] [--dtype D] [--layer L]
-    attn-parity trace CLASS [--framework F] [--dtype D] [--shape S]
+    attn-parity trace CLASS|GPTModel [--framework F] [--dtype D] [--shape S]
     attn-parity walkthrough [--stage NAME] [--list]
-    attn-parity heatmap CLASS [--out PATH]
+    attn-parity heatmap CLASS|GPTModel [--out PATH]
     attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--out DIR] [--readme FILE]
     attn-parity train-parity [--steps N] [--out PNG]
     attn-parity diff REF.py:NAME CAND.py:NAME --shape B,T,D [--seeds N ...] [--init K=V] [--heatmap PNG]
@@ -91,18 +91,24 @@ def _report(args: argparse.Namespace) -> int:
 def _trace(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from parity_tests.trace import parse_shape, trace_case
+    from parity_tests.trace import GPT, parse_shape, trace_case, trace_gpt
 
-    try:
-        case = parse_shape(args.layer, args.shape, args.dtype)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    unsupported = [f for f in args.framework or () if args.dtype not in DTYPES[f]]
-    if unsupported:
-        raise UsageError(f"{', '.join(unsupported)} do(es) not compute in {args.dtype}")
-    trace = trace_case(case, tuple(args.framework) if args.framework else None)
+    frameworks = tuple(args.framework) if args.framework else None
+    if args.layer == GPT:
+        if args.dtype != "float32" or args.shape is not None:
+            raise UsageError("GPTModel is traced as the book runs it: float32, its token ids (no --shape)")
+        trace = trace_gpt(frameworks)
+    else:
+        try:
+            case = parse_shape(args.layer, args.shape or "full_context", args.dtype)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        unsupported = [f for f in args.framework or () if args.dtype not in DTYPES[f]]
+        if unsupported:
+            raise UsageError(f"{', '.join(unsupported)} do(es) not compute in {args.dtype}")
+        trace = trace_case(case, frameworks)
     frameworks = tuple(trace.reports)
-    table = Table(title=f"{case.id}: each step against torch_ref", title_justify="left")
+    table = Table(title=f"{trace.title}: each step against torch_ref", title_justify="left")
     table.add_column("step", no_wrap=True)
     table.add_column("shape (torch_ref)", no_wrap=True)
     for framework in frameworks:
@@ -161,15 +167,14 @@ def _walkthrough(args: argparse.Namespace) -> int:
 
 
 def _heatmap(args: argparse.Namespace) -> int:
-    from parity_tests.heatmap import write_heatmap
+    from parity_tests.heatmap import GPT, write_heatmap
 
     path = png_path(args.out, "heatmap.png")
     with writing(path):
         maps = write_heatmap(args.layer, path)
-    print(
-        f"wrote {path}: {args.layer}, {maps['torch'].shape[0]} head(s), "
-        f"max |difference| {maps['difference'].max():.1e}"
-    )
+    shape = maps["torch"].shape
+    heads = f"{shape[0]} layers x {shape[1]} heads" if args.layer == GPT else f"{shape[0]} head(s)"
+    print(f"wrote {path}: {args.layer}, {heads}, max |difference| {maps['units'].max():.1e} x the tolerance")
     return 0
 
 
@@ -237,11 +242,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--layer", action="append", choices=list(SPECS), help="repeatable")
     report.set_defaults(run=_report)
 
-    trace = commands.add_parser("trace", help="one class, each step side by side with torch_ref")
-    trace.add_argument("layer", choices=list(SPECS), metavar="CLASS")
+    trace = commands.add_parser(
+        "trace",
+        help="one class, each step side by side with torch_ref (GPTModel: the book's GPT on its token ids, "
+        "every block's steps, about 15 s)",
+    )
+    trace.add_argument("layer", choices=[*SPECS, "GPTModel"], metavar="CLASS")
     trace.add_argument("--framework", action="append", choices=list(RUNNERS), help="repeatable")
     trace.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    trace.add_argument("--shape", default="full_context", help="a named shape or B,T,D_IN,D_OUT,N")
+    trace.add_argument("--shape", help="a named shape or B,T,D_IN,D_OUT,N (default full_context)")
     trace.set_defaults(run=_trace)
 
     walkthrough = commands.add_parser("walkthrough", help="the notes, stage by stage, in three frameworks")
@@ -249,8 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     walkthrough.add_argument("--list", action="store_true", help="list the stages")
     walkthrough.set_defaults(run=_walkthrough)
 
-    heatmap = commands.add_parser("heatmap", help="a PNG of the attention weights per head")
-    heatmap.add_argument("layer", choices=list(SPECS), metavar="CLASS")
+    heatmap = commands.add_parser(
+        "heatmap",
+        help="a PNG of the attention weights per head (GPTModel: the book's GPT, layers x heads, about 15 s) "
+        "and NumPy's and JAX's differences from them in tolerance units",
+    )
+    heatmap.add_argument("layer", choices=[*SPECS, "GPTModel"], metavar="CLASS")
     heatmap.add_argument("--out", default="heatmap.png", help="the PNG to write (heatmap.png in a folder)")
     heatmap.set_defaults(run=_heatmap)
 

@@ -146,15 +146,17 @@ def test_full_walkthrough_runs_every_stage_in_order(capsys):
 
 @pytest.mark.parametrize("layer", ["MultiHeadAttention", "SelfAttentionV1", "FusedCausalAttention"])
 def test_heatmap_writes_a_png(tmp_path, capsys, layer):
+    """A row of panels per head (their content: tests/test_pictures.py)."""
     path = tmp_path / "weights.png"
     code, out = run(capsys, "heatmap", layer, "--out", str(path))
-    assert code == 0 and f"wrote {path}" in out
+    heads = 1 if layer == "SelfAttentionV1" else 2
+    assert code == 0 and out.startswith(f"wrote {path}: {layer}, {heads} head(s), max |difference| ")
+    assert float(out.split("max |difference| ")[1].split()[0]) < 1  # within the tolerance
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
     import matplotlib.image
 
-    heads = 1 if layer == "SelfAttentionV1" else 2
-    assert matplotlib.image.imread(path).shape[:2] == (380 * heads, 1600)
+    assert matplotlib.image.imread(path).shape[:2] == (420 * heads, 1400)
 
 
 def test_heatmap_writes_where_it_says(tmp_path, capsys):
@@ -218,6 +220,8 @@ def usage_error(capsys, *argv):
         (["heatmap", "CausalAttention", "--out", "no/such/folder/map.png"], "folder"),
         (["bench", "--shape", "B2_T6_d3to4", "--out", "no/such/folder"], "no/such/folder does not exist"),
         (["walkthrough", "--stage", "nope"], "unknown stage 'nope'"),
+        (["trace", "GPTModel", "--shape", "1,4,8,8,2"], "GPTModel is traced as the book runs it"),
+        (["trace", "GPTModel", "--dtype", "float64"], "GPTModel is traced as the book runs it"),
     ],
 )  # fmt: skip
 def test_bad_usage_is_one_line_and_exit_code_2(capsys, argv, message):
