@@ -56,17 +56,20 @@ def _printed_line(shown: Shown) -> Text | None:
 
 
 def shown_panel(shown: Shown) -> Panel:
-    """The step's panel: per framework its file, verdict and source lines; then the value (torch_ref's)
-    with its shape, the note and what the notes print."""
+    """The step's panel: per framework its file, verdict and source lines (where ``code`` has them);
+    then the value (torch_ref's) with its shape, the note and what the notes print."""
     parts: list[RenderableType] = []
     for framework in FRAMEWORKS:
-        code = shown.code[framework]
+        code = shown.code.get(framework)  # none in a notebook: its cells are the code
         header = Text(NAMES[framework], style="bold")
-        header.append(f"  {code.path}  ", style="dim")
+        header.append(f"  {code.path}  " if code else "  ", style="dim")
         header.append_text(verdict(shown, framework))
         parts.append(header)
-        syntax = Syntax(code.text, "python", theme="ansi_dark", background_color="default", word_wrap=True)
-        parts.append(Padding(syntax, (0, 0, 0, 2)))
+        if code:
+            syntax = Syntax(
+                code.text, "python", theme="ansi_dark", background_color="default", word_wrap=True
+            )
+            parts.append(Padding(syntax, (0, 0, 0, 2)))
     value = shown.values["torch"]
     parts.append(Text(""))
     parts.append(Text(array_text(value)))
