@@ -55,11 +55,21 @@ def _console(args: argparse.Namespace, piped_width: int = 150):
     return Console(width=width, highlight=False)
 
 
-def _progress_bar(total: int | None) -> tuple[Callable[[str], None], Callable[[], None]]:
-    """A rich progress bar on stderr when it is a terminal (a spinner with the current step
-    when ``total`` is None); nothing otherwise."""
+def _progress_bar(
+    total: int | None, stage: Callable[[str], str]
+) -> tuple[Callable[[str], None], Callable[[], None]]:
+    """A rich progress bar on stderr when it is a terminal (a spinner with the current step when
+    ``total`` is None); otherwise (a pipe, a file, CI's log) one line on stderr as each stage starts,
+    ``stage`` naming the stage of a step."""
     if not sys.stderr.isatty():
-        return (lambda _: None), (lambda: None)
+        started: list[str] = []
+
+        def line(step: str) -> None:
+            if not started or stage(step) != started[-1]:
+                started.append(stage(step))
+                print(f"{started[-1]} ...", file=sys.stderr, flush=True)
+
+        return line, (lambda: None)
     from rich.console import Console
     from rich.progress import Progress
 
@@ -67,6 +77,12 @@ def _progress_bar(total: int | None) -> tuple[Callable[[str], None], Callable[[]
     task = progress.add_task("comparing", total=total)
     progress.start()
     return (lambda step: progress.update(task, advance=1, description=step)), progress.stop
+
+
+def _case_stage(case_id: str) -> str:
+    """A report's stage: one class in one dtype (``MultiHeadAttention-B2-...-float32``)."""
+    parts = case_id.split("-")
+    return f"report: {parts[0]} in {parts[-1]}"
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -79,7 +95,7 @@ def _report(args: argparse.Namespace) -> int:
     if not computed:
         raise UsageError(f"{', '.join(frameworks)} compute(s) in none of the dtypes {', '.join(dtypes)}")
     total = len(layers) * len(computed) * len(SHAPES) * 2  # every shape, bias off and on
-    advance, stop = _progress_bar(total)
+    advance, stop = _progress_bar(total, _case_stage)
     try:
         rows = parity_report(frameworks, dtypes, layers, advance)
     finally:
@@ -205,7 +221,7 @@ def _bench(args: argparse.Namespace) -> int:
             check_writable(os.path.join(args.out, name))
     if args.readme is not None:
         _check_readme(args.readme)
-    advance, stop = _progress_bar(None)
+    advance, stop = _progress_bar(None, lambda step: f"bench: {step.split(':')[0]}")
     try:
         results = run_benchmark(
             args.shape, args.implementation, args.rounds, memory=not args.no_memory,

@@ -93,6 +93,19 @@ def test_report_table_and_failure_exit_code(capsys, monkeypatch):
     assert code == 1 and "FAIL" in out and "1 of 2 rows pass" in out
 
 
+def test_report_shows_a_line_per_stage_when_stderr_is_no_terminal(capsys):
+    """make report printed nothing for minutes into a pipe: a line per class and dtype as it starts."""
+    code = main(
+        ["report", "--layer", "SelfAttentionV2", "--layer", "CausalAttention", "--framework", "numpy"]
+    )
+    err = capsys.readouterr().err.splitlines()
+    assert code == 0 and err == [
+        f"report: {layer} in {dtype} ..."
+        for layer in ("SelfAttentionV2", "CausalAttention")
+        for dtype in ("float32", "float64", "float16")
+    ]
+
+
 def test_trace_prints_every_step_side_by_side(capsys):
     code, out = run(capsys, "trace", "FusedCausalAttention", "--dtype", "float64")
     assert code == 0
@@ -400,7 +413,9 @@ def test_bench_readme_replaced_during_the_run_is_one_line(tmp_path, monkeypatch,
     readme.write_text("<!-- bench:start -->\n<!-- bench:end -->\n")
     argv = [*QUICK_BENCH, "--implementation", "torch_sdpa", "--out", str(tmp_path), "--readme", str(readme)]
     why = "no <!-- bench:start --> marker followed by <!-- bench:end --> to hold the table"
-    assert usage_error(capsys, *argv) == (2, f"attn-parity bench: error: cannot write {readme}: {why}\n")
+    code, err = usage_error(capsys, *argv)  # after the run's progress lines (stderr is no terminal here)
+    assert (code, err.splitlines()[-1]) == (2, f"attn-parity bench: error: cannot write {readme}: {why}")
+    assert err.splitlines()[:-1] == ["bench: B2_T6_d3to4 ..."]
     assert readme.read_text() == "markers gone\n"
     assert (tmp_path / "results.json").exists()
 

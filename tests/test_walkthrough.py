@@ -147,3 +147,33 @@ def test_the_stages_are_the_books_sections_in_order():
     numbered = [stage.section.split()[0] for stage in STAGES if stage.section[0].isdigit()]
     assert numbered == sorted(numbered) and numbered[0] == "3.3.1" and numbered[-1] == "4.4-4.7"
     assert not any("note 002" in stage.section or "note 004" in stage.section for stage in STAGES)
+
+
+def test_each_stage_is_announced_into_a_pipe_before_it_computes(monkeypatch):
+    """Into a pipe (block-buffered) the walkthrough printed nothing until the end."""
+    import os
+    import sys
+
+    from parity_tests import walkthrough
+    from parity_tests.walkthrough import Stage
+
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    seen = []
+
+    def probe():
+        try:
+            seen.append(os.read(read, 1 << 16).decode())
+        except BlockingIOError:
+            seen.append("")
+        return []
+
+    monkeypatch.setattr(
+        walkthrough, "STAGES", [Stage("probe", "9.9 A probe", "Its text.", "simple:one_query")]
+    )
+    monkeypatch.setattr(Stage, "function", lambda self: probe)
+    with os.fdopen(write, "w", buffering=1 << 16) as pipe:
+        monkeypatch.setattr(sys, "stdout", pipe)
+        assert main(["walkthrough"]) == 0
+    os.close(read)
+    assert "1. 9.9 A probe  (probe)" in seen[0] and "Its text." in seen[0]
