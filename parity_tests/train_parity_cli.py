@@ -3,7 +3,8 @@
     attn-parity train-parity [--steps N] [--learning-rate LR] [--weight-decay WD] [--dtype D] [--out PNG]
 
 Prints one row per step (torch's loss, JAX's, their difference, within tolerance or not) and
-the final weights' worst relative error, writes a PNG of both loss curves; exit 1 when a loss
+the final weights' worst relative error, writes a PNG of both loss curves and of their
+difference against each step's tolerance; exit 1 when a loss
 or a final weight differs beyond the tolerance table. Both train in float64 unless ``--dtype
 float32``: in float32 AdamW's updates of near-zero gradients can move a correct port's final
 weights beyond float32's bound (``parity_tests.training``).
@@ -104,11 +105,10 @@ def _run(args: argparse.Namespace) -> int:
         else f"[bold red]differ (first: {result.weights.first_divergence})"
     )
     console.print(f"final weights {verdict}[/]: worst relative error {worst.max_rel_err:.1e} ({worst.step})")
+    rows = zip(result.losses.rows, result.torch.losses, strict=True)
+    tolerances = [row.atol + row.rtol * abs(loss) for row, loss in rows]  # each step's bound
     with writing(out):
-        first = result.losses.rows[0]
-        write_loss_plot(
-            result.torch.losses, result.jax.losses, first.atol + first.rtol * abs(result.torch.losses[0]), out
-        )
+        write_loss_plot(result.torch.losses, result.jax.losses, tolerances, out)
     console.print(f"wrote {out}")
     return 0 if result.ok else 1
 

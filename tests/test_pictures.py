@@ -175,3 +175,27 @@ def test_locate_draws_its_aligned_slice_and_names_it(tmp_path, monkeypatch):
     assert "slice [batch 1, head 0], the worst entry's" in axis.get_title()
     assert (axis.get_ylabel(), axis.get_xlabel()) == ("query", "key")
     pyplot().close("all")
+
+
+def test_train_parity_draws_each_steps_tolerance(tmp_path, monkeypatch, capsys):
+    """The CLI's plot from a training result (here made up: tests/test_gpt_training.py trains)."""
+    from types import SimpleNamespace
+
+    from parity_tests import train_parity_cli
+    from parity_tests.cli import main
+    from parity_tests.compare import compare_steps
+
+    losses = {"torch": [3.7, 3.5, 3.2], "jax": [3.7, 3.5, 3.2 + 1e-13]}
+    steps = {f: {f"step {n}": np.float64(v) for n, v in enumerate(ls, 1)} for f, ls in losses.items()}
+    result = SimpleNamespace(
+        torch=SimpleNamespace(losses=losses["torch"]), jax=SimpleNamespace(losses=losses["jax"]),
+        losses=compare_steps(steps["torch"], steps["jax"]), ok=True,
+        weights=compare_steps({"w": np.ones(2)}, {"w": np.ones(2)}),
+    )  # fmt: skip
+    monkeypatch.setattr("parity_tests.training.train_parity", lambda config, hp, dtype: result)
+    drawn = []
+    monkeypatch.setattr(train_parity_cli, "save_png", lambda figure, path: drawn.append(figure))
+    assert main(["train-parity", "--steps", "3", "--out", str(tmp_path / "losses.png")]) == 0
+    tolerance = drawn[0].axes[1].get_lines()[1]
+    np.testing.assert_allclose(tolerance.get_ydata(), [1e-12 + 1e-12 * loss for loss in losses["torch"]])
+    pyplot().close("all")
