@@ -103,9 +103,10 @@ def heatmap_figure(
     return figure, {f: np.stack(u) for f, u in units.items()}
 
 
-def gpt_maps() -> dict[str, np.ndarray]:
-    """The book's GPT on "Every effort moves you": ``(L, N, T, S)`` weights per framework (each
-    block's attention run on that block's norm1 output) and ``hidden`` (the causal mask)."""
+def gpt_maps(model: Any = None) -> dict[str, np.ndarray]:
+    """The book's GPT (``model``, default ``book_model()``) on "Every effort moves you": ``(L, N, T, S)``
+    weights per framework (each block's attention run on that block's norm1 output) and ``hidden``
+    (the causal mask)."""
     import jax.numpy as jnp
     import torch
 
@@ -114,7 +115,7 @@ def gpt_maps() -> dict[str, np.ndarray]:
     from numpy_attn.gpt_spec import sub_params
     from parity_tests.book_gpt import CONFIG, batch_ids, book_model, model_params
 
-    model = book_model()
+    model = book_model() if model is None else model
     params = model_params(model)
     ids = batch_ids()[:1]
     heads = {"num_heads": CONFIG["n_heads"], "context_length": CONFIG["context_length"], "return_steps": True}

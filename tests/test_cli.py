@@ -146,17 +146,6 @@ def test_walkthrough_lists_and_replays_the_notes(capsys):
     assert main(["walkthrough", "--stage", "nope"]) == 2
 
 
-def test_full_walkthrough_runs_every_stage_in_order(capsys):
-    code, out = run(capsys, "walkthrough")
-    assert code == 0
-    positions = [out.index(f"{number}. {stage.section}") for number, stage in enumerate(STAGES, start=1)]
-    assert positions == sorted(positions)
-    assert "[0.4419 0.6515 0.5683]" in out  # z^2, the notes' first context vector
-    assert "[-0.4519  0.2216  0.4772  0.1063]" in out  # the wrapper's first row
-    assert "[[15496    11   314   716 27018 24086 47843 30961 42348  7267]]" in out  # the book's next tokens
-    assert "✗" not in out
-
-
 @pytest.mark.parametrize("layer", ["MultiHeadAttention", "SelfAttentionV1", "FusedCausalAttention"])
 def test_heatmap_writes_a_png(tmp_path, capsys, layer):
     """A row of panels per head (their content: tests/test_pictures.py)."""
