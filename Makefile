@@ -29,6 +29,8 @@ endif
 	# side and JAX's side in two processes at once (11.5 s against 15.0 s in one)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "import torch; from transformers import GPT2LMHeadModel" & torch=$$!; \
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "import jax, flax.nnx, optax, hypothesis, matplotlib.pyplot" && wait $$torch
+	# the notebooks' kernel (tests/test_notebooks.py) is this Python's own (ipykernel's python3 spec)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "import nbclient, ipykernel.kernelapp, rich.console"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -1,9 +1,9 @@
 """The ``attn-parity`` command line (also ``python -m parity_tests``).
 
     attn-parity report [--json] [--framework F] [--dtype D] [--layer L]
-    attn-parity trace CLASS [--framework F] [--dtype D] [--shape S]
+    attn-parity trace CLASS|GPTModel [--framework F] [--dtype D] [--shape S]
     attn-parity walkthrough [--stage NAME] [--list]
-    attn-parity heatmap CLASS [--out PATH]
+    attn-parity heatmap CLASS|GPTModel [--out PATH]
     attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--out DIR] [--readme FILE]
     attn-parity train-parity [--steps N] [--out PNG]
     attn-parity diff REF.py:NAME CAND.py:NAME --shape B,T,D [--seeds N ...] [--init K=V] [--heatmap PNG]
@@ -23,8 +23,6 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-
-import numpy as np
 
 from numpy_attn.spec import SPECS
 from parity_tests.cases import SHAPES
@@ -50,18 +48,28 @@ EXTRAS = {
 }  # fmt: skip
 
 
-def _console(args: argparse.Namespace):
+def _console(args: argparse.Namespace, piped_width: int = 150):
     from rich.console import Console
 
-    width = args.width or (None if sys.stdout.isatty() else 150)  # files and pipes: 150 columns
+    width = args.width or (None if sys.stdout.isatty() else piped_width)  # files and pipes
     return Console(width=width, highlight=False)
 
 
-def _progress_bar(total: int | None) -> tuple[Callable[[str], None], Callable[[], None]]:
-    """A rich progress bar on stderr when it is a terminal (a spinner with the current step
-    when ``total`` is None); nothing otherwise."""
+def _progress_bar(
+    total: int | None, stage: Callable[[str], str]
+) -> tuple[Callable[[str], None], Callable[[], None]]:
+    """A rich progress bar on stderr when it is a terminal (a spinner with the current step when
+    ``total`` is None); otherwise (a pipe, a file, CI's log) one line on stderr as each stage starts,
+    ``stage`` naming the stage of a step."""
     if not sys.stderr.isatty():
-        return (lambda _: None), (lambda: None)
+        started: list[str] = []
+
+        def line(step: str) -> None:
+            if not started or stage(step) != started[-1]:
+                started.append(stage(step))
+                print(f"{started[-1]} ...", file=sys.stderr, flush=True)
+
+        return line, (lambda: None)
     from rich.console import Console
     from rich.progress import Progress
 
@@ -69,6 +77,12 @@ def _progress_bar(total: int | None) -> tuple[Callable[[str], None], Callable[[]
     task = progress.add_task("comparing", total=total)
     progress.start()
     return (lambda step: progress.update(task, advance=1, description=step)), progress.stop
+
+
+def _case_stage(case_id: str) -> str:
+    """A report's stage: one class in one dtype (``MultiHeadAttention-B2-...-float32``)."""
+    parts = case_id.split("-")
+    return f"report: {parts[0]} in {parts[-1]}"
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -81,7 +95,7 @@ def _report(args: argparse.Namespace) -> int:
     if not computed:
         raise UsageError(f"{', '.join(frameworks)} compute(s) in none of the dtypes {', '.join(dtypes)}")
     total = len(layers) * len(computed) * len(SHAPES) * 2  # every shape, bias off and on
-    advance, stop = _progress_bar(total)
+    advance, stop = _progress_bar(total, _case_stage)
     try:
         rows = parity_report(frameworks, dtypes, layers, advance)
     finally:
@@ -93,18 +107,24 @@ def _report(args: argparse.Namespace) -> int:
 def _trace(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from parity_tests.trace import parse_shape, trace_case
+    from parity_tests.trace import GPT, parse_shape, trace_case, trace_gpt
 
-    try:
-        case = parse_shape(args.layer, args.shape, args.dtype)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    unsupported = [f for f in args.framework or () if args.dtype not in DTYPES[f]]
-    if unsupported:
-        raise UsageError(f"{', '.join(unsupported)} do(es) not compute in {args.dtype}")
-    trace = trace_case(case, tuple(args.framework) if args.framework else None)
+    frameworks = tuple(args.framework) if args.framework else None
+    if args.layer == GPT:
+        if args.dtype != "float32" or args.shape is not None:
+            raise UsageError("GPTModel is traced as the book runs it: float32, its token ids (no --shape)")
+        trace = trace_gpt(frameworks)
+    else:
+        try:
+            case = parse_shape(args.layer, args.shape or "full_context", args.dtype)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        unsupported = [f for f in args.framework or () if args.dtype not in DTYPES[f]]
+        if unsupported:
+            raise UsageError(f"{', '.join(unsupported)} do(es) not compute in {args.dtype}")
+        trace = trace_case(case, frameworks)
     frameworks = tuple(trace.reports)
-    table = Table(title=f"{case.id}: each step against torch_ref", title_justify="left")
+    table = Table(title=f"{trace.title}: each step against torch_ref", title_justify="left")
     table.add_column("step", no_wrap=True)
     table.add_column("shape (torch_ref)", no_wrap=True)
     for framework in frameworks:
@@ -134,58 +154,43 @@ def _trace(args: argparse.Namespace) -> int:
     return 0 if trace.ok else 1
 
 
-def _format_array(values: np.ndarray, boolean: bool = False) -> str:
-    with np.printoptions(precision=4, suppress=True, linewidth=200, floatmode="fixed"):
-        text = np.array2string(values.astype(int) if boolean else values)
-    return f"{text}\nshape {tuple(values.shape)}"
-
-
 def _walkthrough(args: argparse.Namespace) -> int:
-    from rich.panel import Panel
-    from rich.table import Table
+    from rich.text import Text
 
-    from parity_tests.walkthrough import FRAMEWORKS, STAGES
+    from parity_tests.walkthrough import STAGES
 
-    console = _console(args)
+    console = _console(args, piped_width=100)
     if args.list:
         for stage in STAGES:
-            console.print(f"{stage.name:<24} {stage.title}")
+            console.print(Text(f"{stage.name:<24} {stage.section}"))
         return 0
     stages = [s for s in STAGES if args.stage in (None, s.name)]
     if not stages:
         raise UsageError(f"unknown stage {args.stage!r}; see --list")
-    headers = {"torch": "torch_ref", "numpy": "numpy_attn", "jax": "jax_attn"}
+    from parity_tests.lesson.panel import shown_panel
+
     all_match = True
     for number, stage in enumerate(stages, start=STAGES.index(stages[0]) + 1):
-        shows = stage.run()  # first: without a framework, the one error line is all the output
-        console.rule(f"[bold]{number}. {stage.title}[/]  ({stage.name})")
-        console.print(stage.text)
-        for shown in shows:
-            table = Table(show_lines=True, expand=True)
-            for framework in FRAMEWORKS:
-                table.add_column(headers[framework], ratio=1, overflow="fold")
-            table.add_row(*(f"[dim]{shown.calls[f]}[/]" for f in FRAMEWORKS))
-            table.add_row(*(_format_array(shown.values[f], shown.boolean) for f in FRAMEWORKS))
-            differences = {f: shown.max_difference(f) for f in FRAMEWORKS[1:]}
-            all_match &= shown.by_design or all(d <= 1e-5 for d in differences.values())
-            summary = ", ".join(
-                f"{headers[f]} vs torch_ref: max |diff| {d:.1e}" for f, d in differences.items()
-            )
-            summary += " (they differ by design)" if shown.by_design else ""
-            console.print(Panel(table, title=shown.label, subtitle=summary, title_align="left"))
+        show = stage.function()  # first: without a framework, the one error line is all the output
+        console.rule(Text(f"{number}. {stage.section}  ({stage.name})", style="bold"))
+        console.print(Text(stage.text))
+        console.file.flush()  # a line per stage as it starts, also into a pipe
+        for shown in show():
+            console.print(shown_panel(shown))
+            all_match &= shown.ok
+        console.file.flush()
     return 0 if all_match else 1
 
 
 def _heatmap(args: argparse.Namespace) -> int:
-    from parity_tests.heatmap import write_heatmap
+    from parity_tests.heatmap import GPT, write_heatmap
 
     path = png_path(args.out, "heatmap.png")
     with writing(path):
         maps = write_heatmap(args.layer, path)
-    print(
-        f"wrote {path}: {args.layer}, {maps['torch'].shape[0]} head(s), "
-        f"max |difference| {maps['difference'].max():.1e}"
-    )
+    shape = maps["torch"].shape
+    heads = f"{shape[0]} layers x {shape[1]} heads" if args.layer == GPT else f"{shape[0]} head(s)"
+    print(f"wrote {path}: {args.layer}, {heads}, max |difference| {maps['units'].max():.1e} x the tolerance")
     return 0
 
 
@@ -216,7 +221,7 @@ def _bench(args: argparse.Namespace) -> int:
             check_writable(os.path.join(args.out, name))
     if args.readme is not None:
         _check_readme(args.readme)
-    advance, stop = _progress_bar(None)
+    advance, stop = _progress_bar(None, lambda step: f"bench: {step.split(':')[0]}")
     try:
         results = run_benchmark(
             args.shape, args.implementation, args.rounds, memory=not args.no_memory,
@@ -245,7 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     report = commands.add_parser(
-        "report", help="every class x framework x dtype against torch_ref; exit 1 on any failure"
+        "report",
+        help="every class x framework x dtype against torch_ref; exit 1 on any failure (about 2 minutes on "
+        "2 cores; a line per class and dtype on stderr when it is no terminal)",
     )
     report.add_argument("--json", action="store_true", help="print JSON instead of a table")
     report.add_argument("--framework", action="append", choices=list(RUNNERS), help="repeatable")
@@ -253,20 +260,32 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--layer", action="append", choices=list(SPECS), help="repeatable")
     report.set_defaults(run=_report)
 
-    trace = commands.add_parser("trace", help="one class, each step side by side with torch_ref")
-    trace.add_argument("layer", choices=list(SPECS), metavar="CLASS")
+    trace = commands.add_parser(
+        "trace",
+        help="one class, each step side by side with torch_ref (GPTModel: the book's GPT on its token ids, "
+        "every block's steps, about 15 s)",
+    )
+    trace.add_argument("layer", choices=[*SPECS, "GPTModel"], metavar="CLASS")
     trace.add_argument("--framework", action="append", choices=list(RUNNERS), help="repeatable")
     trace.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    trace.add_argument("--shape", default="full_context", help="a named shape or B,T,D_IN,D_OUT,N")
+    trace.add_argument("--shape", help="a named shape or B,T,D_IN,D_OUT,N (default full_context)")
     trace.set_defaults(run=_trace)
 
-    walkthrough = commands.add_parser("walkthrough", help="the notes, stage by stage, in three frameworks")
+    walkthrough = commands.add_parser(
+        "walkthrough",
+        help="the book's chapters 3 and 4 section by section in three frameworks, with what the notes print "
+        "(about 25 s on 2 cores, 20 s of it the GPT stage; a line per stage as it starts)",
+    )
     walkthrough.add_argument("--stage", help="show one stage (see --list)")
     walkthrough.add_argument("--list", action="store_true", help="list the stages")
     walkthrough.set_defaults(run=_walkthrough)
 
-    heatmap = commands.add_parser("heatmap", help="a PNG of the attention weights per head")
-    heatmap.add_argument("layer", choices=list(SPECS), metavar="CLASS")
+    heatmap = commands.add_parser(
+        "heatmap",
+        help="a PNG of the attention weights per head (GPTModel: the book's GPT, layers x heads, about 15 s) "
+        "and NumPy's and JAX's differences from them in tolerance units",
+    )
+    heatmap.add_argument("layer", choices=[*SPECS, "GPTModel"], metavar="CLASS")
     heatmap.add_argument("--out", default="heatmap.png", help="the PNG to write (heatmap.png in a folder)")
     heatmap.set_defaults(run=_heatmap)
 

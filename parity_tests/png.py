@@ -11,10 +11,12 @@ __all__ = ["pyplot", "save_png"]
 
 
 def pyplot() -> Any:
-    """``matplotlib.pyplot`` on the Agg backend (no display needed)."""
+    """``matplotlib.pyplot`` on the Agg backend (no display needed), or a notebook's inline backend
+    where one is in use (its figures show in the notebook)."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    if "inline" not in matplotlib.get_backend():
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt

@@ -3,7 +3,8 @@
     attn-parity train-parity [--steps N] [--learning-rate LR] [--weight-decay WD] [--dtype D] [--out PNG]
 
 Prints one row per step (torch's loss, JAX's, their difference, within tolerance or not) and
-the final weights' worst relative error, writes a PNG of both loss curves; exit 1 when a loss
+the final weights' worst relative error, writes a PNG of both loss curves and of their
+difference against each step's tolerance; exit 1 when a loss
 or a final weight differs beyond the tolerance table. Both train in float64 unless ``--dtype
 float32``: in float32 AdamW's updates of near-zero gradients can move a correct port's final
 weights beyond float32's bound (``parity_tests.training``).
@@ -13,12 +14,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
+
+import numpy as np
 
 from parity_tests.png import pyplot, save_png
 from parity_tests.training import TRAIN_DTYPES
 from parity_tests.usage import MAX_SEED, integer, number, png_path, writing
 
-__all__ = ["TOY_CONFIG", "add_train_parity_parser", "write_loss_plot"]
+__all__ = ["TOY_CONFIG", "ZERO", "add_train_parity_parser", "loss_figure", "write_loss_plot"]
+
+ZERO = 1e-17  # where a loss difference of exactly 0 is drawn on the log axis
 
 # a tiny GPT whose vocabulary holds the toy corpus' characters (36 distinct)
 TOY_CONFIG = {
@@ -32,19 +38,39 @@ TOY_CONFIG = {
 }
 
 
-def write_loss_plot(torch_losses: list[float], jax_losses: list[float], path: str) -> None:
-    """A PNG of both loss curves against the step, written to ``path`` (``save_png``: a ValueError,
-    never a blocked open, for a FIFO or a device)."""
+def loss_figure(torch_losses: list[float], jax_losses: list[float], tolerances: list[float]) -> Any:
+    """Two panels over the integer steps: both loss curves (torch's a wide pale line, JAX's a thin
+    dashed one with crosses on it, so that equal curves both show), and |torch - JAX| on a log axis
+    with each step's tolerance (a difference of exactly 0 is drawn at ``ZERO``). Returns the figure."""
+    from matplotlib.ticker import MaxNLocator
+
     steps = range(1, len(torch_losses) + 1)
-    figure, axes = pyplot().subplots(figsize=(6, 3.5))
-    axes.plot(steps, torch_losses, "o-", label="torch_ref + torch.optim.AdamW")
-    axes.plot(steps, jax_losses, "x--", label="jax_attn + optax.adamw")
-    axes.set_xlabel("step")
-    axes.set_ylabel("next-token cross-entropy")
-    axes.set_title("GPT training parity")
-    axes.legend()
-    figure.tight_layout()
-    save_png(figure, path)
+    figure, (curves, differences) = pyplot().subplots(
+        2, 1, figsize=(7, 5.5), sharex=True, layout="constrained", height_ratios=(3, 2)
+    )
+    curves.plot(steps, torch_losses, "-o", linewidth=5, alpha=0.35, label="torch_ref + torch.optim.AdamW")
+    curves.plot(steps, jax_losses, "--x", linewidth=1.2, color="black", label="jax_attn + optax.adamw")
+    curves.set_ylabel("next-token cross-entropy")
+    curves.set_title("GPT training parity")
+    curves.legend()
+    gaps = np.abs(np.asarray(torch_losses, np.float64) - np.asarray(jax_losses, np.float64))
+    differences.semilogy(
+        steps, np.maximum(gaps, ZERO), "o-", color="tab:red", label="|torch loss - jax loss|"
+    )
+    differences.plot(steps, tolerances, ":", color="black", label="tolerance (atol + rtol x |torch loss|)")
+    differences.set_ylabel(f"|difference| (0 drawn at {ZERO:.0e})")
+    differences.set_xlabel("step")
+    differences.legend(fontsize=8)
+    differences.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return figure
+
+
+def write_loss_plot(
+    torch_losses: list[float], jax_losses: list[float], tolerances: list[float], path: str
+) -> None:
+    """``loss_figure`` written to ``path`` (``save_png``: a ValueError, never a blocked open, for a
+    FIFO or a device)."""
+    save_png(loss_figure(torch_losses, jax_losses, tolerances), path)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -79,8 +105,10 @@ def _run(args: argparse.Namespace) -> int:
         else f"[bold red]differ (first: {result.weights.first_divergence})"
     )
     console.print(f"final weights {verdict}[/]: worst relative error {worst.max_rel_err:.1e} ({worst.step})")
+    rows = zip(result.losses.rows, result.torch.losses, strict=True)
+    tolerances = [row.atol + row.rtol * abs(loss) for row, loss in rows]  # each step's bound
     with writing(out):
-        write_loss_plot(result.torch.losses, result.jax.losses, out)
+        write_loss_plot(result.torch.losses, result.jax.losses, tolerances, out)
     console.print(f"wrote {out}")
     return 0 if result.ok else 1
 

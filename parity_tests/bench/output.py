@@ -9,7 +9,15 @@ from typing import Any
 from numpy_attn.files import atomic_write
 from parity_tests.png import pyplot, save_png
 
-__all__ = ["format_time", "markdown_table", "table_span", "update_readme", "write_chart", "write_json"]
+__all__ = [
+    "chart_figure",
+    "format_time",
+    "markdown_table",
+    "table_span",
+    "update_readme",
+    "write_chart",
+    "write_json",
+]
 
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 
@@ -87,22 +95,42 @@ def update_readme(results: dict[str, Any], path: str | os.PathLike) -> None:
         file.write((text[:start] + "\n" + markdown_table(results) + "\n" + text[end:]).encode())
 
 
-def write_chart(results: dict[str, Any], path: str | os.PathLike) -> None:
-    """Time relative to torch SDPA per shape and implementation (lower is faster), as a PNG."""
-    rows = [r for r in results["results"] if "skipped" not in r]
+def chart_figure(results: dict[str, Any]) -> Any:
+    """Time relative to torch SDPA per shape and implementation on a log axis (lower is better): each
+    implementation has one colour in every chart (its place in ``IMPLEMENTATIONS``), a skipped one an
+    empty hatched slot with an x, and the legend sits outside the bars. Returns the figure."""
+    from parity_tests.bench.implementations import IMPLEMENTATIONS
+
+    rows = results["results"]
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     names = list(dict.fromkeys(r["implementation"] for r in rows))
-    figure, axis = pyplot().subplots(figsize=(12, 5))
+    colours = pyplot().get_cmap("tab20").colors
+    colour = {name: colours[i % len(colours)] for i, name in enumerate(IMPLEMENTATIONS)}
+    timed = [r["ratio_to_torch_sdpa"] for r in rows if "skipped" not in r]
+    floor = min(timed, default=1.0) / 2  # where a skipped slot's x sits
+    figure, axis = pyplot().subplots(figsize=(13, 5), layout="constrained")
     width = 0.8 / len(names)
     for i, name in enumerate(names):
-        ratios = {r["shape"]: r["ratio_to_torch_sdpa"] for r in rows if r["implementation"] == name}
-        positions = [s + i * width for s, shape in enumerate(shapes) if shape in ratios]
-        axis.bar(positions, [ratios[shape] for shape in shapes if shape in ratios], width, label=name)
+        of = {r["shape"]: r for r in rows if r["implementation"] == name}
+        timed_shapes = [s for s, shape in enumerate(shapes) if shape in of and "skipped" not in of[shape]]
+        ratios = [of[shapes[s]]["ratio_to_torch_sdpa"] for s in timed_shapes]
+        axis.bar([s + i * width for s in timed_shapes], ratios, width, label=name, color=colour.get(name))
+        for s, shape in enumerate(shapes):
+            if shape in of and "skipped" in of[shape]:
+                axis.bar(s + i * width, floor, width, fill=False, hatch="//", edgecolor=colour.get(name))
+                axis.text(s + i * width, floor, "x", ha="center", va="bottom", fontsize=8)
     axis.axhline(1.0, color="black", linewidth=0.8)
     axis.set_xticks([s + 0.4 - width / 2 for s in range(len(shapes))], shapes)
     axis.set_yscale("log")
-    axis.set_ylabel("time / torch SDPA's time (log)")
-    axis.set_title(f"causal MultiHeadAttention, {results['dtype']}, {results['machine']['cpus']} CPU cores")
-    axis.legend(fontsize=8, ncol=2)
-    figure.tight_layout()
-    save_png(figure, path)
+    axis.set_ylabel("time / torch SDPA's time (log scale, lower is better)")
+    axis.set_title(
+        f"causal MultiHeadAttention, {results['dtype']}, {results['machine']['cpus']} CPU cores "
+        "(x: skipped, see the table)"
+    )
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return figure
+
+
+def write_chart(results: dict[str, Any], path: str | os.PathLike) -> None:
+    """``chart_figure`` as a PNG."""
+    save_png(chart_figure(results), path)

@@ -19,10 +19,14 @@ def axis_names(shape: tuple[int, ...], sizes: dict[str, int]) -> tuple[str, ...]
             names.append("key" if axis == token_axes[-1] else "query")
         elif axis in token_axes:
             names.append("token")
-        else:
+        else:  # a name once: with as many heads as sequences, the second such axis is the head's
             names.append(
                 next(
-                    (n for n in ("batch", "head", "head_dim", "feature") if sizes.get(n) == size),
+                    (
+                        n
+                        for n in ("batch", "head", "head_dim", "feature")
+                        if sizes.get(n) == size and n not in names
+                    ),
                     f"axis{axis}",
                 )
             )

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.png import pyplot, save_png
+from parity_tests.png import save_png
 
 __all__ = ["NO_HEATMAP", "LocateReport"]
 
@@ -107,30 +107,26 @@ class LocateReport:
         return Panel(table, title="locate", border_style="red")
 
     def write_heatmap(self, path: str | os.PathLike) -> np.ndarray:
-        """Draw the first diverging tensor's error, in units of the tolerance, on a fixed log scale
+        """Draw the first diverging tensor's error after the alignment the text uses (entries equal in
+        both, the same -inf included, differ by 0), in units of the tolerance on a fixed log scale
         (within tolerance is dark, 100x the tolerance and beyond is hot: rounding noise never looks
-        hot); the last two axes of the slice holding the worst entry. Returns the plotted array."""
+        hot); the last two axes of the slice holding the worst entry, that slice named on the
+        picture. Returns log10 of the plotted units, clipped to [-2, 2]."""
+        from parity_tests.heatmap import difference_figure
+        from parity_tests.maps import UNITS_RANGE, difference_units
+
         if self.ok:
             raise ValueError("write_heatmap: the outputs match, there is no diverging tensor to draw")
         if self.expected_value is None:
             raise ValueError(f"write_heatmap: {NO_HEATMAP}")
         expected, actual = np.asarray(self.expected_value), np.asarray(self.actual_value)
-        error = np.abs(np.nan_to_num(actual - expected, nan=np.inf, posinf=np.inf, neginf=np.inf))
-        scale = self.atol + self.rtol * float(np.abs(expected[np.isfinite(expected)]).max(initial=0.0))
-        units = np.log10(np.maximum(error / max(scale, np.finfo(float).tiny), 1e-2))
-        if units.ndim > 2:
-            units = (
-                units[tuple(self.worst_index[:-2])]
-                if self.worst_index
-                else units.reshape(-1, units.shape[-1])
-            )
-        units = np.atleast_2d(units)
-        figure, axis = pyplot().subplots(figsize=(6, 5))
-        image = axis.imshow(np.minimum(units, 2), cmap="inferno", vmin=-2, vmax=2)
-        axis.set_xlabel(self.axes[-1] if self.axes else "")
-        axis.set_ylabel(self.axes[-2] if len(self.axes) > 1 else "")
-        axis.set_title(f"{self.first_divergence}: |error| / tolerance\n{self.candidate_location}", fontsize=9)
-        figure.colorbar(image, ax=axis, label="log10(|error| / tolerance)")
-        figure.tight_layout()
-        save_png(figure, path)
-        return units
+        names = self.axes or tuple(f"axis{i}" for i in range(expected.ndim))
+        lead = tuple(self.worst_index[:-2]) if expected.ndim > 2 else ()
+        where = ", ".join(f"{name} {index}" for name, index in zip(names, lead, strict=False))
+        slice_label = f"slice [{where}], the worst entry's" if where else "the whole tensor"
+        axis_names = (names[-2] if len(names) > 1 else "", names[-1] if names else "")
+        units = np.atleast_2d(difference_units(expected, actual, self.rtol, self.atol)[lead])
+        tolerance = f"{self.atol:g} + {self.rtol:g} x max|expected|"
+        title = f"{self.first_divergence}: {self.candidate_location}"
+        save_png(difference_figure(units, axis_names, slice_label, title, tolerance), path)
+        return np.log10(np.clip(units, *UNITS_RANGE))

@@ -1,0 +1,202 @@
+"""The walkthrough: each stage shows what the notes print, the reference files' own lines, in 100 columns.
+
+The stages of chapter 3 run once per worker (``shown``, 3 s); the GPT's stage (163 million weights,
+about 20 s) runs once, in ``test_the_gpt_stage_and_the_whole_command``, which checks it as the
+others are checked (xdist_group does not keep a module's tests on one worker with pytest-xdist 3.8).
+"""
+
+import pathlib
+import re
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from parity_tests.cli import main
+from parity_tests.lesson.code import ROOT
+from parity_tests.lesson.panel import shown_panel
+from parity_tests.lesson.printed import PRINTED
+from parity_tests.walkthrough import STAGES
+
+NOTES = pathlib.Path(ROOT).parent / "shared" / "notes"
+NUMBER = re.compile(r"-?\d+\.\d{4}\b")
+
+
+GPT = "gpt"
+
+
+@pytest.fixture(scope="module")
+def shown():
+    """Every stage's steps but the GPT's."""
+    return {stage.name: stage.run() for stage in STAGES if stage.name != GPT}
+
+
+def check_steps(steps):
+    """Each step matches torch_ref and what the notes print, shows its frameworks' own source lines,
+    and its panel fits 100 columns."""
+    console = Console(width=100, record=True, color_system=None)
+    for step in steps:
+        assert step.ok, (step.label, step.rows, step.printed)
+        for code in step.code.values():
+            assert code.path.split("/")[0] in ("torch_ref", "numpy_attn", "jax_attn", "parity_tests")
+            text = "".join((pathlib.Path(ROOT) / path).read_text() for path in code.path.split(" + "))
+            for line in code.text.splitlines():
+                assert line.strip() in text, (code.path, line)
+        console.print(shown_panel(step))
+    assert max(len(line) for line in console.export_text().splitlines()) <= 100
+
+
+def test_the_gpt_stage_and_the_whole_command(shown, capsys, monkeypatch):
+    """The GPT's stage checked as the others; then the command on every stage, in order (moved from
+    tests/test_cli.py: the stages computed once)."""
+    from parity_tests.walkthrough import Stage
+
+    gpt = next(stage for stage in STAGES if stage.name == GPT).run()
+    check_steps(gpt)
+    generated = by_label({GPT: gpt}, GPT, "'Hello, I am'")
+    assert generated.values["numpy"].tolist() == [
+        [15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267]
+    ]
+    assert all(s.printed_agrees() for s in gpt if s.printed)
+    monkeypatch.setattr(Stage, "function", lambda self: lambda: gpt if self.name == GPT else shown[self.name])
+    assert main(["walkthrough"]) == 0
+    out = capsys.readouterr().out
+    positions = [out.index(f"{number}. {stage.section}") for number, stage in enumerate(STAGES, start=1)]
+    assert positions == sorted(positions)
+    assert "[0.4419 0.6515 0.5683]" in out  # z^2, the notes' first context vector
+    assert "[-0.4519  0.2216  0.4772  0.1063]" in out  # the wrapper's first row
+    assert "[[15496    11   314   716 27018 24086 47843 30961 42348  7267]]" in out  # the book's next tokens
+    assert "the book prints shape (2, 4, 50257) ✓" in out and "✗" not in out
+
+
+def by_label(shown, stage, start):
+    return next(s for s in shown[stage] if s.label.startswith(start))
+
+
+def test_every_step_matches_torch_ref_and_the_notes_with_its_own_lines_in_100_columns(shown):
+    for steps in shown.values():
+        check_steps(steps)
+
+
+# what the issue and the notes name, copied from the notes (not from parity_tests.lesson.printed)
+PINNED = [
+    ("trainable-one-query", "query_2 =", [0.4306, 1.4551]),
+    ("trainable-one-query", "context_vec_2", [0.3061, 0.8210]),
+    ("trainable-one-query", "query_2 with note 002", [-1.1729, -0.0048]),
+    ("self-attention-classes", "SelfAttention_v1", [0.2996, 0.8053]),  # first row
+    ("self-attention-classes", "SelfAttention_v2", [0.5322, 0.2491]),
+    ("one-query", "context vector z^2", [0.4419, 0.6515, 0.5683]),
+    ("causal-attention", "the context vectors", [-0.4519, 0.2216]),
+    ("wrapper", "the heads' outputs", [-0.4519, 0.2216, 0.4772, 0.1063]),
+    ("multi-head", "output projection", [0.3190, 0.4858]),
+]
+
+
+@pytest.mark.parametrize("stage, label, first_row", PINNED, ids=[p[1] for p in PINNED])
+def test_the_stages_compute_the_notes_numbers(shown, stage, label, first_row):
+    step = by_label(shown, stage, label)
+    for values in step.values.values():
+        first = values.reshape(-1, values.shape[-1])[0] if values.ndim > 1 else values
+        np.testing.assert_allclose(first, first_row, atol=5e-5 + 1e-7)
+    assert step.printed_agrees() is True
+
+
+def test_every_stage_but_two_has_a_printed_pin(shown):
+    """Each stage checks at least one value the notes or the book print (the GPT's: above)."""
+    without = {name for name, steps in shown.items() if all(s.printed is None for s in steps)}
+    assert without == {"softmax", "fused"}  # the notes print no number of these
+
+
+@pytest.mark.parametrize("name", [n for n, p in PRINTED.items() if p.from_notes and p.values is not None])
+def test_each_printed_value_is_in_the_note_it_names(name):
+    """The numbers, in order, among the numbers the note prints (its text, four decimals)."""
+    printed = PRINTED[name]
+    note = next(NOTES.glob(printed.source.split(",")[0].removeprefix("note ") + "_*.txt"))
+    in_note = [float(n) for n in NUMBER.findall(note.read_text())]
+    wanted = np.array(printed.values, dtype=float).ravel().tolist()
+    if not any(
+        np.allclose(in_note[i : i + len(wanted)], wanted) for i in range(len(in_note) - len(wanted) + 1)
+    ):
+        if max(map(abs, wanted)) <= 2 and all(float(v).is_integer() for v in wanted):  # masks print 0./1.
+            tensor = re.findall(r"tensor\(\[\[([\d.,\s\[\]]+)\]\]\)", note.read_text())
+            flat = [[float(v) for v in re.findall(r"\d+\.?\d*", t)] for t in tensor]
+            assert wanted in flat, name
+        else:
+            pytest.fail(f"{name}: {wanted} not in {note.name}")
+
+
+def test_the_books_chapter_4_numbers_come_from_the_books_code():
+    """The book's own package computes the LayerNorm example and pins the generated ids."""
+    import torch
+    from llms_from_scratch import ch04
+
+    torch.manual_seed(123)
+    batch_example = torch.randn(2, 5)
+    out_ln = ch04.LayerNorm(emb_dim=5)(batch_example)
+    assert PRINTED["layer_norm_mean"].agrees(out_ln.mean(dim=-1, keepdim=True).detach().numpy())
+    assert PRINTED["layer_norm_var"].agrees(out_ln.var(dim=-1, keepdim=True, unbiased=False).detach().numpy())
+    tests = pathlib.Path(ch04.__file__).parent / "tests" / "test_ch04.py"
+    ids = ", ".join(str(i) for i in PRINTED["generated"].values[0])
+    assert ids.replace(" ", "") in re.sub(r"\s", "", tests.read_text())
+
+
+def test_the_multi_head_stage_shows_the_head_split_with_its_shapes(shown):
+    shapes = [tuple(s.values["torch"].shape) for s in shown["multi-head"]]
+    assert shapes[:4] == [(2, 6, 2), (2, 6, 2, 1), (2, 2, 6, 1), (2, 2, 6, 6)]
+    assert [s.label.split(":")[0] for s in shown["multi-head"]][4:6] == ["head 0", "head 1"]
+    split = by_label(shown, "multi-head", "heads before tokens")
+    assert "keys.transpose(1, 2)" in split.code["torch"].text and "swapaxes(1, 2)" in split.code["numpy"].text
+
+
+def test_causal_masking_way_1_is_way_2_and_the_notes_variants_are_not(shown):
+    """Way 1 is softmax, then tril, then renormalise; it was scores * tril with no softmax."""
+    way_1 = by_label(shown, "causal-masking", "way 1").values["torch"]
+    way_2 = by_label(shown, "causal-masking", "way 2").values["torch"]
+    np.testing.assert_allclose(way_1, way_2, atol=1e-6)
+    np.testing.assert_allclose(way_1[1, :2], [0.4833, 0.5167], atol=5e-5)
+    assert np.triu(way_1, 1).max() == 0 and np.allclose(way_1.sum(-1), 1)
+    raw = by_label(shown, "causal-masking", "note 004's way 1").values["torch"]
+    np.testing.assert_allclose(raw[1, :2], [0.3888, 0.6112], atol=5e-5)
+
+
+def test_a_nan_row_is_printed_not_swallowed_as_markup(capsys):
+    """rich read ``[nan nan nan]`` as a markup tag and printed nothing."""
+    assert main(["walkthrough", "--stage", "softmax"]) == 0
+    out = capsys.readouterr().out
+    assert "[nan nan nan]" in out and "[0.0900 0.2447 0.6652]" in out
+
+
+def test_the_stages_are_the_books_sections_in_order():
+    numbered = [stage.section.split()[0] for stage in STAGES if stage.section[0].isdigit()]
+    assert numbered == sorted(numbered) and numbered[0] == "3.3.1" and numbered[-1] == "4.4-4.7"
+    assert not any("note 002" in stage.section or "note 004" in stage.section for stage in STAGES)
+
+
+def test_each_stage_is_announced_into_a_pipe_before_it_computes(monkeypatch):
+    """Into a pipe (block-buffered) the walkthrough printed nothing until the end."""
+    import os
+    import sys
+
+    from parity_tests import walkthrough
+    from parity_tests.walkthrough import Stage
+
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    seen = []
+
+    def probe():
+        try:
+            seen.append(os.read(read, 1 << 16).decode())
+        except BlockingIOError:
+            seen.append("")
+        return []
+
+    monkeypatch.setattr(
+        walkthrough, "STAGES", [Stage("probe", "9.9 A probe", "Its text.", "simple:one_query")]
+    )
+    monkeypatch.setattr(Stage, "function", lambda self: probe)
+    with os.fdopen(write, "w", buffering=1 << 16) as pipe:
+        monkeypatch.setattr(sys, "stdout", pipe)
+        assert main(["walkthrough"]) == 0
+    os.close(read)
+    assert "1. 9.9 A probe  (probe)" in seen[0] and "Its text." in seen[0]
