@@ -25,12 +25,14 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from numpy_attn.validation import check_attention_shapes, check_flag, check_mask_operands, check_padding_mask
 
-from jax_attn.checks import check_jax_operands
+from jax_attn.framework import JaxFramework
 from jax_attn.parallel.checks import check_axis, check_divisible_by_axis, check_mesh, check_mesh_fits
+from numpy_attn.checks import check_attention_shapes, check_flag, check_mask_operands, check_padding_mask
 
 __all__ = ["ring_attention"]
+
+_CHECKS = JaxFramework()  # jax_attn's checks of floating operands (float64 needs 64-bit mode)
 
 
 def ring_attention(
@@ -98,11 +100,11 @@ def _sharded_ring(
 def _check_ring_args(
     queries, keys, values, mesh, axis_name, causal, padding_mask, load_balance, batch_axis, head_axis
 ):
-    """The building blocks' checks of the arrays (``check_jax_operands``,
+    """The building blocks' checks of the arrays (floating operands of one dtype,
     ``check_attention_shapes``), flags and padding mask, then the ring's own: one ``(B, N, T, H)``
     shape with T at least 1, a mesh with the named axes, one array axis per mesh axis, and B, N
     and T divisible by their axes' sizes."""
-    check_jax_operands(queries=queries, keys=keys, values=values)
+    _CHECKS.check_operands(queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
     shape = tuple(queries.shape)
     if len(shape) != 4 or tuple(keys.shape) != shape or tuple(values.shape) != shape:

@@ -18,9 +18,9 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from numpy_attn.validation import check_array, check_numpy_dtype
 
 from jax_attn.parallel.checks import check_axis, check_devices, check_divisible_by_axis, check_mesh
+from numpy_attn.checks import check_array, check_numpy_dtype
 
 __all__ = ["COLUMN_PARALLEL", "ROW_PARALLEL", "param_spec", "shard_batch", "shard_model"]
 
