@@ -44,9 +44,11 @@ def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
     (every key hidden) gives zeros, where ``torch.softmax`` gives NaN.
     Returns: an array of x's shape and dtype.
     """
-    # a barrier: the maximum is taken of the very values exponentiated, which XLA would otherwise
-    # recompute in two fusions, rounded apart (x - max > 0 gives exp = inf, then NaN)
-    x_acc = jax.lax.optimization_barrier(x.astype(compute_dtype(x.dtype)))
+    x_acc = x.astype(compute_dtype(x.dtype))
+    # the identity (NaN stays NaN), as a select XLA cannot see through: under jit XLA would compute
+    # a scaled x (softmax(s / 8 ** 0.5)) once for the maximum and once, fused into x - max as an FMA,
+    # for exp: at |x| > 2**31 the two differ by more than 88, and exp overflows (then NaN)
+    x_acc = jnp.where(x_acc == x_acc, x_acc, jnp.nan)
     # at least the lowest finite value: a fully masked slice's exp(-inf - lowest) = 0
     x_max = jnp.max(x_acc, axis=axis, keepdims=True, initial=jnp.finfo(x_acc.dtype).min)
     unnormalized = jnp.exp(x_acc - jax.lax.stop_gradient(x_max))
