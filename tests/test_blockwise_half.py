@@ -18,7 +18,7 @@ import pytest
 
 import jax_attn
 import numpy_attn
-from numpy_attn.implementation import AUTO_BLOCKWISE_TOKENS
+from numpy_attn.fast.options import AUTO_BLOCKWISE_TOKENS
 from numpy_attn.spec import parameter_shapes
 from parity_tests.compare import compare_arrays
 
