@@ -32,7 +32,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jax_attn.ops import draw_keep_mask, linear
+from jax_attn.ops import draw_keep_mask, linear, rounded
 from numpy_attn.fast.blockwise import fit_block_size, token_major
 from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE
 from numpy_attn.ops import compute_dtype
@@ -197,7 +197,8 @@ def _heads_blockwise(
 
             def step(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array], masked: bool):
                 running_max, running_sum, acc = carry
-                scores = query_block @ key_slice(head_keys, ki * key_block_size).T  # (bq, bk)
+                # rounded: the maximum is of the values exponentiated (a head of size 1 is a product)
+                scores = rounded(query_block @ key_slice(head_keys, ki * key_block_size).T)  # (bq, bk)
                 if masked:
                     block_hidden = key_slice(head_hidden, ki * key_block_size)[None, :]  # (1, bk)
                     if causal:

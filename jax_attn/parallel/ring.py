@@ -27,6 +27,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_attn.framework import JaxFramework
+from jax_attn.ops import rounded
 from jax_attn.parallel.checks import check_axis, check_divisible_by_axis, check_mesh, check_mesh_fits
 from numpy_attn.checks import check_attention_shapes, check_flag, check_mask_operands, check_padding_mask
 
@@ -259,7 +260,7 @@ def _ring_forward(queries, keys, values, hidden, axis_name, ring_size, causal, l
     def update(carry, query_chunk, key_chunk, value_chunk, mask):
         running_max, running_sum, acc = carry
         key_chunk, value_chunk = key_chunk.astype(query_chunk.dtype), value_chunk.astype(query_chunk.dtype)
-        attn_scores = query_chunk @ jnp.swapaxes(key_chunk, -1, -2)  # (B, N, Tc, Sc)
+        attn_scores = rounded(query_chunk @ jnp.swapaxes(key_chunk, -1, -2))  # (B, N, Tc, Sc), see softmax
         attn_scores = jnp.where(mask, -jnp.inf, attn_scores)
         block_max = jnp.maximum(running_max, attn_scores.max(axis=-1, keepdims=True))
         safe_max = jnp.where(block_max == -jnp.inf, 0, block_max)
@@ -323,8 +324,9 @@ def _ring_core_bwd(axis_name, ring_size, causal, load_balance, residuals, d_cont
 
     def grads(query_chunk, key_chunk, value_chunk, d_context_chunk, lse, row, mask):
         key_chunk, value_chunk = key_chunk.astype(query_chunk.dtype), value_chunk.astype(query_chunk.dtype)
-        attn_scores = (query_chunk * scale) @ jnp.swapaxes(key_chunk, -1, -2)  # (B, N, Tc, Sc)
-        attn_weights = jnp.where(mask, 0, jnp.exp(attn_scores - lse))  # (B, N, Tc, Sc)
+        attn_scores = rounded((query_chunk * scale) @ jnp.swapaxes(key_chunk, -1, -2))  # (B, N, Tc, Sc)
+        # weights are at most 1: a score recomputed an ulp above the forward's cannot overflow exp
+        attn_weights = jnp.where(mask, 0, jnp.exp(jnp.minimum(attn_scores - lse, 0)))  # (B, N, Tc, Sc)
         d_values = jnp.swapaxes(attn_weights, -1, -2) @ d_context_chunk  # (B, N, Sc, H)
         d_weights = d_context_chunk @ jnp.swapaxes(value_chunk, -1, -2)  # (B, N, Tc, Sc)
         d_scores = attn_weights * (d_weights - row) * scale
