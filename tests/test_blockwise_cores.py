@@ -14,7 +14,7 @@ import pytest
 
 import jax_attn
 import numpy_attn
-from numpy_attn.fast.blockwise import fit_block_size
+from numpy_attn.fast.blocks import fit_block_size
 from numpy_attn.spec import parameter_shapes
 from parity_tests.frameworks import jax_context
 from parity_tests.tolerances import TOLERANCES
