@@ -10,18 +10,19 @@ whose blocks span every head.
 Key blocks that the causal mask hides entirely are skipped with ``lax.switch``, which halves the
 work of causal attention and stays differentiable; the mask is applied only to blocks that hide
 some key (the diagonal blocks, or every block with padding). Blocks never exceed the sequence
-and are cut as equal as possible (``numpy_attn.fast.blocks.fit_block_size``); when T or S does not divide
-into them, the last block is padded (by fewer rows than there are blocks) and padded keys are
-hidden. Heads split from ``(B, T, E)`` projections are read and written in that token-major
-layout, so that XLA copies no whole ``(B, N, T, H)`` array on the way in or out.
-``blockwise_self_attention`` (the multi-head layers' blockwise path) starts from the layer
-input instead: each head's queries, keys and values are projected inside the loop over heads,
-so no whole projection exists. numpy_attn's ``blockwise.py`` mirrors this module function for
-function (with the batch as one axis of every block instead of a loop; what the two share is
-``numpy_attn.fast.blocks``). One difference: NumPy
-shifts the scores by the first key block's maximum and does a block again only when its weights
-show that shift is wrong, which spares most blocks a pass NumPy makes on one core; here every
-block takes the running maximum, one step per block with no branch on the data.
+and are cut as equal as possible (``numpy_attn.fast.blocks.fit_block_size``); when T or S does
+not divide into them, the last block is padded (by fewer rows than there are blocks) and padded
+keys are hidden. Heads split from ``(B, T, E)`` projections are read and written in that
+token-major layout, so that XLA copies no whole ``(B, N, T, H)`` array on the way in or out.
+``blockwise_self_attention`` (the multi-head layers' blockwise path) starts from the layer input
+instead: each head's queries, keys and values are projected inside the loop over heads, so no
+whole projection exists. Each block's scores pass through ``jax_attn.ops.rounded``, so that the
+running maximum is of the very values exponentiated.
+numpy_attn's ``blockwise.py`` mirrors this module function for function (with the batch as one
+axis of every block instead of a loop; what the two share is ``numpy_attn.fast.blocks``). One
+difference: NumPy shifts the scores by the first key block's maximum and does a block again only
+when its weights show that shift is wrong, which spares most blocks a pass NumPy makes on one
+core; here every block takes the running maximum, one step per block with no branch on the data.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each of the P devices of the ring holds T/P queries, keys and values. In P steps every device
 attends its queries to the key/value block it holds (an online softmax: a running maximum, sum
-and output per query, as in ``jax_attn.blockwise``), then passes that block to the next device
+and output per query, as on jax_attn's blockwise path), then passes that block to the next device
 with ``lax.ppermute``; after P steps every query has seen every key, and no device ever held
 more than one key/value block or a score matrix larger than (T/P, T/P). The backward pass
 (``jax.custom_vjp``) runs the ring again, the key/value gradients travelling with their blocks,
@@ -53,20 +53,25 @@ def ring_attention(
     ``mesh``'s axis ``axis_name``: equal to ``jax_attn.attend`` on one device, forward and
     gradients.
 
-    Shapes: queries, keys, values ``(B, N, T, H)``; returns ``(B, N, T, H)``, sharded over T on
-    ``axis_name`` (and over B on ``batch_axis``, N on ``head_axis`` if given; the mesh's other
-    axes hold copies). Inputs may arrive unsharded or sharded. ``causal`` hides key s from query t
-    when s > t; ``padding_mask`` is bool ``(B, T)``, True = padding (hidden key). A query whose
-    every key is hidden gets a zero output. float16/bfloat16 inputs are accumulated in float32
-    (keys and values travel at their own precision) and the output has their dtype.
-    ``load_balance`` deals the tokens out in zigzag order (needs T divisible by twice the axis
-    size) so that causal work is even across the ring.
+    Args:
+        queries, keys, values: ``(B, N, T, H)``, one shape, unsharded or sharded.
+        mesh: a ``jax.sharding.Mesh`` (an ``AbstractMesh`` of at most ``jax.device_count()``
+            devices too).
+        axis_name: the mesh axis T is split over (its size divides T).
+        causal: hide key s from query t when s > t.
+        padding_mask: bool ``(B, T)``, True = padding (a hidden key), or None.
+        load_balance: deal the tokens out in zigzag order (T divisible by twice the axis size),
+            so that causal work is even across the ring.
+        batch_axis, head_axis: mesh axes that split B and N too (None: not split); each mesh
+            axis splits one of B, N and T.
+    Returns:
+        ``(B, N, T, H)`` in the queries' dtype (float16 and bfloat16 accumulate in float32; keys
+        and values travel at their own precision), sharded over T on ``axis_name`` (B and N on
+        their axes; the mesh's other axes hold copies). A query whose every key is hidden gets
+        zeros.
 
-    The arrays are checked as ``scaled_dot_product_attention``'s (one floating dtype, float64
-    only in 64-bit mode), ``causal`` and ``load_balance`` must be bools, and ``mesh`` a
-    ``jax.sharding.Mesh`` (an ``AbstractMesh`` too) with the named axes, each naming a different
-    one, whose sizes divide T (``axis_name``), B (``batch_axis``) and N (``head_axis``):
-    TypeError or ValueError naming the argument otherwise.
+    TypeError or ValueError naming the argument for arrays ``scaled_dot_product_attention``
+    refuses, non-bool flags, or axes that are not the mesh's or do not divide their sizes.
     """
     _check_ring_args(
         queries, keys, values, mesh, axis_name, causal, padding_mask, load_balance, batch_axis, head_axis

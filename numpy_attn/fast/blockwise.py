@@ -20,7 +20,7 @@ over their scores fewer (NumPy runs every pass on one core); the result equals t
 softmax's up to rounding, since both are the same softmax under another shift. For the same
 reason neither the shift nor the running sum is a pass of its own: each head's keys and values
 get a column of ones, so the queries' matmul with the keys also subtracts the shift (held in the
-query block's last column; the same bits as subtracting after it) and the weights' matmul with
+query block's last column: one more term of the matmul's sum) and the weights' matmul with
 the values also sums the weights' rows, into the last column of ``acc`` (with dropout, which the
 sums must not see, they are summed apart).
 Heads split from ``(B, T, E)`` projections are read and written in that token-major layout, so
@@ -227,7 +227,7 @@ def _heads_blockwise(head_inputs: HeadInputs, heads: Heads) -> np.ndarray:
     if workers == 1 or few_scores or (dropping and rng is not None):  # rng: draws in order
         for n in range(num_heads):
             attend_head(n)
-    else:  # numpy_attn.threads: a head per thread, each making its matmuls on one core
+    else:  # parallel_heads: a head per thread, each making its matmuls on one core
         with one_thread_blas(), ThreadPoolExecutor(workers) as pool:
             list(pool.map(attend_head, range(num_heads)))  # list(): raises what a head raised
     return context_vec
