@@ -161,11 +161,20 @@ def refuse_block_checks(monkeypatch):
             package.softmax(to_array(np.ones(2, np.float32)))
 
 
-@pytest.mark.parametrize("package", [numpy_attn, jax_attn], ids=["numpy", "jax"])
-@pytest.mark.parametrize(
-    "implementation, steps",
-    [("reference", False), ("reference", True), ("blockwise", False), ("blockwise", True)],
-)
+# numpy_attn on both paths, with and without steps; jax_attn (each layer compiled) on the blockwise
+# path, whose steps come from the reference math
+PLAIN_RUNS = [
+    *(
+        (numpy_attn, implementation, steps)
+        for implementation in ("reference", "blockwise")
+        for steps in (False, True)
+    ),
+    (jax_attn, "blockwise", False),
+    (jax_attn, "blockwise", True),
+]
+
+
+@pytest.mark.parametrize("package, implementation, steps", PLAIN_RUNS)
 def test_the_layers_call_the_plain_building_blocks(refuse_block_checks, package, implementation, steps):
     """The door has checked a layer's call: the building blocks' own checks must not run again
     inside it, on either path (the blockwise one: ``fast_layer``, ``attend``, the blockwise
