@@ -22,6 +22,9 @@ import subprocess
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
 
 DEVICES = 8
 # mesh name -> (shape, axis names, ring_attention's batch_axis/head_axis, variants checked on it)
@@ -96,16 +99,14 @@ GPT_CONFIG = {
 }  # fmt: skip
 
 
+@dataclass
 class Results:
-    """What the checks saved: both sides of each check, and the measures."""
+    """What the checks saved: both sides of each check (``record``), and the measures."""
 
-    def __init__(self) -> None:
-        self.arrays: dict[str, object] = {}
-        self.measures: dict[str, object] = {}
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    measures: dict[str, object] = field(default_factory=dict)
 
     def record(self, name: str, expected, actual) -> None:
-        import numpy as np
-
         self.arrays[f"{name}/expected"] = np.asarray(expected)
         self.arrays[f"{name}/actual"] = np.asarray(actual)
 
@@ -128,7 +129,6 @@ def ring(results: Results) -> None:
     """Ring attention: forward and gradients of a weighted sum, sharded against one device."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
     from jax.sharding import AxisType
 
     from jax_attn import Masking, attend
@@ -220,7 +220,6 @@ def ring_memory(results: Results) -> None:
 def keep_mask(results: Results) -> None:
     """A dropout keep-mask with its batch and heads sharded: the same bits, each device drawing its own."""
     import jax
-    import numpy as np
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -250,7 +249,6 @@ def models(results: Results) -> None:
     forward's per-device memory as the "data" axis grows, B fixed."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
     import optax
     from flax import nnx
     from jax.sharding import NamedSharding
@@ -341,7 +339,6 @@ def load(folder: pathlib.Path) -> tuple[object, dict]:
     """The results, computed once a run: the test modules and xdist workers of a run pass the run's
     folder; the first to take the lock runs the subprocess, the others wait for it and read its
     files. Returns ``(arrays, measures)`` (an ``NpzFile`` and a dict)."""
-    import numpy as np
 
     out = folder / "parallel_checks"
     with open(folder / "parallel_checks.lock", "w") as lock:
@@ -381,7 +378,6 @@ def sides(results: tuple[object, dict], check: str) -> tuple[object, object]:
 def main(out: pathlib.Path) -> None:
     flags = os.environ.get("XLA_FLAGS", "")  # the test run's own flags (tests/conftest.py) kept
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={DEVICES}"
-    import numpy as np
 
     results, errors = Results(), {}
     for name, section in (("ring", ring), ("ring_memory", ring_memory), ("keep_mask", keep_mask),
