@@ -92,3 +92,20 @@ def test_the_blockwise_path_in_half_precision_gives_the_reference_output(run, la
     assert actual.dtype == expected.dtype == x.dtype
     report = compare_steps({"output": expected}, {"output": actual})
     assert report.ok, f"\n{report}"
+
+
+@pytest.mark.parametrize("run", ["numpy", "jax-jit"])
+@pytest.mark.parametrize("layer", ["CausalAttention", "MultiHeadAttention"])
+def test_random_dropout_with_steps_uses_one_keep_mask_on_both_paths(layer, run):
+    """With ``return_steps`` the blockwise path draws one keep-mask, which the (T, S) steps show
+    and its own blocks use: its output is the reference math's with that mask."""
+    case = Case(layer, batch=2, tokens=9, d_in=5, d_out=8, num_heads=2, bias=True, dtype="float64", seed=5)
+    random = {"rng": np.random.default_rng(1)} if run == "numpy" else {"key": jax.random.key(1)}
+    with jax_context("float64"):
+        params, x, _ = inputs(run, case)
+        fast = {"implementation": "blockwise", "block_size": 4, "return_steps": True}
+        output, steps = layer_call(run, case, **fast)(params, x, **random)
+        keep_mask = (steps["attn_weights_dropped"] != 0) | (steps["attn_weights"] == 0)
+        expected = layer_call(run, case)(params, x, attn_keep_mask=keep_mask)
+    report = compare_steps({"output": expected}, {"output": output})
+    assert report.ok, f"\n{report}"
