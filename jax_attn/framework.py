@@ -98,7 +98,7 @@ class JaxFramework(Framework):
 
     def memory_bytes(self) -> int:
         """An accelerator's memory (its ``bytes_limit``), or this process's on the CPU."""
-        stats = jax.devices()[0].memory_stats() or {}
+        stats = jax.local_devices()[0].memory_stats() or {}  # this process's (jax.distributed: not all are)
         return stats.get("bytes_limit") or checks.memory_bytes()
 
     def cache_length(self, cache: Any) -> int | None:

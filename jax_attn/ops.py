@@ -20,6 +20,7 @@ __all__ = [
     "dropout",
     "linear",
     "merge_heads",
+    "rounded",
     "scaled_dot_product_attention",
     "softmax",
     "softmax_naive",
@@ -44,15 +45,22 @@ def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
     (every key hidden) gives zeros, where ``torch.softmax`` gives NaN.
     Returns: an array of x's shape and dtype.
     """
-    # a barrier: the maximum is taken of the very values exponentiated, which XLA would otherwise
-    # recompute in two fusions, rounded apart (x - max > 0 gives exp = inf, then NaN)
-    x_acc = jax.lax.optimization_barrier(x.astype(compute_dtype(x.dtype)))
+    x_acc = rounded(x.astype(compute_dtype(x.dtype)))  # the maximum is of the values exponentiated
     # at least the lowest finite value: a fully masked slice's exp(-inf - lowest) = 0
     x_max = jnp.max(x_acc, axis=axis, keepdims=True, initial=jnp.finfo(x_acc.dtype).min)
     unnormalized = jnp.exp(x_acc - jax.lax.stop_gradient(x_max))
     denominator = unnormalized.sum(axis=axis, keepdims=True)  # >= 1, the maximum's exp(0) being in it
     denominator = jnp.where(denominator == 0, 1, denominator)  # but a fully masked slice's 0
     return (unnormalized * (1 / denominator)).astype(x.dtype)  # as torch's CPU kernel
+
+
+def rounded(x: jax.Array) -> jax.Array:
+    """``x`` itself (NaN stays NaN), rounded to its dtype before any use: a select XLA cannot see
+    through. Under ``jax.jit`` XLA recomputes a cheap ``x`` (``s / 8 ** 0.5``; a matmul over a head
+    of size 1) in each fusion that reads it, and may fuse it into ``x - max`` as one FMA, unrounded:
+    exp then sees other values than the maximum was taken of, and past |x| = 2**31 (float32)
+    ``x - max`` exceeds 88, exp overflows and the softmax is NaN. Returns: x, same shape and dtype."""
+    return jnp.where(x == x, x, jnp.nan)
 
 
 def softmax_naive(x: jax.Array, axis: int = -1) -> jax.Array:

@@ -35,6 +35,7 @@ class Public:
 
 FAST = "numpy_attn.fast.attend"
 PROJECTIONS = "numpy_attn.fast.projections"
+BLOCKWISE = ("causal", "dropout", "block_size")  # static: an eager call runs one compiled program
 PUBLIC: dict[str, Public] = {
     "simplified_self_attention": Public("simplified", calls.simplified_self_attention, steps=True),
     # the building blocks
@@ -49,8 +50,10 @@ PUBLIC: dict[str, Public] = {
     # the fast paths
     "attend": Public(FAST, calls.attend),
     "attend_heads": Public(FAST, calls.attend_heads),
-    "blockwise_attention": Public("fast.blockwise", calls.blockwise_attention),
-    "blockwise_self_attention": Public("fast.blockwise", calls.blockwise_self_attention),
+    "blockwise_attention": Public("fast.blockwise", calls.blockwise_attention, static=BLOCKWISE),
+    "blockwise_self_attention": Public(
+        "fast.blockwise", calls.blockwise_self_attention, static=("num_heads", *BLOCKWISE)
+    ),
     "qkv_projections": Public(PROJECTIONS, calls.qkv_projections),
     "qkv_weights": Public(PROJECTIONS, calls.qkv_weights),
     "split_projection": Public(PROJECTIONS, calls.split_projection),

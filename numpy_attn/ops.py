@@ -51,7 +51,8 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     x_acc = x.astype(compute_dtype(x.dtype), copy=False)
     # at least the lowest finite value: a fully masked slice's exp(-inf - lowest) = 0
     x_max = x_acc.max(axis=axis, keepdims=True, initial=np.finfo(x_acc.dtype).min)
-    unnormalized = np.exp(x_acc - x_max)
+    with np.errstate(over="ignore"):  # x - max below the dtype's range is -inf, whose exp is 0
+        unnormalized = np.exp(x_acc - x_max)
     denominator = unnormalized.sum(axis=axis, keepdims=True)  # >= 1, the maximum's exp(0) being in it
     denominator = np.where(denominator == 0, 1, denominator)  # but a fully masked slice's 0
     return (unnormalized * (1 / denominator)).astype(x.dtype, copy=False)  # as torch's CPU kernel

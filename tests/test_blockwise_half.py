@@ -18,13 +18,13 @@ import pytest
 
 import jax_attn
 import numpy_attn
-from numpy_attn.implementation import AUTO_BLOCKWISE_TOKENS
+from numpy_attn.fast.options import AUTO_BLOCKWISE_TOKENS
 from numpy_attn.spec import parameter_shapes
 from parity_tests.compare import compare_arrays
 
-# (package, jitted, dtype): numpy_attn, jax_attn under jax.jit and eagerly. The eager runs compute
-# with the same jnp operations as the jitted ones, op by op (each compiled on its own: 10 s of the
-# suite): they run with the slow tests (`make test-slow`).
+# (package, jitted, dtype): numpy_attn, jax_attn under jax.jit and eagerly. Eagerly the blockwise
+# functions and the layers run the program their door compiles (the jitted one's bits) and
+# scaled_dot_product_attention runs op by op: 9 s of compiles, with the slow tests (`make test-slow`).
 SHORT = AUTO_BLOCKWISE_TOKENS - 12  # tokens: "auto" runs the reference math
 
 

@@ -1,8 +1,8 @@
 """``blockwise_attention`` and ``blockwise_self_attention`` check their input as the other
 building blocks do (``scaled_dot_product_attention``'s checks and words), the same in numpy_attn,
-jax_attn and under ``jax.jit``; the layers call the unchecked cores and pay for no check."""
+jax_attn and under ``jax.jit`` (the layers' blockwise path runs none of these checks:
+tests/test_fast_checks.py)."""
 
-import importlib
 import re
 
 import jax
@@ -249,43 +249,3 @@ def test_jax_blockwise_functions_take_numpy_arrays(dropout):
         numpy_attn.blockwise_attention(*heads, **attention),
         *tolerance_for("float32"),
     )
-
-
-CHECKS = {
-    "numpy_attn.blockwise": [
-        "check_operands",
-        "check_attention_shapes",
-        "check_mask_operands",
-        "check_self_attention_args",
-    ],
-    "jax_attn.blockwise": [
-        "check_jax_operands",
-        "check_attention_shapes",
-        "check_mask_operands",
-        "check_self_attention_args",
-    ],
-}
-
-
-@pytest.mark.parametrize("return_steps", [False, True])
-@pytest.mark.parametrize("package", [numpy_attn, jax_attn], ids=["numpy", "jax"])
-def test_the_layers_blockwise_path_runs_no_building_block_check(monkeypatch, package, return_steps):
-    """check_layer has checked a layer's call: on the blockwise path (``blockwise_attention``
-    with steps, ``blockwise_self_attention`` without) the public functions' checks do not run."""
-    from parity_tests.cases import FUNCTION_NAMES, Case
-    from torch_ref import to_params
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a building block's check ran inside a layer")
-
-    for module, names in CHECKS.items():
-        for name in names:
-            monkeypatch.setattr(importlib.import_module(module), name, refuse)
-    with pytest.raises(AssertionError, match="inside a layer"):  # the patch is in place
-        package.blockwise_attention(QUERIES, QUERIES, QUERIES)
-    for layer in FUNCTION_NAMES:
-        case = Case(layer, d_in=4, d_out=4, num_heads=2, bias=True)
-        params, x = to_params(case.build_torch()), case.make_input()
-        kwargs = case.kwargs() | {"implementation": "blockwise", "return_steps": return_steps}
-        output = getattr(package, case.function_name)(params, x, **kwargs)
-        assert np.isfinite(output[0] if return_steps else output).all()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import numpy_attn
-from numpy_attn import blockwise
+from numpy_attn.fast import blockwise
 from parity_tests.compare import compare_arrays
 from parity_tests.tolerances import TOLERANCES
 

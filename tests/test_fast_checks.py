@@ -1,5 +1,6 @@
-"""Checks and steps made cheaper for small calls behave exactly as before: the same errors, the
-same values, inputs left untouched."""
+"""Checks at the door, once per public call: the same errors for every bad call, inputs left
+untouched, and no building block's own check inside a layer, the GPT, generate's loop or the
+blockwise loops (they call the plain math)."""
 
 import re
 import tracemalloc
@@ -11,8 +12,10 @@ import pytest
 
 import jax_attn
 import numpy_attn
-from numpy_attn.spec import QKV, _check_described, check_layer
-from numpy_attn.validation import check_finite
+from numpy_attn import checks
+from numpy_attn.checks import check_finite
+from numpy_attn.door import check_layer
+from numpy_attn.spec import QKV
 from parity_tests.tolerances import TOLERANCES
 
 
@@ -55,10 +58,6 @@ def test_softmax_leaves_its_input_alone_and_zeroes_fully_masked_rows():
     np.testing.assert_array_equal(single, [[-np.inf], [3.0]])
 
 
-# The remembered structural checks (numpy_attn.spec._check_described): a verdict is kept only for
-# a call that passed, keyed by every shape, dtype and argument (with its type) the checks read.
-
-
 def small_layer_call():
     """The issue's small call: MultiHeadAttention, B=2, T=6, d 3 -> 4, float32."""
     rng = np.random.default_rng(16)
@@ -66,16 +65,6 @@ def small_layer_call():
     params["out_proj.weight"] = rng.standard_normal((4, 4)).astype(np.float32)
     params["out_proj.bias"] = rng.standard_normal(4).astype(np.float32)
     return params, rng.standard_normal((2, 6, 3)).astype(np.float32)
-
-
-def test_a_repeated_call_reuses_the_verdict_and_gives_the_same_output():
-    params, x = small_layer_call()
-    kwargs = {"num_heads": 2, "context_length": 6, "implementation": "auto"}
-    expected = numpy_attn.multi_head_attention(params, x, **kwargs)
-    hits = _check_described.cache_info().hits
-    actual = numpy_attn.multi_head_attention(params, x, **kwargs)
-    assert _check_described.cache_info().hits == hits + 1
-    np.testing.assert_array_equal(actual, expected)
 
 
 @pytest.mark.parametrize(
@@ -90,10 +79,12 @@ def test_a_repeated_call_reuses_the_verdict_and_gives_the_same_output():
     ],
 )
 def test_a_bad_call_after_a_good_one_of_the_same_shapes_still_raises(change, error, message):
+    """Every call is checked: nothing learnt from a good call lets a bad one of the same shapes
+    through (True == 1 and False == 0, but bools are refused)."""
     params, x = small_layer_call()
     good = {"num_heads": 1, "context_length": 6, "dropout": 0, "implementation": "auto"}
     keep = np.ones((2, 1, 6, 6), bool)
-    numpy_attn.multi_head_attention(params, x, **good)  # remembered: 1 and 0 are ints
+    numpy_attn.multi_head_attention(params, x, **good)
     numpy_attn.multi_head_attention(params, x, **good, attn_keep_mask=keep)
     bad = dict(good)
     if change == "nan_weight":
@@ -126,12 +117,12 @@ def test_the_returned_arguments_are_the_callers_to_change():
     assert actual["d_in"] == 3 and actual["num_heads"] == 2
 
 
-def test_the_cached_causal_mask_cannot_be_written_to():
+def test_a_causal_mask_written_to_leaves_the_next_one_alone():
+    """The mask is built from the shapes at each call (no buffer kept): a caller's writes to
+    the array it got change no later mask."""
     mask = numpy_attn.causal_mask(4)
-    assert numpy_attn.causal_mask(4) is mask  # built once
-    with pytest.raises(ValueError, match="read-only"):
-        mask[0, 1] = False
-    np.testing.assert_array_equal(mask, np.triu(np.ones((4, 4), bool), 1))
+    mask[0, 1] = False
+    np.testing.assert_array_equal(numpy_attn.causal_mask(4), np.triu(np.ones((4, 4), bool), 1))
 
 
 @pytest.mark.parametrize("package", [numpy_attn, jax_attn], ids=["numpy", "jax"])
@@ -142,61 +133,68 @@ def test_split_projection_refuses_rows_that_do_not_cut_into_equal_parts(package)
         package.split_projection(x, weight)
 
 
-BLOCK_CHECKS = [
-    ("numpy_attn.attend", "check_operands"),
-    ("numpy_attn.attention", "check_operands"),
-    ("numpy_attn.dropout", "check_operands"),
-    ("numpy_attn.gpt", "check_block"),
-    ("numpy_attn.gpt", "check_floating"),
-    ("numpy_attn.gpt", "check_part"),
-    ("numpy_attn.heads", "check_input"),
-    ("numpy_attn.linear", "check_operands"),
-    ("numpy_attn.linear", "check_qkv_params"),
-    ("numpy_attn.masks", "check_causal_mask_args"),
-    ("numpy_attn.softmax", "check_operands"),
-    ("jax_attn.gpt", "check_block"),
-    ("jax_attn.gpt", "check_part"),
-    ("jax_attn.gpt", "check_jax_operands"),
-    ("jax_attn.linear", "check_qkv_params"),
-]
+# the checks only the building blocks' doors make (the layers', the GPT's and generate's doors check
+# their weights against the spec or the config instead)
+BLOCK_CHECKS = (
+    "check_operands",
+    "check_attention_shapes",
+    "check_linear_shapes",
+    "check_scores_mask",
+    "check_mask_operands",
+    "check_axis",
+    "check_causal_mask_args",
+)
 
 
 @pytest.fixture
 def refuse_block_checks(monkeypatch):
     """The building blocks' own checks replaced by one that raises, for the calls that must not
-    run them (their caller has checked its input already)."""
-    import importlib
+    run them (their door has checked their input already)."""
 
     def refuse(*args, **kwargs):
         raise AssertionError("a building block's check ran inside a layer")
 
-    for module, name in BLOCK_CHECKS:
-        monkeypatch.setattr(importlib.import_module(module), name, refuse)
-    with pytest.raises(AssertionError, match="inside a layer"):  # the patch is in place
-        numpy_attn.softmax(np.ones(2))
+    for name in BLOCK_CHECKS:
+        monkeypatch.setattr(checks, name, refuse)
+    for package, to_array in ((numpy_attn, np.asarray), (jax_attn, jnp.asarray)):  # the patch is in place
+        with pytest.raises(AssertionError, match="inside a layer"):
+            package.softmax(to_array(np.ones(2, np.float32)))
 
 
-@pytest.mark.parametrize(
-    "implementation, return_steps", [("reference", False), ("reference", True), ("blockwise", True)]
-)
-def test_the_layers_call_the_unchecked_building_blocks(refuse_block_checks, implementation, return_steps):
-    """check_layer has checked a layer's call: the building blocks' own checks (a few
-    microseconds each) must not run again inside it. (The blockwise path without steps is
-    blockwise.py's: the next test.)"""
+# numpy_attn on both paths, with and without steps; jax_attn (each layer compiled) on the blockwise
+# path, whose steps come from the reference math
+PLAIN_RUNS = [
+    *(
+        (numpy_attn, implementation, steps)
+        for implementation in ("reference", "blockwise")
+        for steps in (False, True)
+    ),
+    (jax_attn, "blockwise", False),
+    (jax_attn, "blockwise", True),
+]
+
+
+@pytest.mark.parametrize("package, implementation, steps", PLAIN_RUNS)
+def test_the_layers_call_the_plain_building_blocks(refuse_block_checks, package, implementation, steps):
+    """The door has checked a layer's call: the building blocks' own checks must not run again
+    inside it, on either path (the blockwise one: ``fast_layer``, ``attend``, the blockwise
+    loops), with random dropout too."""
     from parity_tests.cases import FUNCTION_NAMES, Case
     from torch_ref import to_params
 
-    cases = [Case(layer, d_in=4, d_out=4, num_heads=2, bias=True) for layer in FUNCTION_NAMES]
-    for case in cases:
+    random = np.random.default_rng(0) if package is numpy_attn else jax.random.key(0)
+    for layer in FUNCTION_NAMES:
+        case = Case(layer, d_in=4, d_out=4, num_heads=2, bias=True)
         params, x = to_params(case.build_torch()), case.make_input()
-        kwargs = case.kwargs() | {"implementation": implementation}
-        output = getattr(numpy_attn, case.function_name)(params, x, **kwargs, return_steps=return_steps)
-        assert np.isfinite(output[0] if return_steps else output).all()
+        kwargs = case.kwargs(0.5) | {"implementation": implementation, "block_size": 2}
+        kwargs |= {package.FRAMEWORK.random: random} if case.spec.dropouts else {}
+        output = getattr(package, case.function_name)(params, x, **kwargs, return_steps=steps)
+        assert np.isfinite(output[0] if steps else output).all()
 
 
-def test_decoding_the_gpt_and_the_blockwise_loop_call_the_unchecked_building_blocks(refuse_block_checks):
+def test_decoding_the_gpt_and_the_blockwise_loop_call_the_plain_building_blocks(refuse_block_checks):
     """The KV-cache decoders, the GPT and the blockwise loop (a projection per head) check their
-    input once, up front, like the layers."""
+    input once, at the door, like the layers."""
     rng = np.random.default_rng(0)
     params = {
         **{
@@ -218,28 +216,35 @@ def test_decoding_the_gpt_and_the_blockwise_loop_call_the_unchecked_building_blo
         params, x, num_heads=2, context_length=8, implementation="blockwise", block_size=2
     )
     np.testing.assert_allclose(blockwise, expected, rtol=1e-5, atol=1e-6)
-    config = {"vocab_size": 16, "context_length": 8, "emb_dim": 4, "n_heads": 2, "n_layers": 1,
-              "drop_rate": 0.1, "qkv_bias": False}  # fmt: skip
-    gpt_params = {
-        name: rng.standard_normal(shape).astype(np.float32) * 0.1
-        for name, shape in numpy_attn.gpt_param_shapes(config).items()
-    }
-    ids = rng.integers(0, 16, (2, 6))
+    config, gpt_params, ids = gpt_call(rng)
     logits = numpy_attn.gpt_model(gpt_params, ids, config, rng=np.random.default_rng(1))
     assert logits.shape == (2, 6, 16) and np.isfinite(logits).all()
     assert numpy_attn.generate(gpt_params, ids[:, :2], config, 2).shape == (2, 4)
-    for jax_logits in (
-        jax_attn.gpt_model(gpt_params, ids, config, key=jax.random.key(1)),
-        jax_attn.GPTModel.from_params(gpt_params, config)(ids),
-    ):  # the GPT's parts (layer_norm, gelu, feed_forward, the block) run unchecked in jax_attn too
-        assert jax_logits.shape == (2, 6, 16) and np.isfinite(jax_logits).all()
+    # the GPT's parts (layer_norm, gelu, feed_forward, the block) run plain in jax_attn too
+    jax_logits = jax_attn.gpt_model(gpt_params, ids, config, key=jax.random.key(1))
+    assert jax_logits.shape == (2, 6, 16) and np.isfinite(jax_logits).all()
+
+
+def gpt_call(rng, n_layers=1, drop_rate=0.1, qkv_bias=False):
+    """A small GPT's config, float32 weights and (2, 6) token ids."""
+    config = {"vocab_size": 16, "context_length": 8, "emb_dim": 4, "n_heads": 2, "n_layers": n_layers,
+              "drop_rate": drop_rate, "qkv_bias": qkv_bias}  # fmt: skip
+    params = {
+        name: rng.standard_normal(shape).astype(np.float32) * 0.1
+        for name, shape in numpy_attn.gpt_param_shapes(config).items()
+    }
+    return config, params, rng.integers(0, 16, (2, 6))
+
+
+def test_the_flax_gpt_runs_its_parts_plain(refuse_block_checks):
+    config, gpt_params, ids = gpt_call(np.random.default_rng(0))
+    logits = jax_attn.GPTModel.from_params(gpt_params, config)(ids)
+    assert logits.shape == (2, 6, 16) and np.isfinite(logits).all()
 
 
 def test_check_finite_tests_large_weights_without_copying_them():
     """Above ``_JOINED_ELEMENTS`` values the weights are tested key by key in chunks: the check's
     temporaries stay one chunk's bools (1 MiB), whatever the weights' size (64 MiB here)."""
-    from numpy_attn import validation
-
     params = {f"w{i}": np.ones(1 << 22, np.float32) for i in range(4)}
     tracemalloc.start()
     try:
@@ -247,32 +252,42 @@ def test_check_finite_tests_large_weights_without_copying_them():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 2 * validation._FINITE_CHUNK
+    assert peak < 2 * checks._FINITE_CHUNK
     params["w2"][-1] = np.inf  # the last entry of the last chunk
     with pytest.raises(ValueError, match=re.escape("params['w2'] has non-finite values (NaN or inf)")):
         check_finite(params)
 
 
-def test_generate_checks_once_not_per_token(refuse_block_checks, monkeypatch):
-    """generate checked the weights and the cache of every block at every token (through
-    multi_head_attention_decode's check_layer and check_kv_cache) and softmax's operands at every
-    sample: now its arguments once, up front, and the steps run unchecked."""
-    from numpy_attn import kv_cache
+def count_checks(monkeypatch) -> dict[str, int]:
+    """How often each function of ``numpy_attn.checks`` runs from here on, by name."""
+    counts: dict[str, int] = {}
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("a check ran inside generate's loop")
+    def counted(name, function):
+        def count(*args, **kwargs):
+            counts[name] = counts.get(name, 0) + 1
+            return function(*args, **kwargs)
 
-    monkeypatch.setattr(kv_cache, "check_layer", refuse)
-    monkeypatch.setattr(kv_cache, "check_kv_cache", refuse)
-    rng = np.random.default_rng(0)
-    config = {"vocab_size": 16, "context_length": 8, "emb_dim": 4, "n_heads": 2, "n_layers": 2,
-              "drop_rate": 0.0, "qkv_bias": True}  # fmt: skip
-    params = {
-        name: rng.standard_normal(shape).astype(np.float32)
-        for name, shape in numpy_attn.gpt_param_shapes(config).items()
-    }
-    ids = rng.integers(0, 16, (2, 3))
-    greedy = numpy_attn.generate(params, ids, config, 4)
-    sampled = numpy_attn.generate(params, ids, config, 4, temperature=0.8, top_k=5, rng=rng)
-    assert greedy.shape == sampled.shape == (2, 7)
-    np.testing.assert_array_equal(greedy[:, :3], ids)
+        return count
+
+    for name, function in vars(checks).items():
+        if name.startswith("check_") and callable(function):
+            monkeypatch.setattr(checks, name, counted(name, function))
+    return counts
+
+
+@pytest.mark.parametrize("sampling", [False, True])
+def test_generate_checks_once_not_per_token(refuse_block_checks, monkeypatch, sampling):
+    """generate checks its arguments once, at its door: as many checks for 1 new token as for 5,
+    and no building block's check (softmax's at every sample) in its loop."""
+    config, params, ids = gpt_call(np.random.default_rng(0), n_layers=2, drop_rate=0.0, qkv_bias=True)
+    counts = count_checks(monkeypatch)
+    sample = {"temperature": 0.8, "top_k": 5} if sampling else {}
+    runs = {}
+    for max_new_tokens in (1, 5):
+        counts.clear()
+        rng = np.random.default_rng(0) if sampling else None
+        generated = numpy_attn.generate(params, ids[:, :2], config, max_new_tokens, rng=rng, **sample)
+        assert generated.shape == (2, 2 + max_new_tokens)
+        np.testing.assert_array_equal(generated[:, :2], ids[:, :2])
+        runs[max_new_tokens] = dict(counts)
+    assert runs[1] == runs[5] and runs[1]

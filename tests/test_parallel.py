@@ -1,58 +1,41 @@
-"""jax_attn.parallel: sharded results equal single-device ones.
+"""jax_attn.parallel's ring attention: sharded results equal single-device ones.
 
 The multi-device checks run once, in a subprocess with 8 host CPU devices
-(``tests/parallel_checks.py``); the tests here compare what it saved. The one-device cases
-(a ring of one, a mesh of one) and the bad-input errors run in this process.
+(``tests/parallel_checks.py``); the tests here compare what it saved. The one-device cases (a
+ring of one) and the bad-input errors run in this process. The sharding of the modules:
+``tests/test_sharding.py``.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
-import pathlib
 import re
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 from jax.sharding import AbstractMesh, AxisType
 from jax.sharding import PartitionSpec as P
 
-from jax_attn import GPTModel, Masking, MultiHeadAttention, attend, scaled_dot_product_attention
-from jax_attn.parallel import param_spec, ring_attention, shard_batch, shard_model
+from jax_attn import Masking, attend, scaled_dot_product_attention
+from jax_attn.parallel import ring_attention
 from parity_tests.tolerances import tolerance_for
 from tests import parallel_checks
+from tests.parallel_checks import measure, sides
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 # every test here on one pytest-xdist worker (pytest-xdist 3.8 under pytest 9.2 ignores the group:
-# pytest-dev/pytest-xdist#1386; the fixture below then still runs the subprocess once a run)
+# pytest-dev/pytest-xdist#1386; parallel_checks.load then still runs the subprocess once a run)
 pytestmark = pytest.mark.xdist_group("multi_device")
 
 
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory) -> tuple[np.lib.npyio.NpzFile, dict]:
-    """The 8-device subprocess's results, computed once a run: the xdist workers of a run share
-    the parent of their temporary folders; the first to take the lock runs the subprocess, the
-    others wait for it and read its files."""
+    """The 8-device subprocess's results (``parallel_checks.load``), computed once a run."""
     root = tmp_path_factory.getbasetemp()
     if "PYTEST_XDIST_WORKER" in os.environ:
         root = root.parent  # the run's folder, not the user's folder of all runs
-    out = root / "parallel_checks"
-    with open(root / "parallel_checks.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "measures.json").exists():  # written last
-            out.mkdir(exist_ok=True)
-            env = {**os.environ, "PYTHONPATH": str(ROOT)}
-            subprocess.run(
-                [sys.executable, "-m", "tests.parallel_checks", str(out)],
-                cwd=ROOT, env=env, check=True, timeout=600,
-            )  # fmt: skip
-    return np.load(out / "arrays.npz"), json.loads((out / "measures.json").read_text())
+    return parallel_checks.load(root)
 
 
 def assert_close(expected: np.ndarray, actual: np.ndarray, dtype=None) -> None:
@@ -62,77 +45,54 @@ def assert_close(expected: np.ndarray, actual: np.ndarray, dtype=None) -> None:
 
 @pytest.mark.subprocess  # collected first: the tests below read what it saved
 def test_the_subprocess_saves_both_sides_of_every_check(checks):
-    arrays, _ = checks
+    arrays, measures = checks
+    assert measures["errors"] == {}, "\n".join(measures["errors"].values())
     expected = [f"{check}/{side}" for check in parallel_checks.CHECKS for side in ("expected", "actual")]
     assert sorted(arrays.files) == sorted(expected)
 
 
 @pytest.mark.parametrize("check", parallel_checks.CHECKS)
 def test_sharded_equals_single_device(checks, check):
-    arrays, _ = checks
-    expected, actual = arrays[f"{check}/expected"], arrays[f"{check}/actual"]
+    expected, actual = sides(checks, check)
     assert expected.shape == actual.shape
     assert_close(expected, actual)
 
 
 @pytest.mark.parametrize("mesh", parallel_checks.RING_MESHES)
 def test_ring_output_is_sharded_over_tokens(checks, mesh):
-    _, measures = checks
     _, _, axes, variants = parallel_checks.RING_MESHES[mesh]
     expected = str(P(axes.get("batch_axis"), axes.get("head_axis"), "seq"))
     for variant in variants:
-        assert measures[f"ring/{mesh}/{variant}/spec"] == expected
+        assert measure(checks, f"ring/{mesh}/{variant}/spec") == expected
 
 
 def test_ring_memory_falls_with_the_ring(checks):
     """Per-device temporaries, forward and backward, fall at least as 1/devices (the score block
     is (T/P, T/P): they fall as 1/P^2)."""
-    _, measures = checks
     for direction in ("forward", "backward"):
-        one = measures[f"ring_memory/1/{direction}"]
+        one = measure(checks, f"ring_memory/1/{direction}")
         for size in parallel_checks.RING_SIZES[1:]:
-            assert measures[f"ring_memory/{size}/{direction}"] <= one / size
+            assert measure(checks, f"ring_memory/{size}/{direction}") <= one / size
 
 
 def test_ring_never_holds_the_whole_sequence(checks):
     """No array of the per-device program, forward or backward, has a T-long axis; the
     single-device program does (the (T, T) scores)."""
-    _, measures = checks
     num_tokens = parallel_checks.MEMORY_SHAPE[2]
-    assert num_tokens in measures["reference_dims"]
+    assert num_tokens in measure(checks, "reference_dims")
     for size in parallel_checks.RING_SIZES[1:]:
-        assert max(measures[f"ring_dims/{size}"]) == num_tokens // size
+        assert max(measure(checks, f"ring_dims/{size}")) == num_tokens // size
 
 
 def test_a_sharded_keep_mask_is_drawn_shard_by_shard(checks):
     """``draw_keep_mask`` merges only the last two axes: with the batch and the heads sharded,
     each device computes the random bits of its own (B/2, N/4, T * S) shard, no more."""
-    _, measures = checks
     b, n, t, s = parallel_checks.KEEP_MASK_SHAPE
     data, model = parallel_checks.MODEL_MESHES[parallel_checks.KEEP_MASK_MESH]
     shard = [b // data, n // model, t * s]
-    bits_shapes = measures["keep_mask/bits_shapes"]
+    bits_shapes = measure(checks, "keep_mask/bits_shapes")
     assert shard in bits_shapes
     assert max(np.prod(dims) for dims in bits_shapes) == np.prod(shard)
-
-
-def test_data_parallel_gpt_memory_falls_with_devices(checks):
-    _, measures = checks
-    one = measures["gpt_memory/1"]
-    for size in parallel_checks.DATA_SIZES[1:]:
-        assert measures[f"gpt_memory/{size}"] <= 1.5 * one / size
-
-
-def test_gpt_weights_are_split_column_then_row(checks):
-    _, measures = checks
-    expected = {
-        "att.W_query.kernel": [None, "model"],  # column parallel: (in, out) split on out
-        "att.out_proj.kernel": ["model", None],  # row parallel: split on in
-        "ff.layers.0.bias": ["model"],
-        "ff.layers.2.kernel": ["model", None],
-        "tok_emb.embedding": [None, None],  # replicated
-    }
-    assert measures["gpt/data2_model4/specs"] == expected
 
 
 # one device, in this process
@@ -188,20 +148,6 @@ def test_ring_gives_zeros_for_a_fully_hidden_query():
     grad = jax.grad(lambda q: ring_attention(q, keys, values, mesh, padding_mask=padding_mask).sum())(queries)
     assert np.isfinite(np.asarray(grad)).all()
     np.testing.assert_array_equal(np.asarray(grad[0, 0, 0]), [0.0, 0.0])
-
-
-def test_mesh_of_one_runs_the_gpt_unchanged():
-    config = {
-        "vocab_size": 32, "context_length": 4, "emb_dim": 8, "n_heads": 2, "n_layers": 1,
-        "drop_rate": 0.0, "qkv_bias": False,
-    }  # fmt: skip
-    token_ids = jnp.asarray(np.random.default_rng(2).integers(0, 32, (2, 4)))
-    model = GPTModel(config, rngs=nnx.Rngs(0))
-    model.eval()
-    expected = model(token_ids)
-    mesh = one_device_mesh("data", "model")
-    actual = nnx.jit(lambda model, ids: model(ids))(shard_model(model, mesh), shard_batch(token_ids, mesh))
-    assert_close(np.asarray(expected), np.asarray(actual))
 
 
 # bad input
@@ -378,108 +324,3 @@ def test_ring_refuses_bad_arguments(case, error, message):
     with pytest.raises(error) as raised:
         _bad_ring_call(case)()
     assert str(raised.value) == message
-
-
-@pytest.mark.parametrize(
-    "call, error, message",
-    [
-        (lambda mesh: shard_batch([1.0, 2.0], mesh), TypeError, "x must be an array, got list"),
-        (
-            lambda mesh: shard_batch(np.float32(1), mesh),
-            ValueError,
-            "x must have a batch axis (B, ...), got shape ()",
-        ),
-        (
-            lambda mesh: shard_batch(np.ones(2), None),
-            TypeError,
-            "mesh must be a jax.sharding.Mesh, got NoneType",
-        ),
-        (
-            lambda mesh: shard_batch(np.ones(2), mesh, data_axis=None),
-            ValueError,
-            "data_axis None is not an axis of the mesh; its axes are ('data', 'model')",
-        ),
-        (
-            lambda mesh: shard_batch(np.ones(2), AbstractMesh((1, 1), ("data", "model"))),
-            TypeError,
-            "shard_batch places arrays on devices: mesh must be a jax.sharding.Mesh of devices "
-            "(jax.make_mesh), got an AbstractMesh",
-        ),
-        (
-            lambda mesh: shard_model(None, mesh, model_axis=None),
-            TypeError,
-            "model must be an nnx.Module, got NoneType",
-        ),
-        (
-            lambda mesh: shard_model(
-                MultiHeadAttention(6, 6, 4, 0.0, num_heads=2, rngs=nnx.Rngs(0)),
-                AbstractMesh((1, 1), ("data", "model")),
-            ),
-            TypeError,
-            "shard_model places arrays on devices: mesh must be a jax.sharding.Mesh of devices "
-            "(jax.make_mesh), got an AbstractMesh",
-        ),
-        (
-            lambda mesh: param_spec("Wo.kernel", (4, 4), None),
-            TypeError,
-            "mesh must be a jax.sharding.Mesh, got NoneType",
-        ),
-    ],
-    ids=[
-        "list",
-        "0-d",
-        "mesh None",
-        "data_axis None",
-        "abstract batch",
-        "model None",
-        "abstract model",
-        "spec",
-    ],
-)
-def test_sharding_refuses_bad_arguments(call, error, message):
-    """Before: AttributeError, IndexError, JAX's raw ValueError, or None returned silently."""
-    with pytest.raises(error, match=f"^{re.escape(message)}$"):
-        call(one_device_mesh("data", "model"))
-
-
-def test_sharding_refuses_axes_not_in_the_mesh_and_uneven_splits():
-    mesh = AbstractMesh((2, 4), ("data", "model"))
-    model = MultiHeadAttention(6, 6, 4, 0.0, num_heads=2, rngs=nnx.Rngs(0))
-    with pytest.raises(
-        ValueError,
-        match=re.escape("model_axis 'heads' is not an axis of the mesh; its axes are ('data', 'model')"),
-    ):
-        shard_model(model, mesh, model_axis="heads")
-    with pytest.raises(
-        ValueError,
-        match=re.escape(
-            "W_query.kernel of shape (6, 6): dimension 1 (6) is not divisible by the size 4 "
-            "of mesh axis 'model'"
-        ),
-    ):
-        param_spec("W_query.kernel", (6, 6), mesh)
-    with pytest.raises(
-        ValueError, match=re.escape("batch of shape (3, 4): B = 3 is not divisible by the size 2")
-    ):
-        shard_batch(jnp.zeros((3, 4)), mesh)
-
-
-@pytest.mark.parametrize(
-    "path, shape, expected",
-    [
-        ("trf_blocks.0.att.W_query.kernel", (8, 8), (None, "model")),  # column parallel: out axis
-        ("trf_blocks.0.att.W_value.bias", (8,), ("model",)),
-        ("Wqkv.kernel", (8, 24), (None, "model")),
-        ("trf_blocks.0.ff.layers.0.kernel", (8, 32), (None, "model")),
-        ("trf_blocks.0.att.out_proj.kernel", (8, 8), ("model", None)),  # row parallel: in axis
-        ("trf_blocks.0.att.out_proj.bias", (8,), ()),  # added after the all-reduce: replicated
-        ("Wo.kernel", (8, 8), ("model", None)),
-        ("trf_blocks.0.ff.layers.2.kernel", (32, 8), ("model", None)),
-        ("tok_emb.embedding", (32, 8), ()),
-        ("trf_blocks.0.norm1.scale", (8,), ()),
-        ("out_head.kernel", (8, 32), ()),
-    ],
-)
-def test_param_spec_by_path(path, shape, expected):
-    mesh = AbstractMesh((2, 2), ("data", "model"))
-    assert tuple(param_spec(path, shape, mesh)) == expected

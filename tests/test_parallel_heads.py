@@ -10,7 +10,8 @@ import pytest
 from threadpoolctl import ThreadpoolController
 
 import numpy_attn
-from numpy_attn.threads import HeadThreads, head_threads
+from numpy_attn.fast import blockwise, threads
+from numpy_attn.fast.threads import HeadThreads, head_threads
 
 NUM_HEADS = 4
 
@@ -115,7 +116,7 @@ def test_one_worker_one_head_or_few_scores_run_no_threads():
     assert limit.entered == 1
     with numpy_attn.parallel_heads(4, limit):  # the default: 2**22 scores
         self_attention(x, weight, bias, padding_mask)
-    assert limit.entered == 1 and numpy_attn.threads.MIN_SCORES == 2**22
+    assert limit.entered == 1 and threads.MIN_SCORES == 2**22
 
 
 def test_the_setting_is_scoped_and_nests():
@@ -184,7 +185,7 @@ def test_an_error_in_a_head_is_raised_to_the_caller(monkeypatch):
     def broken_block_scores(*args):
         raise FloatingPointError("a head failed")
 
-    monkeypatch.setattr(numpy_attn.blockwise, "_block_scores", broken_block_scores)
+    monkeypatch.setattr(blockwise, "_block_scores", broken_block_scores)
     x, weight, bias, padding_mask = inputs(np.float64)
     with (
         numpy_attn.parallel_heads(2, contextlib.nullcontext, min_scores=0),

@@ -10,34 +10,37 @@ whose blocks span every head.
 Key blocks that the causal mask hides entirely are skipped with ``lax.switch``, which halves the
 work of causal attention and stays differentiable; the mask is applied only to blocks that hide
 some key (the diagonal blocks, or every block with padding). Blocks never exceed the sequence
-and are cut as equal as possible (numpy_attn's ``fit_block_size``); when T or S does not divide
-into them, the last block is padded (by fewer rows than there are blocks) and padded keys are
-hidden. Heads split from ``(B, T, E)`` projections are read and written in that token-major
-layout, so that XLA copies no whole ``(B, N, T, H)`` array on the way in or out.
-``blockwise_self_attention`` (the multi-head layers' blockwise path) starts from the layer
-input instead: each head's queries, keys and values are projected inside the loop over heads,
-so no whole projection exists. numpy_attn's ``blockwise.py`` mirrors this module function for
-function (with the batch as one axis of every block instead of a loop). One difference: NumPy
-shifts the scores by the first key block's maximum and does a block again only when its weights
-show that shift is wrong, which spares most blocks a pass NumPy makes on one core; here every
-block takes the running maximum, one step per block with no branch on the data.
+and are cut as equal as possible (``numpy_attn.fast.blocks.fit_block_size``); when T or S does
+not divide into them, the last block is padded (by fewer rows than there are blocks) and padded
+keys are hidden. Heads split from ``(B, T, E)`` projections are read and written in that
+token-major layout, so that XLA copies no whole ``(B, N, T, H)`` array on the way in or out.
+``blockwise_self_attention`` (the multi-head layers' blockwise path) starts from the layer input
+instead: each head's queries, keys and values are projected inside the loop over heads, so no
+whole projection exists. Each block's scores pass through ``jax_attn.ops.rounded``, so that the
+running maximum is of the very values exponentiated.
+numpy_attn's ``blockwise.py`` mirrors this module function for function (with the batch as one
+axis of every block instead of a loop; what the two share is ``numpy_attn.fast.blocks``). One
+difference: NumPy shifts the scores by the first key block's maximum and does a block again only
+when its weights show that shift is wrong, which spares most blocks a pass NumPy makes on one
+core; here every block takes the running maximum, one step per block with no branch on the data.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from jax_attn.ops import draw_keep_mask, linear
-from numpy_attn.fast.blockwise import fit_block_size, token_major
+from jax_attn.ops import draw_keep_mask, linear, rounded
+from numpy_attn.fast.blocks import Heads, fit_block_size, from_token_major, head_weights, token_major
 from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE
 from numpy_attn.ops import compute_dtype
 
 __all__ = ["blockwise_attention", "blockwise_self_attention"]
+
+HeadInputs = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array, jax.Array]]  # (b, n) -> q, k, v
 
 
 def _pad_to_blocks(x: jax.Array, block_size: int, axis: int) -> jax.Array:
@@ -64,34 +67,25 @@ def blockwise_attention(
     block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> jax.Array:
     """``softmax(queries @ keys^T / sqrt(H), hidden keys at -inf) @ values``, block by block:
-    numpy_attn's ``blockwise_attention`` in JAX, with ``key`` (a ``jax.random`` key) for dropout,
-    whose masks are drawn per block (``fold_in(fold_in(key, head), block pair)``: other draws than
-    the reference path's)."""
-    num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-    context_shape = queries.shape[:-1] + values.shape[-1:]  # (..., T, Hv)
-    if num_keys == 0 or 0 in context_shape:  # no block to cut: scaled_dot_product_attention's zeros
-        return jnp.zeros(context_shape, queries.dtype)
-    major_queries = token_major(queries)  # (B, T, N, H)
-    major_keys = token_major(keys)  # (B, S, N, H)
-    major_values = token_major(values)  # (B, S, N, Hv)
+    numpy_attn's ``blockwise_attention`` in JAX (its arguments and result), with ``key`` (a
+    ``jax.random`` key) for dropout, whose masks are drawn per block (``fold_in(fold_in(key,
+    head), block pair)``: other draws than the reference path's)."""
+    heads = Heads.of_attention(
+        queries, keys, values, causal=causal, padding_mask=padding_mask, dropout=dropout, random=key,
+        keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip
+    if heads.empty:  # no block to cut: scaled_dot_product_attention's zeros
+        return jnp.zeros((*queries.shape[:-1], values.shape[-1]), queries.dtype)
+    major = [token_major(jnp.asarray(a)) for a in (queries, keys, values)]  # (B, T|S, N, H|Hv)
 
     def head_inputs(b: jax.Array, n: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         def of_head(x: jax.Array) -> jax.Array:  # (B, L, N, H) -> this head's (L, H)
             return jax.lax.dynamic_slice(x, (b, 0, n, 0), (1, x.shape[1], 1, x.shape[3]))[0, :, 0]
 
-        return of_head(major_queries), of_head(major_keys), of_head(major_values)
+        return of_head(major[0]), of_head(major[1]), of_head(major[2])
 
-    batch, _, num_heads, _ = major_queries.shape
-    context_vec = _heads_blockwise(
-        head_inputs, batch=batch, num_heads=num_heads, num_queries=num_queries, num_keys=num_keys,
-        head_dim=values.shape[-1], dtype=queries.dtype, causal=causal, padding_mask=padding_mask,
-        dropout=dropout, key=key, attn_keep_mask=attn_keep_mask, block_size=block_size,
-    )  # fmt: skip  # (B, T, N, Hv)
-    if queries.ndim == 2:
-        return context_vec[0, :, 0]
-    if queries.ndim == 3:
-        return context_vec[:, :, 0]
-    return jnp.swapaxes(context_vec, 1, 2).reshape(context_shape)
+    context_vec = _heads_blockwise(head_inputs, heads)  # (B, T, N, Hv)
+    return from_token_major(context_vec, queries, values)  # (..., T, Hv)
 
 
 def blockwise_self_attention(
@@ -107,66 +101,47 @@ def blockwise_self_attention(
     attn_keep_mask: jax.Array | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> jax.Array:
-    """Multi-head self-attention of x projected by the stacked QKV ``weight``, block by block:
-    numpy_attn's ``blockwise_self_attention`` in JAX (each head projected inside the loop)."""
-    batch, num_tokens, d_in = x.shape
-    head_dim = weight.shape[0] // (3 * num_heads)
-    # (3E, D) -> (N, 3H, D): head n's query, key and value rows, next to each other
-    head_weights = jnp.swapaxes(weight.reshape(3, num_heads, head_dim, d_in), 0, 1)
-    head_weights = head_weights.reshape(num_heads, 3 * head_dim, d_in)
-    head_biases = None if bias is None else jnp.swapaxes(bias.reshape(3, num_heads, head_dim), 0, 1)
+    """Multi-head self-attention of x ``(B, T, D)`` projected by the stacked QKV ``weight``
+    ``(3E, D)`` (bias ``(3E,)`` or None), block by block: numpy_attn's
+    ``blockwise_self_attention`` in JAX (each head projected inside the loop). Returns:
+    ``(B, T, E)``."""
+    heads = Heads.of_self_attention(
+        x, weight, num_heads, causal=causal, padding_mask=padding_mask, dropout=dropout, random=key,
+        keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip
+    x, weight, bias = (None if a is None else jnp.asarray(a) for a in (x, weight, bias))  # NumPy ones too
+    weights, biases = head_weights(weight, bias, num_heads)  # (N, 3H, D), (N, 3H) or None
 
     def head_inputs(b: jax.Array, n: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        head_bias = None if head_biases is None else head_biases[n].reshape(-1)  # (3H,)
-        # dynamic_index_in_dim, not x[b]: a NumPy x cannot be indexed by the loop's traced b
-        head_x = jax.lax.dynamic_index_in_dim(x, b, keepdims=False)  # (T, D)
-        projected = linear(head_x, head_weights[n], head_bias)  # (T, 3H)
+        projected = linear(x[b], weights[n], None if biases is None else biases[n])  # (T, 3H)
         return tuple(jnp.split(projected, 3, axis=-1))  # queries, keys, values: 3 x (T, H)
 
-    context_vec = _heads_blockwise(
-        head_inputs, batch=batch, num_heads=num_heads, num_queries=num_tokens, num_keys=num_tokens,
-        head_dim=head_dim, dtype=x.dtype, causal=causal, padding_mask=padding_mask,
-        dropout=dropout, key=key, attn_keep_mask=attn_keep_mask, block_size=block_size,
-    )  # fmt: skip  # (B, T, N, H)
-    return context_vec.reshape(batch, num_tokens, num_heads * head_dim)  # (B, T, E)
+    context_vec = _heads_blockwise(head_inputs, heads)  # (B, T, N, H)
+    return context_vec.reshape(*x.shape[:2], -1)  # (B, T, E)
 
 
-def _heads_blockwise(
-    head_inputs: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array, jax.Array]],
-    *,
-    batch: int,
-    num_heads: int,
-    num_queries: int,
-    num_keys: int,
-    head_dim: int,
-    dtype: Any,
-    causal: bool,
-    padding_mask: jax.Array | None,
-    dropout: float | None,
-    key: jax.Array | None,
-    attn_keep_mask: jax.Array | None,
-    block_size: int,
-) -> jax.Array:
+def _heads_blockwise(head_inputs: HeadInputs, heads: Heads) -> jax.Array:
     """The blockwise loops over every head: ``head_inputs(b, n)`` gives head (b, n)'s queries
     ``(T, H)`` and keys and values ``(S, H)``; returns the context in token-major
     ``(B, T, N, Hv)`` layout. Everything up to the context is computed in ``compute_dtype(dtype)``
     (float32 for half precision: each head's queries, keys and values are cast as it starts),
     each query block's context cast to ``dtype`` as it is written."""
-    dropping = dropout is not None and (key is not None or attn_keep_mask is not None)
-    query_block_size = fit_block_size(block_size, num_queries)  # bq
-    key_block_size = fit_block_size(block_size, num_keys)  # bk (= bq when causal: T = S)
+    batch, num_heads, num_queries, num_keys = heads.batch, heads.num_heads, heads.num_queries, heads.num_keys
+    causal, dropout, head_dim, dtype = heads.causal, heads.dropout, heads.head_dim, heads.dtype
+    dropping = heads.dropping
+    query_block_size = fit_block_size(heads.block_size, num_queries)  # bq
+    key_block_size = fit_block_size(heads.block_size, num_keys)  # bk (= bq when causal: T = S)
     padded_length = -(-num_queries // query_block_size) * query_block_size  # Tp
     padded_keys = -(-num_keys // key_block_size) * key_block_size  # Sp
     num_key_blocks = padded_keys // key_block_size
     hidden = jnp.broadcast_to(jnp.arange(padded_keys) >= num_keys, (batch, padded_keys))  # (B, Sp)
-    if padding_mask is not None:
-        hidden = hidden | _pad_to_blocks(padding_mask, key_block_size, -1)
+    if heads.padding_mask is not None:
+        hidden = hidden | _pad_to_blocks(jnp.asarray(heads.padding_mask), key_block_size, -1)
     # without padding, only a causal diagonal block (or, without causality, a padded key) hides keys
-    mask_every_block = padding_mask is not None or (not causal and num_keys % key_block_size != 0)
-    keep_mask = None
-    if attn_keep_mask is not None:
-        # a JAX array (a NumPy mask cannot be indexed by the loop's traced b and n)
-        keep_mask = jnp.asarray(attn_keep_mask).reshape(batch, num_heads, num_queries, num_keys)
+    mask_every_block = heads.padding_mask is not None or (not causal and num_keys % key_block_size != 0)
+    # a JAX array (a NumPy mask cannot be indexed by the loop's traced b and n)
+    keep_mask = heads.keep_mask_by_head(jnp)  # (B, N, T, S) or None
+    if keep_mask is not None:
         keep_mask = _pad_to_blocks(_pad_to_blocks(keep_mask, key_block_size, -1), query_block_size, -2)
     query_slice = functools.partial(jax.lax.dynamic_slice_in_dim, slice_size=query_block_size)
     key_slice = functools.partial(jax.lax.dynamic_slice_in_dim, slice_size=key_block_size)
@@ -190,14 +165,15 @@ def _heads_blockwise(
         head_values = _pad_to_blocks(head_values, key_block_size, 0)  # (Sp, Hv)
         head_hidden = hidden[b]  # (Sp,)
         head_keep = None if keep_mask is None else keep_mask[b, n]  # (Tp, Sp)
-        head_key = None if key is None else jax.random.fold_in(key, head)
+        head_key = None if heads.random is None else jax.random.fold_in(heads.random, head)
 
         def one_query_block(qi: jax.Array, head_context: jax.Array) -> jax.Array:
             query_block = query_slice(head_queries, qi * query_block_size)  # (bq, H)
 
             def step(ki: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array], masked: bool):
                 running_max, running_sum, acc = carry
-                scores = query_block @ key_slice(head_keys, ki * key_block_size).T  # (bq, bk)
+                # rounded: the maximum is of the values exponentiated (a head of size 1 is a product)
+                scores = rounded(query_block @ key_slice(head_keys, ki * key_block_size).T)  # (bq, bk)
                 if masked:
                     block_hidden = key_slice(head_hidden, ki * key_block_size)[None, :]  # (1, bk)
                     if causal:

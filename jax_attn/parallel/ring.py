@@ -2,7 +2,7 @@
 
 Each of the P devices of the ring holds T/P queries, keys and values. In P steps every device
 attends its queries to the key/value block it holds (an online softmax: a running maximum, sum
-and output per query, as in ``jax_attn.blockwise``), then passes that block to the next device
+and output per query, as on jax_attn's blockwise path), then passes that block to the next device
 with ``lax.ppermute``; after P steps every query has seen every key, and no device ever held
 more than one key/value block or a score matrix larger than (T/P, T/P). The backward pass
 (``jax.custom_vjp``) runs the ring again, the key/value gradients travelling with their blocks,
@@ -25,12 +25,15 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from numpy_attn.validation import check_attention_shapes, check_flag, check_mask_operands, check_padding_mask
 
-from jax_attn.checks import check_jax_operands
+from jax_attn.framework import JaxFramework
+from jax_attn.ops import rounded
 from jax_attn.parallel.checks import check_axis, check_divisible_by_axis, check_mesh, check_mesh_fits
+from numpy_attn.checks import check_attention_shapes, check_flag, check_mask_operands, check_padding_mask
 
 __all__ = ["ring_attention"]
+
+_CHECKS = JaxFramework()  # jax_attn's checks of floating operands (float64 needs 64-bit mode)
 
 
 def ring_attention(
@@ -50,20 +53,25 @@ def ring_attention(
     ``mesh``'s axis ``axis_name``: equal to ``jax_attn.attend`` on one device, forward and
     gradients.
 
-    Shapes: queries, keys, values ``(B, N, T, H)``; returns ``(B, N, T, H)``, sharded over T on
-    ``axis_name`` (and over B on ``batch_axis``, N on ``head_axis`` if given; the mesh's other
-    axes hold copies). Inputs may arrive unsharded or sharded. ``causal`` hides key s from query t
-    when s > t; ``padding_mask`` is bool ``(B, T)``, True = padding (hidden key). A query whose
-    every key is hidden gets a zero output. float16/bfloat16 inputs are accumulated in float32
-    (keys and values travel at their own precision) and the output has their dtype.
-    ``load_balance`` deals the tokens out in zigzag order (needs T divisible by twice the axis
-    size) so that causal work is even across the ring.
+    Args:
+        queries, keys, values: ``(B, N, T, H)``, one shape, unsharded or sharded.
+        mesh: a ``jax.sharding.Mesh`` (an ``AbstractMesh`` of at most ``jax.device_count()``
+            devices too).
+        axis_name: the mesh axis T is split over (its size divides T).
+        causal: hide key s from query t when s > t.
+        padding_mask: bool ``(B, T)``, True = padding (a hidden key), or None.
+        load_balance: deal the tokens out in zigzag order (T divisible by twice the axis size),
+            so that causal work is even across the ring.
+        batch_axis, head_axis: mesh axes that split B and N too (None: not split); each mesh
+            axis splits one of B, N and T.
+    Returns:
+        ``(B, N, T, H)`` in the queries' dtype (float16 and bfloat16 accumulate in float32; keys
+        and values travel at their own precision), sharded over T on ``axis_name`` (B and N on
+        their axes; the mesh's other axes hold copies). A query whose every key is hidden gets
+        zeros.
 
-    The arrays are checked as ``scaled_dot_product_attention``'s (one floating dtype, float64
-    only in 64-bit mode), ``causal`` and ``load_balance`` must be bools, and ``mesh`` a
-    ``jax.sharding.Mesh`` (an ``AbstractMesh`` too) with the named axes, each naming a different
-    one, whose sizes divide T (``axis_name``), B (``batch_axis``) and N (``head_axis``):
-    TypeError or ValueError naming the argument otherwise.
+    TypeError or ValueError naming the argument for arrays ``scaled_dot_product_attention``
+    refuses, non-bool flags, or axes that are not the mesh's or do not divide their sizes.
     """
     _check_ring_args(
         queries, keys, values, mesh, axis_name, causal, padding_mask, load_balance, batch_axis, head_axis
@@ -98,11 +106,11 @@ def _sharded_ring(
 def _check_ring_args(
     queries, keys, values, mesh, axis_name, causal, padding_mask, load_balance, batch_axis, head_axis
 ):
-    """The building blocks' checks of the arrays (``check_jax_operands``,
+    """The building blocks' checks of the arrays (floating operands of one dtype,
     ``check_attention_shapes``), flags and padding mask, then the ring's own: one ``(B, N, T, H)``
     shape with T at least 1, a mesh with the named axes, one array axis per mesh axis, and B, N
     and T divisible by their axes' sizes."""
-    check_jax_operands(queries=queries, keys=keys, values=values)
+    _CHECKS.check_operands(queries=queries, keys=keys, values=values)
     check_attention_shapes(queries, keys, values)
     shape = tuple(queries.shape)
     if len(shape) != 4 or tuple(keys.shape) != shape or tuple(values.shape) != shape:
@@ -257,7 +265,7 @@ def _ring_forward(queries, keys, values, hidden, axis_name, ring_size, causal, l
     def update(carry, query_chunk, key_chunk, value_chunk, mask):
         running_max, running_sum, acc = carry
         key_chunk, value_chunk = key_chunk.astype(query_chunk.dtype), value_chunk.astype(query_chunk.dtype)
-        attn_scores = query_chunk @ jnp.swapaxes(key_chunk, -1, -2)  # (B, N, Tc, Sc)
+        attn_scores = rounded(query_chunk @ jnp.swapaxes(key_chunk, -1, -2))  # (B, N, Tc, Sc), see softmax
         attn_scores = jnp.where(mask, -jnp.inf, attn_scores)
         block_max = jnp.maximum(running_max, attn_scores.max(axis=-1, keepdims=True))
         safe_max = jnp.where(block_max == -jnp.inf, 0, block_max)
@@ -321,8 +329,9 @@ def _ring_core_bwd(axis_name, ring_size, causal, load_balance, residuals, d_cont
 
     def grads(query_chunk, key_chunk, value_chunk, d_context_chunk, lse, row, mask):
         key_chunk, value_chunk = key_chunk.astype(query_chunk.dtype), value_chunk.astype(query_chunk.dtype)
-        attn_scores = (query_chunk * scale) @ jnp.swapaxes(key_chunk, -1, -2)  # (B, N, Tc, Sc)
-        attn_weights = jnp.where(mask, 0, jnp.exp(attn_scores - lse))  # (B, N, Tc, Sc)
+        attn_scores = rounded((query_chunk * scale) @ jnp.swapaxes(key_chunk, -1, -2))  # (B, N, Tc, Sc)
+        # weights are at most 1: a score recomputed an ulp above the forward's cannot overflow exp
+        attn_weights = jnp.where(mask, 0, jnp.exp(jnp.minimum(attn_scores - lse, 0)))  # (B, N, Tc, Sc)
         d_values = jnp.swapaxes(attn_weights, -1, -2) @ d_context_chunk  # (B, N, Sc, H)
         d_weights = d_context_chunk @ jnp.swapaxes(value_chunk, -1, -2)  # (B, N, Tc, Sc)
         d_scores = attn_weights * (d_weights - row) * scale

@@ -18,9 +18,9 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from numpy_attn.validation import check_array, check_numpy_dtype
 
 from jax_attn.parallel.checks import check_axis, check_devices, check_divisible_by_axis, check_mesh
+from numpy_attn.checks import check_array, check_numpy_dtype
 
 __all__ = ["COLUMN_PARALLEL", "ROW_PARALLEL", "param_spec", "shard_batch", "shard_model"]
 
@@ -30,10 +30,22 @@ ROW_PARALLEL = re.compile(r"(^|\.)(out_proj|Wo|ff\.layers\.2)\.kernel$")
 
 
 def param_spec(path: str, shape: tuple[int, ...], mesh: Mesh, model_axis: str | None = "model") -> P:
-    """The ``PartitionSpec`` of the parameter at ``path`` (dotted, Flax layout: kernels are
-    ``(in, out)``): column parallel layers split their kernel's out axis and their bias over
-    ``model_axis``, row parallel layers their kernel's in axis; anything else is replicated.
-    A split dimension must divide by the axis size (ValueError naming the path and shapes)."""
+    """Where the parameter at ``path`` lives on ``mesh``: column parallel layers (``COLUMN_PARALLEL``)
+    split their kernel's out axis and their bias over ``model_axis``, row parallel layers
+    (``ROW_PARALLEL``) their kernel's in axis; anything else is replicated.
+
+    Args:
+        path: the parameter's dotted path in its module (``"trf_blocks.0.att.W_key.kernel"``);
+            Flax's layout, kernels ``(in, out)``.
+        shape: the parameter's shape; mesh: a ``jax.sharding.Mesh`` (or ``AbstractMesh``).
+        model_axis: the mesh axis of tensor parallelism, or None (everything replicated).
+    Returns:
+        The ``PartitionSpec``: ``P(None, model_axis)``, ``P(model_axis)``, ``P(model_axis, None)``
+        or ``P()``.
+
+    TypeError or ValueError for a mesh that is none, an axis not in it, or a split dimension that
+    does not divide by the axis size (naming the path and shape).
+    """
     check_mesh(mesh)
     check_axis(mesh, "model_axis", model_axis)
     if model_axis is None:
@@ -53,15 +65,22 @@ def param_spec(path: str, shape: tuple[int, ...], mesh: Mesh, model_axis: str | 
 def shard_model(
     model: nnx.Module, mesh: Mesh, *, data_axis: str | None = "data", model_axis: str | None = "model"
 ) -> nnx.Module:
-    """Place ``model``'s variables on ``mesh``, in place, and return it.
+    """Place ``model``'s variables on ``mesh``, in place: parameters as ``param_spec`` says (heads
+    and MLP hidden units split over ``model_axis``), every other variable (dropout streams...)
+    replicated. Then run the model under ``nnx.jit`` (or ``jax.jit`` of ``nnx.split``/``nnx.merge``)
+    on a batch placed by ``shard_batch``: XLA partitions the computation.
 
-    Parameters follow ``param_spec`` (heads and MLP hidden units split over ``model_axis``);
-    every other variable (dropout streams...) is replicated. Then run the model under
-    ``nnx.jit`` (or ``jax.jit`` of ``nnx.split``/``nnx.merge``) on a batch placed by
-    ``shard_batch``: XLA partitions the computation. ``data_axis`` is only checked here (it is
-    the batch's); None for either axis means that kind of parallelism is not used. ``model``
-    must be an ``nnx.Module`` and ``mesh`` a ``jax.sharding.Mesh`` of devices with the named
-    axes: TypeError or ValueError naming the argument otherwise.
+    Args:
+        model: an ``nnx.Module`` (the attention modules, ``GPTModel``, any module whose
+            submodules carry the torch attributes' names).
+        mesh: a ``jax.sharding.Mesh`` of devices.
+        data_axis: the batch's mesh axis, only checked here; model_axis: tensor parallelism's.
+            None for either: that kind of parallelism is not used.
+    Returns:
+        ``model`` itself.
+
+    TypeError or ValueError naming the argument for a model or mesh of another kind, or an axis
+    not in the mesh.
     """
     if not isinstance(model, nnx.Module):
         raise TypeError(f"model must be an nnx.Module, got {type(model).__name__}")
@@ -89,10 +108,17 @@ def _place(value: jax.Array, sharding: NamedSharding) -> jax.Array:
 
 
 def shard_batch(x: jax.Array, mesh: Mesh, *, data_axis: str = "data") -> jax.Array:
-    """``x`` with its first (batch) axis split over ``data_axis``; B must divide by its size.
-    ``x`` is an array (NumPy or JAX, of any dtype: token ids too) with at least one axis, ``mesh``
-    a ``jax.sharding.Mesh`` of devices with an axis ``data_axis``: TypeError or ValueError naming
-    the argument otherwise."""
+    """A batch placed for data parallelism.
+
+    Args:
+        x: ``(B, ...)``, NumPy or JAX, of any dtype (token ids too); B divisible by the size of
+            ``data_axis``.
+        mesh: a ``jax.sharding.Mesh`` of devices with the axis ``data_axis``.
+    Returns:
+        ``x`` as a JAX array with its first axis split over ``data_axis``.
+
+    TypeError or ValueError naming the argument otherwise.
+    """
     shape = check_array("x", x)
     check_numpy_dtype("x", x)
     if not shape:

@@ -1,5 +1,5 @@
 """The attention core by implementation, and a whole layer on its fast path: written once for both
-packages, computing with the ``Framework`` it is given (its ``ops`` and blockwise functions).
+packages, computing with the ``Framework`` it is given (its ``ops``, its blockwise functions).
 
 ``attend`` runs ``scaled_dot_product_attention`` (the notes' math) or ``blockwise_attention``
 (O(T) memory) as ``ComputePath`` says; ``attend_heads`` adds the projections and the head split
@@ -30,15 +30,24 @@ def attend(
     path: ComputePath = ComputePath(),
     return_steps: bool = False,
 ) -> tuple[Any, Steps]:
-    """``(context_vec (..., T, Hv), steps)`` of queries ``(..., T, H)`` against keys and values
-    ``(..., S, H)``, hidden keys as ``masking`` says (the padding mask's B is the queries' first
-    axis, 1 for ``(T, H)`` queries), on ``path.implementation``'s path. The (T, S) steps exist only
-    with ``return_steps``, from the reference math on either path (random dropout then draws one
-    keep-mask that both use)."""
+    """Attention of queries over keys and values on ``path.implementation``'s path.
+
+    Args:
+        queries: ``(..., T, H)``; keys ``(..., S, H)`` and values ``(..., S, Hv)``, with the
+            queries' leading axes.
+        masking: what hides keys (the padding mask's B is the queries' first axis, 1 for
+            ``(T, H)`` queries).
+        dropout: on the attention weights; path: how to compute.
+        return_steps: also the ``(..., T, S)`` steps, from the reference math on either path
+            (random dropout then draws one keep-mask that both use).
+    Returns:
+        ``(context_vec (..., T, Hv), steps)``; steps is empty without ``return_steps``.
+    """
     blockwise = uses_blockwise(path.implementation, queries.shape[-2])
     random, keep_mask, steps = dropout.rng, dropout.keep_mask, Steps()
     if blockwise and return_steps and random is not None and dropout.rate:  # one draw for both paths
-        keep_mask, random = fw.ops.draw_keep_mask(random, dropout.rate, (*queries.shape[:-1], keys.shape[-2])), None
+        keep_shape = (*queries.shape[:-1], keys.shape[-2])  # (..., T, S)
+        keep_mask, random = fw.ops.draw_keep_mask(random, dropout.rate, keep_shape), None
     if not blockwise or return_steps:
         context_vec, steps = _reference(fw, queries, keys, values, masking, dropout.rate, random, keep_mask)
         if not blockwise:
@@ -74,13 +83,20 @@ def attend_heads(
     path: ComputePath = ComputePath(),
     return_steps: bool = False,
 ) -> tuple[Any, Steps]:
-    """``(context_vec (B, T, E), steps)`` of multi-head self-attention up to the output projection.
+    """Multi-head self-attention up to the output projection: x projected by ``qkv`` (in one
+    matmul if ``path.fused_qkv``, else three), split into ``num_heads`` heads, ``attend``-ed,
+    merged back. On the blockwise path without steps, each head is projected inside the loop over
+    heads (``blockwise_self_attention``): no ``(B, T, 3E)`` projection is ever stored.
 
-    x ``(B, T, D)`` is projected by ``qkv``, the stacked weight ``(3E, D)`` (torch layout: the rows
-    of W_query, W_key, W_value; note 003's ``Wqkv``) and bias ``(3E,)`` or None, in one matmul if
-    ``path.fused_qkv`` (else three); split into ``num_heads`` heads, ``attend``-ed, merged back.
-    On the blockwise path without steps, each head is projected inside the loop over heads
-    (``blockwise_self_attention``): no ``(B, T, 3E)`` projection is ever stored.
+    Args:
+        x: ``(B, T, D)``.
+        qkv: ``(weight (3E, D), bias (3E,) or None)``, torch's layout: the rows of W_query, W_key,
+            W_value (note 003's ``Wqkv``).
+        num_heads: N, dividing E; masking, dropout, path, return_steps: as ``attend``'s (the
+            keep-mask ``(B, N, T, T)``).
+    Returns:
+        ``(context_vec (B, T, E), steps)``: with ``return_steps``, the projections ``queries``,
+        ``keys``, ``values`` ``(B, T, E)`` and ``attend``'s steps.
     """
     if uses_blockwise(path.implementation, x.shape[-2]) and not return_steps:
         context_vec = fw.blockwise_self_attention(
@@ -90,11 +106,11 @@ def attend_heads(
         )  # fmt: skip
         return context_vec, Steps()
     queries, keys, values = split_projection(fw, x, *qkv, fused=path.fused_qkv)  # 3 x (B, T, E)
-    split = lambda a: fw.ops.split_heads(a, num_heads)  # noqa: E731  (B, T, E) -> (B, N, T, H)
-    context_vec, steps = attend(fw, split(queries), split(keys), split(values), masking, dropout, path, return_steps)
+    heads = [fw.ops.split_heads(a, num_heads) for a in (queries, keys, values)]  # 3 x (B, N, T, H)
+    context_vec, steps = attend(fw, *heads, masking, dropout, path, return_steps)  # (B, N, T, H)
     if return_steps:
         steps = Steps(queries=queries, keys=keys, values=values, **steps)
-    return fw.ops.merge_heads(context_vec), steps
+    return fw.ops.merge_heads(context_vec), steps  # (B, T, E)
 
 
 def fast_layer(
@@ -109,9 +125,19 @@ def fast_layer(
     return_steps: bool,
     **arguments: Any,
 ) -> tuple[Any, Steps]:
-    """The layer of ``spec`` on the path ``implementation`` names (the blockwise one, where the door
-    sends it): its projections, ``attend``, its output projection and dropout. Returns ``(output,
-    steps)`` as the reference math does: the same names, the (T, S) steps by the reference math."""
+    """The layer of ``spec`` on the path ``implementation`` names (the blockwise one, where the
+    door sends it): its projections, ``attend`` (or ``attend_heads``), its output projection and
+    dropout.
+
+    Args:
+        params, x, padding_mask: the layer function's (checked by the door).
+        implementation, block_size: the path; return_steps: whether the steps are wanted.
+        arguments: the layer's other arguments (``num_heads``, dropout rates, keep-masks, the
+            random source).
+    Returns:
+        ``(output, steps)`` as the layer's reference math returns them: the same step names, the
+        ``(T, S)`` steps by the reference math (only with ``return_steps``).
+    """
     random = arguments.get(fw.random)
     path = ComputePath(implementation, block_size, fuses_projections(implementation, x.shape[-2]))
     if spec.heads is not None:  # a stack of heads, each the layer spec.heads names
@@ -121,8 +147,10 @@ def fast_layer(
     dropout = AttnDropout(rate, attn_random, arguments.get("attn_keep_mask"))
     masking = Masking(spec.causal, padding_mask)
     if spec.multi_head:
-        qkv = _stacked_qkv(spec, fw, params)  # (3E, D), (3E,) or None
-        context_vec, steps = attend_heads(fw, x, qkv, arguments["num_heads"], masking, dropout, path, return_steps)
+        qkv = _weights(params, "Wqkv") if spec.qkv == "fused" else qkv_weights(fw, params)  # (3E, D), (3E,)
+        context_vec, steps = attend_heads(
+            fw, x, qkv, arguments["num_heads"], masking, dropout, path, return_steps
+        )
     else:
         queries, keys, values = _projections(spec, fw, params, x)  # 3 x (..., T, E)
         context_vec, steps = attend(fw, queries, keys, values, masking, dropout, path, return_steps)
@@ -131,8 +159,9 @@ def fast_layer(
     output = context_vec if spec.out is None else fw.ops.linear(context_vec, *_weights(params, spec.out))
     if spec.out_dropout is not None:
         steps["projected"] = output
+        out_keep_mask = arguments.get("out_keep_mask")
         output = fw.ops.dropout(
-            output, arguments[spec.out_dropout], keep_mask=arguments.get("out_keep_mask"), **{fw.random: out_random}
+            output, arguments[spec.out_dropout], keep_mask=out_keep_mask, **{fw.random: out_random}
         )
     return output, Steps(**steps, output=output)
 
@@ -148,11 +177,6 @@ def _projections(spec: LayerSpec, fw: Any, params: Mapping[str, Any], x: Any) ->
     if spec.qkv == "fused":
         return split_projection(fw, x, *_weights(params, "Wqkv"))
     return qkv_projections(fw, x, params)
-
-
-def _stacked_qkv(spec: LayerSpec, fw: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
-    """The ``(3E, D)`` weight and ``(3E,)`` bias (or None) of the three projections."""
-    return _weights(params, "Wqkv") if spec.qkv == "fused" else qkv_weights(fw, params)
 
 
 def _stack(

@@ -6,7 +6,7 @@ One head at a time (a loop over heads; the batch is one axis of every block), qu
 a running sum ``l`` and a running output ``acc`` per query replace the (T, S) weights, and key
 blocks that the causal mask hides entirely are skipped, which halves the work of causal
 attention. Only (B, side, side) scores exist at any time. Blocks never exceed the sequence and
-are cut as equal as possible (``fit_block_size``).
+are cut as equal as possible (``numpy_attn.fast.blocks.fit_block_size``).
 
 The scores are lowered by a per-query ``shift`` before ``exp``, as softmax lowers them by their
 maximum. The online softmax shifts by the running maximum, which costs a maximum over every block
@@ -20,7 +20,7 @@ over their scores fewer (NumPy runs every pass on one core); the result equals t
 softmax's up to rounding, since both are the same softmax under another shift. For the same
 reason neither the shift nor the running sum is a pass of its own: each head's keys and values
 get a column of ones, so the queries' matmul with the keys also subtracts the shift (held in the
-query block's last column; the same bits as subtracting after it) and the weights' matmul with
+query block's last column: one more term of the matmul's sum) and the weights' matmul with
 the values also sums the weights' rows, into the last column of ``acc`` (with dropout, which the
 sums must not see, they are summed apart).
 Heads split from ``(B, T, E)`` projections are read and written in that token-major layout, so
@@ -30,7 +30,8 @@ keys and values are projected inside the loop over heads, so no whole projection
 Heads run one after another, or on threads within ``numpy_attn.parallel_heads`` (each head's
 passes on one core, BLAS limited to one thread per call by the caller's context manager; the
 bits of one head after another under the same BLAS).
-jax_attn's ``blockwise.py`` mirrors this module function for function.
+jax_attn's ``blockwise.py`` mirrors this module function for function; what the two share (the
+heads and their layout, the blocks' sizes) is ``numpy_attn.fast.blocks``.
 """
 
 from __future__ import annotations
@@ -38,25 +39,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 
+from numpy_attn.fast.blocks import Heads, fit_block_size, from_token_major, head_weights, token_major
 from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE
 from numpy_attn.fast.threads import head_threads
 from numpy_attn.ops import causal_mask, compute_dtype, draw_keep_mask, linear
 
-__all__ = ["block_sides", "blockwise_attention", "blockwise_self_attention", "fit_block_size", "token_major"]
+__all__ = ["block_sides", "blockwise_attention", "blockwise_self_attention"]
 
-
-def fit_block_size(block_size: int, length: int) -> int:
-    """The block size used on a sequence of ``length``: as few blocks as ``block_size`` allows,
-    cut as equal as possible, so that a block never exceeds the sequence and the last one is
-    short by less than one row per block (1000 tokens, ``block_size=512``: two blocks of 500;
-    6 tokens, ``block_size=10**9``: one block of 6). Both packages use it, so that jax_attn,
-    which pads the last block, pads fewer than one row per block."""
-    num_blocks = max(1, -(-length // block_size))
-    return max(1, -(-length // num_blocks))
+HeadInputs = Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]]  # head n -> its queries, keys, values
 
 
 def block_sides(block_size: int, batch: int, num_queries: int, num_keys: int) -> tuple[int, int]:
@@ -66,16 +59,6 @@ def block_sides(block_size: int, batch: int, num_queries: int, num_keys: int) ->
     (B = 8, T = 1024: sides of 256 instead of 512 took 0.89-0.91 of the time)."""
     side = max(1, block_size // math.isqrt(batch))
     return fit_block_size(side, num_queries), fit_block_size(side, num_keys)
-
-
-def token_major(x: Any) -> Any:
-    """``(..., T, H) -> (B, T, N, H)``: ``(B, N, T, H)`` swapped (a view of split heads), ``(B, T, H)``
-    and ``(T, H)`` with unit axes; more leading axes are folded into N. NumPy or JAX arrays."""
-    if x.ndim == 2:
-        return x[None, :, None, :]
-    if x.ndim == 3:
-        return x[:, :, None, :]
-    return x.reshape(x.shape[0], -1, *x.shape[-2:]).swapaxes(1, 2)
 
 
 def blockwise_attention(
@@ -93,39 +76,28 @@ def blockwise_attention(
     """``softmax(queries @ keys^T / sqrt(H), hidden keys at -inf) @ values``, block by block.
 
     Args:
-        queries ``(..., T, H)``; keys and values ``(..., S, H)``, with the queries' leading axes.
+        queries: ``(..., T, H)``; keys and values ``(..., S, H)`` and ``(..., S, Hv)``, with the
+            queries' leading axes.
         causal: hide key s from query t when s > t (T = S).
         padding_mask: bool ``(B, S)``, True = padding (hidden); B the queries' first axis (1 for
             ``(T, H)`` queries).
-        dropout, rng, attn_keep_mask: dropout on the normalised weights: ``attn_keep_mask`` (bool
-            ``(..., T, S)``, True = keep) is sliced per block; ``rng`` draws a mask per block
-            (other draws than the reference path's).
-    Returns: ``(..., T, H)``. A query whose every key is hidden gets zeros. Half precision is
-    computed in float32, the context cast back.
+        dropout: the probability of dropping a normalised weight, with ``attn_keep_mask`` (bool
+            ``(..., T, S)``, True = keep) or, drawn per block from ``rng``, other draws than the
+            reference path's; None: no dropout.
+        block_size: keys per block of one sequence (divided by isqrt(B): ``block_sides``).
+    Returns:
+        ``(..., T, Hv)`` in the queries' dtype (half precision is computed in float32 and cast
+        once). A query whose every key is hidden gets zeros.
     """
-    num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-    context_shape = queries.shape[:-1] + values.shape[-1:]  # (..., T, Hv)
-    if num_keys == 0 or 0 in context_shape:  # no block to cut: scaled_dot_product_attention's zeros
-        return np.zeros(context_shape, queries.dtype)
-    major_queries = token_major(queries)  # (B, T, N, H)
-    major_keys = token_major(keys)  # (B, S, N, H)
-    major_values = token_major(values)  # (B, S, N, Hv)
-
-    def head_inputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return major_queries[:, :, n], major_keys[:, :, n], major_values[:, :, n]  # (B, T, H), ...
-
-    batch, _, num_heads, _ = major_queries.shape
-    context_vec = _heads_blockwise(
-        head_inputs, batch=batch, num_heads=num_heads, num_queries=num_queries, num_keys=num_keys,
-        head_dim=values.shape[-1], dtype=queries.dtype, causal=causal, padding_mask=padding_mask,
-        dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask, block_size=block_size,
-    )  # fmt: skip  # (B, T, N, Hv)
-    if queries.ndim == 2:
-        return context_vec[0, :, 0]
-    if queries.ndim == 3:
-        return context_vec[:, :, 0]
-    # a view: the result is laid out in memory as heads split from (B, T, E) projections are
-    return np.swapaxes(context_vec, 1, 2).reshape(context_shape)
+    heads = Heads.of_attention(
+        queries, keys, values, causal=causal, padding_mask=padding_mask, dropout=dropout, random=rng,
+        keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip
+    if heads.empty:  # no block to cut: scaled_dot_product_attention's zeros
+        return np.zeros((*queries.shape[:-1], values.shape[-1]), queries.dtype)
+    major = [token_major(a) for a in (queries, keys, values)]  # (B, T, N, H), (B, S, N, H), (B, S, N, Hv)
+    context_vec = _heads_blockwise(lambda n: tuple(a[:, :, n] for a in major), heads)  # (B, T, N, Hv)
+    return from_token_major(context_vec, queries, values)  # (..., T, Hv), a view of (B, T, N, Hv)
 
 
 def blockwise_self_attention(
@@ -141,65 +113,50 @@ def blockwise_self_attention(
     attn_keep_mask: np.ndarray | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> np.ndarray:
-    """Multi-head self-attention of x projected by the stacked QKV ``weight``, block by block.
+    """Multi-head self-attention of x projected by the stacked QKV ``weight``, block by block:
+    ``merge_heads(blockwise_attention(...))`` of the split projections, but each head is
+    projected inside the loop over heads, ``(B, T, 3H)`` at a time, so that no ``(B, T, 3E)``
+    projection is ever stored.
 
-    Args: x ``(B, T, D)``; weight ``(3E, D)`` in torch's layout (the rows of W_query, W_key,
-    W_value: note 003's ``Wqkv``), bias ``(3E,)`` or None; the rest as ``blockwise_attention``'s.
-    Returns: the heads' context merged, ``(B, T, E)``: ``merge_heads(blockwise_attention(...))`` of
-    the split projections, but each head is projected inside the loop over heads, ``(B, T, 3H)``
-    at a time, so that no ``(B, T, 3E)`` projection is ever stored.
+    Args:
+        x: ``(B, T, D)``.
+        weight: ``(3E, D)`` in torch's layout (the rows of W_query, W_key, W_value: note 003's
+            ``Wqkv``); bias ``(3E,)`` or None.
+        num_heads: N, dividing E; the rest as ``blockwise_attention``'s (``attn_keep_mask``
+            ``(B, N, T, T)``).
+    Returns:
+        The heads' context merged, ``(B, T, E)``.
     """
-    batch, num_tokens, d_in = x.shape
-    head_dim = weight.shape[0] // (3 * num_heads)
-    # (3E, D) -> (N, 3H, D): head n's query, key and value rows, next to each other
-    head_weights = np.swapaxes(weight.reshape(3, num_heads, head_dim, d_in), 0, 1)
-    head_weights = head_weights.reshape(num_heads, 3 * head_dim, d_in)
-    head_biases = None if bias is None else np.swapaxes(bias.reshape(3, num_heads, head_dim), 0, 1)
+    heads = Heads.of_self_attention(
+        x, weight, num_heads, causal=causal, padding_mask=padding_mask, dropout=dropout, random=rng,
+        keep_mask=attn_keep_mask, block_size=block_size,
+    )  # fmt: skip
+    weights, biases = head_weights(weight, bias, num_heads)  # (N, 3H, D), (N, 3H) or None
 
     def head_inputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        head_bias = None if head_biases is None else head_biases[n].reshape(-1)  # (3H,)
-        projected = linear(x, head_weights[n], head_bias)  # (B, T, 3H)
+        projected = linear(x, weights[n], None if biases is None else biases[n])  # (B, T, 3H)
         return tuple(np.split(projected, 3, axis=-1))  # queries, keys, values: 3 x (B, T, H)
 
-    context_vec = _heads_blockwise(
-        head_inputs, batch=batch, num_heads=num_heads, num_queries=num_tokens, num_keys=num_tokens,
-        head_dim=head_dim, dtype=x.dtype, causal=causal, padding_mask=padding_mask,
-        dropout=dropout, rng=rng, attn_keep_mask=attn_keep_mask, block_size=block_size,
-    )  # fmt: skip  # (B, T, N, H)
-    return context_vec.reshape(batch, num_tokens, num_heads * head_dim)  # (B, T, E)
+    context_vec = _heads_blockwise(head_inputs, heads)  # (B, T, N, H)
+    return context_vec.reshape(*x.shape[:2], -1)  # (B, T, E)
 
 
-def _heads_blockwise(
-    head_inputs: Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]],
-    *,
-    batch: int,
-    num_heads: int,
-    num_queries: int,
-    num_keys: int,
-    head_dim: int,
-    dtype: Any,
-    causal: bool,
-    padding_mask: np.ndarray | None,
-    dropout: float | None,
-    rng: np.random.Generator | None,
-    attn_keep_mask: np.ndarray | None,
-    block_size: int,
-) -> np.ndarray:
+def _heads_blockwise(head_inputs: HeadInputs, heads: Heads) -> np.ndarray:
     """The blockwise loops over every head: ``head_inputs(n)`` gives head n's queries
     ``(B, T, H)`` and keys and values ``(B, S, H)``; returns the context in token-major
     ``(B, T, N, Hv)`` layout. Everything up to the context is computed in ``compute_dtype(dtype)``
     (float32 for half precision: the keys and values are cast with their column of ones, the
     queries as they are scaled), the context cast to ``dtype`` as it is written."""
-    dropping = dropout is not None and (rng is not None or attn_keep_mask is not None)
+    batch, num_heads, num_queries, num_keys = heads.batch, heads.num_heads, heads.num_queries, heads.num_keys
+    causal, dropout, rng = heads.causal, heads.dropout, heads.random
+    dropping = heads.dropping
     if dropping:
         dropout = float(dropout)  # a NumPy scalar would set the tiles' dtype, as in dropout
-    query_block_size, key_block_size = block_sides(block_size, batch, num_queries, num_keys)  # bq, bk
-    hidden = None if padding_mask is None else padding_mask[:, None, :]  # (B, 1, S)
-    keep_mask = None
-    if attn_keep_mask is not None:
-        keep_mask = attn_keep_mask.reshape(batch, num_heads, num_queries, num_keys)
-    context_vec = np.empty((batch, num_queries, num_heads, head_dim), dtype)
-    compute = compute_dtype(dtype)  # the input dtype, or float32 for half precision
+    query_block_size, key_block_size = block_sides(heads.block_size, batch, num_queries, num_keys)  # bq, bk
+    hidden = None if heads.padding_mask is None else heads.padding_mask[:, None, :]  # (B, 1, S)
+    keep_mask = heads.keep_mask_by_head(np)  # (B, N, T, S) or None
+    context_vec = np.empty((batch, num_queries, num_heads, heads.head_dim), heads.dtype)
+    compute = compute_dtype(heads.dtype)  # the input dtype, or float32 for half precision
     ones = np.ones((batch, num_keys, 1), compute)
 
     # a score above a block's stale shift overflows exp to inf (and inf x 0 in the weights' matmul
@@ -220,7 +177,7 @@ def _heads_blockwise(
             np.multiply(head_queries[:, q0:q1], scale, out=query_block[..., :-1], dtype=compute)
             shift = None  # (B, bq, 1): what each query's scores are lowered by before exp
             # (B, bq, Hv + 1): the weighted values and, in the last column, the running sum l
-            acc = np.zeros((batch, q1 - q0, head_dim + 1), dtype=compute)
+            acc = np.zeros((batch, q1 - q0, heads.head_dim + 1), dtype=compute)
             last_key = q1 if causal else num_keys  # keys after the block's last query are all hidden
             for k0 in range(0, last_key, key_block_size):
                 k1 = min(k0 + key_block_size, num_keys)
@@ -270,7 +227,7 @@ def _heads_blockwise(
     if workers == 1 or few_scores or (dropping and rng is not None):  # rng: draws in order
         for n in range(num_heads):
             attend_head(n)
-    else:  # numpy_attn.threads: a head per thread, each making its matmuls on one core
+    else:  # parallel_heads: a head per thread, each making its matmuls on one core
         with one_thread_blas(), ThreadPoolExecutor(workers) as pool:
             list(pool.map(attend_head, range(num_heads)))  # list(): raises what a head raised
     return context_vec

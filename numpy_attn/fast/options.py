@@ -42,7 +42,9 @@ def check_implementation(implementation: Any, block_size: Any) -> None:
 
 def uses_blockwise(implementation: str, num_queries: int) -> bool:
     """Whether a call with ``num_queries`` query tokens runs the blockwise path."""
-    return implementation == "blockwise" or (implementation == "auto" and num_queries >= AUTO_BLOCKWISE_TOKENS)
+    return implementation == "blockwise" or (
+        implementation == "auto" and num_queries >= AUTO_BLOCKWISE_TOKENS
+    )
 
 
 def fuses_projections(implementation: str, num_tokens: int) -> bool:

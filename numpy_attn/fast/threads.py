@@ -63,13 +63,20 @@ def parallel_heads(
     min_scores: int = MIN_SCORES,
 ) -> Iterator[None]:
     """Within the block, numpy_attn's blockwise path runs up to ``workers`` heads at a time on
-    threads, inside ``one_thread_blas()`` (a context manager that keeps BLAS to one thread per
-    call, such as ``threadpoolctl``'s limit, or ``contextlib.nullcontext`` where BLAS already
-    runs one thread), when a head has at least ``min_scores`` scores (B x T x S; fewer run
-    faster on one thread, see ``MIN_SCORES``). Outside the block, with ``workers=1``, or with
-    random dropout (an ``rng``: the draws come from one generator, in order), heads run one
-    after another. The setting belongs to the calling thread (and asyncio task): a
-    ``contextvars.ContextVar``."""
+    threads, inside ``one_thread_blas()``, when a head has at least ``min_scores`` scores.
+    Outside the block, with ``workers=1``, or with random dropout (an ``rng``: the draws come from
+    one generator, in order), heads run one after another. The setting belongs to the calling
+    thread (and asyncio task): a ``contextvars.ContextVar``.
+
+    Args:
+        workers: heads at a time, a positive int.
+        one_thread_blas: called for a context manager that keeps BLAS to one thread per call
+            (``threadpoolctl``'s limit; ``contextlib.nullcontext`` where BLAS runs one thread).
+        min_scores: the fewest scores per head, B x T x S, for which heads go on threads (fewer
+            run faster on one thread, see ``MIN_SCORES``).
+
+    TypeError or ValueError naming the argument for a bad setting.
+    """
     check_size("workers", workers)
     check_count("min_scores", min_scores)
     if not callable(one_thread_blas):
