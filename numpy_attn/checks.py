@@ -1,9 +1,8 @@
 """The checks of bad input, shared by numpy_attn and jax_attn: one text for one mistake.
 
-Each check looks at types, shapes, dtypes and Python numbers only, so it runs the same way on
-NumPy arrays, JAX arrays and JAX tracers (under ``jax.jit`` once, at trace time); values are
-checked (``check_finite``) only where they are concrete. A check raises TypeError for a value of
-the wrong kind and ValueError for one out of range, naming the argument and the shapes.
+Each looks at types, shapes, dtypes and Python numbers, so it runs the same on NumPy arrays and JAX
+tracers (values only where known: ``check_finite``). TypeError for a value of the wrong kind,
+ValueError for one out of range, naming the argument and the shapes.
 """
 
 from __future__ import annotations
@@ -37,17 +36,16 @@ def check_array(name: str, value: Any) -> tuple[int, ...]:
     shape = getattr(value, "shape", None)
     if shape is None or not hasattr(value, "dtype"):
         raise TypeError(f"{name} must be an array, got {type(value).__name__}")
-    if isinstance(value, np.matrix):
-        raise TypeError(
-            f"{name} must be an array, got numpy.matrix (always 2-D, * a matrix product): "
-            f"pass np.asarray({name})"
-        )
-    if isinstance(value, np.ma.MaskedArray):
-        raise TypeError(
-            f"{name} must be an array, got numpy.ma.MaskedArray, whose mask would be ignored: "
-            f"pass {name}.filled(value)"
-        )
+    for kind, label, instead in _REFUSED:  # NumPy subclasses that compute otherwise
+        if isinstance(value, kind):
+            raise TypeError(f"{name} must be an array, got {label}: pass {instead.format(name=name)}")
     return tuple(shape)
+
+
+_REFUSED = (
+    (np.matrix, "numpy.matrix (always 2-D, * a matrix product)", "np.asarray({name})"),
+    (np.ma.MaskedArray, "numpy.ma.MaskedArray, whose mask would be ignored", "{name}.filled(value)"),
+)
 
 
 def check_numpy_dtype(name: str, value: Any) -> None:
@@ -103,10 +101,9 @@ def check_operands(floating: tuple[str, ...], /, *, optional: tuple[str, ...] = 
 
 def check_mask_operands(**masks: Any) -> None:
     """Each mask given (None: not given) an array NumPy can read; shapes are checked where used."""
-    for name, mask in masks.items():
-        if mask is not None:
-            check_array(name, mask)
-            check_numpy_dtype(name, mask)
+    for name, mask in ((name, mask) for name, mask in masks.items() if mask is not None):
+        check_array(name, mask)
+        check_numpy_dtype(name, mask)
 
 
 def check_flag(name: str, value: Any) -> None:
