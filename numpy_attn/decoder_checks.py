@@ -14,6 +14,7 @@ from numpy_attn.cache_checks import check_cache_memory, check_decode_room, check
 from numpy_attn.decoder_spec import (
     FIRST_WEIGHT,
     check_config,
+    check_eps,
     check_rope_base,
     check_rope_freq,
     decoder_param_shapes,
@@ -26,14 +27,6 @@ from numpy_attn.decoder_spec import (
 from numpy_attn.gpt_checks import check_token_ids
 
 A = Mapping[str, Any]
-
-
-def check_eps(eps: Any, name: str = "eps") -> None:
-    """An RMSNorm's eps: a finite number >= 0."""
-    if isinstance(eps, bool) or not isinstance(eps, int | float | np.integer | np.floating):
-        raise TypeError(f"{name} must be a finite number >= 0, got {eps!r} ({type(eps).__name__})")
-    if not (np.isfinite(float(eps)) and eps >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {eps!r}")
 
 
 def rms_norm(fw: Any, a: A) -> None:
@@ -97,7 +90,7 @@ def check_gqa(fw: Any, a: A) -> tuple[int, ...]:
     arguments and ``norm_eps``. Returns x's shape."""
     params, x = a["params"], a["x"]
     num_heads, num_kv_groups = a["num_heads"], a["num_kv_groups"]
-    checks.check_size("num_kv_groups", num_kv_groups)
+    checks.check_size("num_heads", num_heads)
     checks.check_divisible("num_heads", num_heads, num_kv_groups, heads_name="num_kv_groups")
     shape = checks.check_input(x, layout="(B, T, D)", floating=fw.floats)
     checks.check_mapping(params)

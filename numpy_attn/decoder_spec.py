@@ -36,6 +36,7 @@ __all__ = [
     "attention_arguments",
     "block_shapes",
     "check_config",
+    "check_eps",
     "check_rope_base",
     "check_rope_freq",
     "decoder_param_count",
@@ -101,6 +102,14 @@ def _check_number(name: str, value: Any, *, low: float = 0.0) -> None:
         )
     if not (math.isfinite(float(value)) and float(value) > low):
         raise ValueError(f"{name} must be a finite number above {low:g}, got {value!r}")
+
+
+def check_eps(eps: Any, name: str = "eps") -> None:
+    """An RMSNorm's eps: a finite number >= 0 (TypeError for a bool or another type)."""
+    if isinstance(eps, bool) or not isinstance(eps, int | float | np.integer | np.floating):
+        raise TypeError(f"{name} must be a finite number >= 0, got {eps!r} ({type(eps).__name__})")
+    if not (math.isfinite(float(eps)) and eps >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {eps!r}")
 
 
 def check_rope_base(value: Any, name: str = "rope_base") -> None:
@@ -174,7 +183,7 @@ def check_config(cfg: Any, model: str) -> None:
     if "qk_norm" in decoder.keys:
         checks.check_flag("cfg['qk_norm']", cfg["qk_norm"])
     if "rms_norm_eps" in cfg:
-        _check_number("cfg['rms_norm_eps']", cfg["rms_norm_eps"])
+        check_eps(cfg["rms_norm_eps"], "cfg['rms_norm_eps']")
     if cfg.get("num_experts"):  # the book's Qwen3 30B-A3B
         raise ValueError(
             f"cfg['num_experts']={cfg['num_experts']!r}: mixture-of-experts models are not supported"
