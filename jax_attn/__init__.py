@@ -25,6 +25,7 @@ except ModuleNotFoundError as error:
 import jax.numpy as jnp
 
 from jax_attn import generation, ops
+from jax_attn.decoder_module import Llama3Model, Qwen3Model, from_hf
 from jax_attn.fast import blockwise
 from jax_attn.framework import JaxFramework
 from jax_attn.gpt_module import GPTModel
@@ -63,4 +64,8 @@ __all__ = [
     "FusedMultiHeadAttention",
     "FusedCausalAttention",
     "GPTModel",
+    # the book's Llama 3 and Qwen3, and any of the three models from a Hugging Face folder
+    "Llama3Model",
+    "Qwen3Model",
+    "from_hf",
 ]

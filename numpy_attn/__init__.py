@@ -25,11 +25,13 @@ checks each call once against the layer's spec, chooses the path and returns the
 import numpy as np
 
 from numpy_attn import api, door, gpt_checks, ops
+from numpy_attn.decoder_spec import decoder_param_shapes
 from numpy_attn.door import check_layer
 from numpy_attn.fast import blockwise
 from numpy_attn.fast.options import IMPLEMENTATIONS, AttnDropout, ComputePath, Masking, fuses_projections
 from numpy_attn.fast.threads import parallel_heads
 from numpy_attn.gpt_spec import gpt_param_shapes
+from numpy_attn.hf_decoders import load_hf, save_hf
 from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.kv_cache import KVCache
 from numpy_attn.spec import LAYERS, SPECS, constructor_arguments, parameter_names, parameter_shapes
@@ -37,7 +39,7 @@ from numpy_attn.steps import STEP_DOCS, Steps
 from numpy_attn.weights_file import load_weights, save_weights
 
 FRAMEWORK = door.Framework(ops=ops, blockwise=blockwise, xp=np, kv_cache=KVCache)
-globals().update(api.export(FRAMEWORK, "numpy_attn"))  # every layer, block and GPT function (numpy_attn.api)
+globals().update(api.export(FRAMEWORK, "numpy_attn"))  # every layer, block, GPT and decoder function (api)
 
 
 def check_gpt_params(params, config) -> None:
@@ -60,13 +62,16 @@ __all__ = [
     "check_gpt_params",
     "check_layer",
     "constructor_arguments",
+    "decoder_param_shapes",
     "fuses_projections",
     "gpt_param_shapes",
+    "load_hf",
     "load_hf_gpt2",
     "load_weights",
     "parallel_heads",
     "parameter_names",
     "parameter_shapes",
+    "save_hf",
     "save_hf_gpt2",
     "save_weights",
 ]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from numpy_attn import cache_checks, calls, door, gpt_checks
+from numpy_attn import cache_checks, calls, decoder_checks, door, gpt_checks
 from numpy_attn.spec import SPECS
 
 __all__ = ["NAMES", "PUBLIC", "Public", "export"]
@@ -36,6 +36,7 @@ class Public:
 FAST = "numpy_attn.fast.attend"
 PROJECTIONS = "numpy_attn.fast.projections"
 BLOCKWISE = ("causal", "dropout", "block_size")  # static: an eager call runs one compiled program
+GQA_STATIC = ("num_heads", "num_kv_groups", "rope_base", "rope_freq", "norm_eps")
 PUBLIC: dict[str, Public] = {
     "simplified_self_attention": Public("simplified", calls.simplified_self_attention, steps=True),
     # the building blocks
@@ -70,6 +71,21 @@ PUBLIC: dict[str, Public] = {
     "init_gpt_cache": Public("gpt", gpt_checks.init_gpt_cache),
     "gpt_model_decode": Public("gpt", gpt_checks.gpt_model_decode),
     "generate": Public("generation", gpt_checks.generate),
+    # the book's Llama 3 and Qwen3 (numpy_attn.decoder_spec)
+    "rms_norm": Public("rms_norm", decoder_checks.rms_norm),
+    "rope": Public("rope", decoder_checks.rope),
+    "swiglu_feed_forward": Public("decoders", decoder_checks.swiglu_feed_forward),
+    "grouped_query_attention": Public(
+        "grouped_query", decoder_checks.grouped_query_attention, steps=True, static=GQA_STATIC
+    ),
+    "grouped_query_attention_decode": Public(
+        "grouped_query", decoder_checks.grouped_query_attention_decode, static=GQA_STATIC
+    ),
+    "llama3_model": Public("decoders", decoder_checks.llama3_model, steps=True, static=("cfg",)),
+    "qwen3_model": Public("decoders", decoder_checks.qwen3_model, steps=True, static=("cfg",)),
+    "init_decoder_cache": Public("decoders", decoder_checks.init_decoder_cache),
+    "llama3_model_decode": Public("decoders", decoder_checks.llama3_model_decode, static=("cfg",)),
+    "qwen3_model_decode": Public("decoders", decoder_checks.qwen3_model_decode, static=("cfg",)),
 }
 
 

@@ -8,14 +8,16 @@ The intended differences, and only these:
   the implementations, and the weights files (which hold NumPy arrays for every framework);
 - the GPT's framework-neutral definitions (its weight names and shapes, their check) and the
   Hugging Face GPT-2 folder reader/writer live in numpy_attn alone (jax_attn's ``GPTModel`` reads
-  a folder with ``GPTModel.from_hf_gpt2``);
+  a folder with ``GPTModel.from_hf_gpt2``); so do the decoders' weight names and shapes and the
+  Hugging Face folder reader/writer of every model (``load_hf``, ``save_hf``; jax_attn's ``from_hf``
+  returns the folder's Flax model);
 - ``attend``'s option groups (``Masking``, ``AttnDropout``, ``ComputePath``) and
   ``fuses_projections`` are framework-neutral and exported by both packages as the same objects
   (``AttnDropout.rng`` holds a ``jax.random`` key in jax_attn);
 - ``parallel_heads`` (numpy_attn's blockwise heads on threads) is numpy_attn's alone: XLA spreads
   every operation of jax_attn over the cores itself;
 - jax_attn adds the Flax NNX modules, one per layer spec, named as the torch classes, and the
-  ``GPTModel`` NNX module;
+  ``GPTModel``, ``Llama3Model`` and ``Qwen3Model`` NNX modules;
 - ``generate``: jax_attn's takes the ``GPTModel`` (``generate(model, token_ids, max_new_tokens,
   ..., rng=key)``), numpy_attn's the weights and config (``generate(params, token_ids, config,
   max_new_tokens, ..., rng=generator)``); ``rng`` is a ``jax.random`` key in jax_attn's;
@@ -40,8 +42,9 @@ NUMPY_ONLY = {
     "IMPLEMENTATIONS", "LAYERS", "SPECS", "STEP_DOCS", "Steps", "check_layer",
     "constructor_arguments", "parameter_names", "parameter_shapes", "load_weights", "save_weights",
     "gpt_param_shapes", "check_gpt_params", "load_hf_gpt2", "save_hf_gpt2", "parallel_heads",
+    "decoder_param_shapes", "load_hf", "save_hf",
 }  # fmt: skip
-JAX_ONLY = {*SPECS, "GPTModel"}  # the Flax modules
+JAX_ONLY = {*SPECS, "GPTModel", "Llama3Model", "Qwen3Model", "from_hf"}  # the Flax modules
 OTHER_SIGNATURES = {"generate"}  # see the module's docstring
 RANDOMNESS = {"rng": "key"}  # numpy_attn's argument -> jax_attn's
 SHARED = sorted(set(numpy_attn.__all__) - NUMPY_ONLY)

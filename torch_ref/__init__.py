@@ -17,27 +17,44 @@ except ModuleNotFoundError as error:
     ) from error
 
 from torch_ref.causal import CausalAttention, MultiHeadAttentionWrapper
+from torch_ref.decoders import (
+    DecoderBlock,
+    GroupedQueryAttention,
+    Llama3Model,
+    Qwen3Model,
+    RMSNorm,
+    SwiGLUFeedForward,
+)
 from torch_ref.fused import FusedCausalAttention, FusedMultiHeadAttention, FusedSingleHeadAttention
 from torch_ref.gpt import GELU, FeedForward, GPTModel, LayerNorm, TransformerBlock
 from torch_ref.multi_head import MultiHeadAttention
 from torch_ref.params import from_numpy, load_params, to_numpy, to_params
+from torch_ref.rope import apply_rope, compute_rope_params
 from torch_ref.self_attention import SelfAttentionV1, SelfAttentionV2
 from torch_ref.simplified import simplified_self_attention, softmax_naive
 
 __all__ = [
     "GELU",
     "CausalAttention",
+    "DecoderBlock",
     "FeedForward",
     "FusedCausalAttention",
     "FusedMultiHeadAttention",
     "FusedSingleHeadAttention",
     "GPTModel",
+    "GroupedQueryAttention",
     "LayerNorm",
+    "Llama3Model",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
+    "Qwen3Model",
+    "RMSNorm",
     "SelfAttentionV1",
     "SelfAttentionV2",
+    "SwiGLUFeedForward",
     "TransformerBlock",
+    "apply_rope",
+    "compute_rope_params",
     "from_numpy",
     "load_params",
     "simplified_self_attention",

@@ -1,0 +1,305 @@
+"""The book's Llama 3 and Qwen3 decoders, framework-neutrally: their cfg, their weights' names and
+shapes, RoPE's frequencies and the steps of their attention (the block and model loops are
+``numpy_attn.gpt_spec``'s ``apply_block`` and ``apply_model``, which both packages run).
+
+``cfg`` is the book's dict: ``vocab_size``, ``context_length``, ``emb_dim``, ``n_heads``,
+``n_layers``, ``hidden_dim``, ``n_kv_groups``, ``rope_base``; Llama 3 adds ``rope_freq`` (None, or
+its frequency scaling: ``factor``, ``low_freq_factor``, ``high_freq_factor``,
+``original_context_length``), Qwen3 ``head_dim`` (None: ``emb_dim // n_heads``) and ``qk_norm``.
+Optional: ``rms_norm_eps`` (a Hugging Face config's; the book's eps otherwise: Llama 3 1e-5,
+Qwen3 1e-6) and ``dtype`` (a torch dtype, a NumPy one or a name: the dtype modules are built in;
+the functions compute in their weights' dtype). The weights are torch_ref ``Llama3Model``'s and
+``Qwen3Model``'s ``state_dict`` names (the RoPE buffers ``cos`` and ``sin`` left out), torch layout,
+as ``decoder_param_shapes`` lists them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from numpy_attn import checks
+from numpy_attn.gpt_spec import BLOCK_STEPS, sub_params
+
+__all__ = [
+    "BLOCK_STEPS",
+    "BUFFERS",
+    "DECODERS",
+    "FIRST_WEIGHT",
+    "FREQ_CONFIG_KEYS",
+    "GQA_STEPS",
+    "Decoder",
+    "attention_arguments",
+    "block_shapes",
+    "check_config",
+    "check_eps",
+    "check_rope_base",
+    "check_rope_freq",
+    "decoder_param_count",
+    "decoder_param_shapes",
+    "dtype_name",
+    "gqa_shapes",
+    "head_dim",
+    "model_of",
+    "norm_eps",
+    "rope_frequencies",
+    "sub_params",
+    "swiglu_shapes",
+    "uses_qk_norm",
+    "without_decoder_buffers",
+]
+
+SIZES = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers", "hidden_dim", "n_kv_groups")
+FREQ_CONFIG_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
+FIRST_WEIGHT = "tok_emb.weight"  # the weight whose dtype the others must have
+BUFFERS = ("cos", "sin")  # RoPE's tables in torch_ref's (and the book's) models: not weights
+GQA_STEPS = {
+    "queries": "(B, T, N*H) W_query(x)",
+    "keys": "(B, S, G*H) W_key(x): G = n_kv_groups key/value heads",
+    "values": "(B, S, G*H) W_value(x)",
+    "q_norm": "(B, N, T, H) each query head RMS-normalised (qk_norm only)",
+    "k_norm": "(B, G, S, H) each key head RMS-normalised (qk_norm only)",
+    "queries_rope": "(B, N, T, H) the query heads rotated (RoPE)",
+    "keys_rope": "(B, G, S, H) the key heads rotated (RoPE)",
+    "attn_scores": "(B, N, T, S) query head n @ key head n // (N/G), transposed",
+    "masked_scores": "(B, N, T, S) attn_scores with -inf where the causal mask hides a key",
+    "attn_weights": "(B, N, T, S) softmax(masked_scores / sqrt(H)) over S",
+    "context_vec": "(B, T, N*H) attn_weights @ value head n // (N/G), heads merged",
+    "output": "(B, T, D) out_proj(context_vec)",
+}
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """What tells one decoder from the other: its RMSNorms' parameter name, their eps where ``cfg``
+    has no ``rms_norm_eps``, and the ``cfg`` keys it reads beside ``SIZES`` and ``rope_base``."""
+
+    name: str
+    norm_weight: str
+    eps: float
+    keys: tuple[str, ...]
+
+    @property
+    def config_keys(self) -> tuple[str, ...]:
+        return (*SIZES, "rope_base", *self.keys)
+
+
+DECODERS = {
+    "Llama3Model": Decoder("Llama3Model", "weight", 1e-5, ("rope_freq",)),  # torch's nn.RMSNorm
+    "Qwen3Model": Decoder("Qwen3Model", "scale", 1e-6, ("head_dim", "qk_norm")),  # the book's RMSNorm
+}
+
+
+def _check_number(name: str, value: Any, *, low: float = 0.0) -> None:
+    """A finite real number above ``low`` (TypeError for a bool or another type)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(
+            f"{name} must be a finite number above {low:g}, got {value!r} ({type(value).__name__})"
+        )
+    if not (math.isfinite(float(value)) and float(value) > low):
+        raise ValueError(f"{name} must be a finite number above {low:g}, got {value!r}")
+
+
+def check_eps(eps: Any, name: str = "eps") -> None:
+    """An RMSNorm's eps: a finite number >= 0 (TypeError for a bool or another type)."""
+    if isinstance(eps, bool) or not isinstance(eps, int | float | np.integer | np.floating):
+        raise TypeError(f"{name} must be a finite number >= 0, got {eps!r} ({type(eps).__name__})")
+    if not (math.isfinite(float(eps)) and eps >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {eps!r}")
+
+
+def check_rope_base(value: Any, name: str = "rope_base") -> None:
+    """RoPE's base: a finite number above 1 (1 would give every pair the same frequency, 0)."""
+    _check_number(name, value, low=1.0)
+
+
+def check_rope_freq(value: Any, name: str = "rope_freq") -> None:
+    """None, or Llama 3's frequency scaling: a mapping of ``FREQ_CONFIG_KEYS`` to finite positive
+    numbers with ``high_freq_factor > low_freq_factor`` (the smoothing divides by their difference)."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be None or a mapping with keys {list(FREQ_CONFIG_KEYS)}, got {value!r}")
+    if missing := [key for key in FREQ_CONFIG_KEYS if key not in value]:
+        raise ValueError(f"{name} is missing keys {missing}; Llama 3's scaling has {list(FREQ_CONFIG_KEYS)}")
+    for key in FREQ_CONFIG_KEYS:
+        _check_number(f"{name}[{key!r}]", value[key])
+    if not value["high_freq_factor"] > value["low_freq_factor"]:
+        raise ValueError(
+            f"{name}['high_freq_factor']={value['high_freq_factor']!r} must exceed "
+            f"{name}['low_freq_factor']={value['low_freq_factor']!r}"
+        )
+
+
+def dtype_name(cfg: Mapping[str, Any]) -> str | None:
+    """``cfg["dtype"]``'s name (``"bfloat16"``), None where absent or None: a torch dtype, a NumPy
+    dtype or a name, of jax_attn's floats (TypeError otherwise)."""
+    dtype = cfg.get("dtype")
+    if dtype is None:
+        return None
+    name = dtype if isinstance(dtype, str) else str(dtype) if type(dtype).__module__ == "torch" else None
+    if name is None:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = ""
+    name = name.removeprefix("torch.")
+    if name not in checks.JAX_FLOATS:
+        raise TypeError(
+            f"cfg['dtype'] must be a floating dtype ({checks.FLOATS_ACCEPTED}) or None, got {dtype!r}"
+        )
+    return name
+
+
+def check_config(cfg: Any, model: str) -> None:
+    """ValueError naming missing keys or values that cannot build ``model`` (``"Llama3Model"``,
+    ``"Qwen3Model"``); TypeError for a size that is not an int, a flag that is not a bool."""
+    decoder = DECODERS[model]
+    if not isinstance(cfg, Mapping):
+        raise TypeError(
+            f"cfg must be a mapping with keys {list(decoder.config_keys)}, got {type(cfg).__name__}"
+        )
+    if missing := [key for key in decoder.config_keys if key not in cfg]:
+        raise ValueError(f"cfg is missing keys {missing}; a {model} cfg has {list(decoder.config_keys)}")
+    for key in SIZES:
+        checks.check_size(f"cfg[{key!r}]", cfg[key])
+    checks.check_divisible(
+        "cfg['n_heads']", cfg["n_heads"], cfg["n_kv_groups"], heads_name="cfg['n_kv_groups']"
+    )
+    if "head_dim" in decoder.keys and cfg["head_dim"] is not None:
+        checks.check_size("cfg['head_dim']", cfg["head_dim"])
+    else:
+        checks.check_divisible("cfg['emb_dim']", cfg["emb_dim"], cfg["n_heads"], heads_name="cfg['n_heads']")
+    size = head_dim(cfg, model)
+    if size % 2:
+        raise ValueError(f"head_dim={size} must be even: RoPE rotates pairs of a head's features")
+    check_rope_base(cfg["rope_base"], "cfg['rope_base']")
+    if "rope_freq" in decoder.keys:
+        check_rope_freq(cfg["rope_freq"], "cfg['rope_freq']")
+    if "qk_norm" in decoder.keys:
+        checks.check_flag("cfg['qk_norm']", cfg["qk_norm"])
+    if "rms_norm_eps" in cfg:
+        check_eps(cfg["rms_norm_eps"], "cfg['rms_norm_eps']")
+    if cfg.get("num_experts"):  # the book's Qwen3 30B-A3B
+        raise ValueError(
+            f"cfg['num_experts']={cfg['num_experts']!r}: mixture-of-experts models are not supported"
+        )
+    dtype_name(cfg)
+
+
+def model_of(cfg: Mapping[str, Any]) -> str:
+    """The decoder a cfg describes: ``"Qwen3Model"`` where it has ``qk_norm``, ``"Llama3Model"`` otherwise."""
+    return "Qwen3Model" if "qk_norm" in cfg else "Llama3Model"
+
+
+def head_dim(cfg: Mapping[str, Any], model: str) -> int:
+    """H: Qwen3's ``head_dim`` where given, ``emb_dim // n_heads`` otherwise."""
+    if "head_dim" in DECODERS[model].keys and cfg["head_dim"] is not None:
+        return cfg["head_dim"]
+    return cfg["emb_dim"] // cfg["n_heads"]
+
+
+def attention_arguments(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """The keyword arguments of each block's ``grouped_query_attention`` in ``model``."""
+    decoder = DECODERS[model]
+    return {
+        "num_heads": cfg["n_heads"],
+        "num_kv_groups": cfg["n_kv_groups"],
+        "rope_base": cfg["rope_base"],
+        "rope_freq": cfg["rope_freq"] if "rope_freq" in decoder.keys else None,
+        "norm_eps": norm_eps(cfg, model),
+    }
+
+
+def norm_eps(cfg: Mapping[str, Any], model: str) -> float:
+    """The eps of every RMSNorm of ``model``: ``cfg["rms_norm_eps"]``, or the book's."""
+    return cfg.get("rms_norm_eps", DECODERS[model].eps)
+
+
+def uses_qk_norm(cfg: Mapping[str, Any], model: str) -> bool:
+    return "qk_norm" in DECODERS[model].keys and bool(cfg["qk_norm"])
+
+
+def gqa_shapes(
+    d_in: int, num_heads: int, num_kv_groups: int, head_size: int, qk_norm: bool, norm_weight: str = "scale"
+) -> dict[str, tuple[int, ...]]:
+    """A ``GroupedQueryAttention``'s weights (``att.`` in a block), in torch's order."""
+    shapes = {
+        "W_query.weight": (num_heads * head_size, d_in),
+        "W_key.weight": (num_kv_groups * head_size, d_in),
+        "W_value.weight": (num_kv_groups * head_size, d_in),
+        "out_proj.weight": (d_in, num_heads * head_size),
+    }
+    norms = {f"q_norm.{norm_weight}": (head_size,), f"k_norm.{norm_weight}": (head_size,)}
+    return shapes | norms if qk_norm else shapes
+
+
+def swiglu_shapes(emb_dim: int, hidden_dim: int) -> dict[str, tuple[int, ...]]:
+    """A ``SwiGLUFeedForward``'s weights (``ff.`` in a block)."""
+    return {
+        "fc1.weight": (hidden_dim, emb_dim),
+        "fc2.weight": (hidden_dim, emb_dim),
+        "fc3.weight": (emb_dim, hidden_dim),
+    }
+
+
+def block_shapes(cfg: Mapping[str, Any], model: str) -> dict[str, tuple[int, ...]]:
+    """A ``DecoderBlock``'s weights (``trf_blocks.{i}.`` in the model), in torch's order."""
+    emb, weight = cfg["emb_dim"], DECODERS[model].norm_weight
+    attention = gqa_shapes(
+        emb, cfg["n_heads"], cfg["n_kv_groups"], head_dim(cfg, model), uses_qk_norm(cfg, model), weight
+    )
+    return (
+        {f"att.{name}": shape for name, shape in attention.items()}
+        | {f"ff.{name}": shape for name, shape in swiglu_shapes(emb, cfg["hidden_dim"]).items()}
+        | {f"norm1.{weight}": (emb,), f"norm2.{weight}": (emb,)}
+    )
+
+
+def decoder_param_shapes(cfg: Mapping[str, Any], model: str) -> dict[str, tuple[int, ...]]:
+    """Every weight of torch_ref's ``model(cfg)``: torch name -> shape, in torch's order."""
+    check_config(cfg, model)
+    vocab, emb, weight = cfg["vocab_size"], cfg["emb_dim"], DECODERS[model].norm_weight
+    shapes = {"tok_emb.weight": (vocab, emb)}
+    block = block_shapes(cfg, model)
+    for index in range(cfg["n_layers"]):
+        shapes |= {f"trf_blocks.{index}.{name}": shape for name, shape in block.items()}
+    return shapes | {f"final_norm.{weight}": (emb,), "out_head.weight": (vocab, emb)}
+
+
+def decoder_param_count(cfg: Mapping[str, Any], model: str) -> int:
+    """How many weights ``model(cfg)`` holds, counted without listing them."""
+    check_config(cfg, model)
+    block = sum(math.prod(shape) for shape in block_shapes(cfg, model).values())
+    return 2 * cfg["vocab_size"] * cfg["emb_dim"] + cfg["n_layers"] * block + cfg["emb_dim"]
+
+
+def without_decoder_buffers(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The weights of a torch model's ``state_dict()`` with its buffers: RoPE's ``cos`` and ``sin``
+    left out, every other key kept for the checks to name."""
+    checks.check_mapping(params)
+    return {name: value for name, value in params.items() if name not in BUFFERS}
+
+
+def rope_frequencies(
+    head_size: int, rope_base: float, rope_freq: Mapping[str, Any] | None = None
+) -> np.ndarray:
+    """RoPE's ``inv_freq`` ``(H/2,)``, float32: ``rope_base ** (-2i / H)``, with Llama 3's scaling
+    (``rope_freq``: frequencies of wavelength ``2 pi / f`` above ``original_context_length /
+    low_freq_factor`` divided by ``factor``, below ``original_context_length / high_freq_factor``
+    kept, between interpolated). A function of the sizes (static under ``jax.jit``), computed in
+    float64 and kept in float32 as the book and transformers keep it: the same in every framework."""
+    inv_freq = 1.0 / float(rope_base) ** (np.arange(0, head_size, 2, dtype=np.float64) / head_size)  # (H/2,)
+    if rope_freq is not None:
+        factor, context = float(rope_freq["factor"]), float(rope_freq["original_context_length"])
+        low, high = float(rope_freq["low_freq_factor"]), float(rope_freq["high_freq_factor"])
+        wavelength = 2 * np.pi / inv_freq
+        smooth = (context / wavelength - low) / (high - low)
+        smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        scaled = np.where(wavelength > context / low, inv_freq / factor, smoothed)
+        inv_freq = np.where(wavelength < context / high, inv_freq, scaled)
+    return inv_freq.astype(np.float32)
