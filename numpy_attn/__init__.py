@@ -24,6 +24,8 @@ checks each call once against the layer's spec, chooses the path and returns the
 
 import numpy as np
 
+__version__ = "0.2.0"  # pyproject.toml's; CHANGELOG.md says what changed
+
 from numpy_attn import api, door, gpt_checks, ops
 from numpy_attn.decoder_spec import decoder_param_shapes
 from numpy_attn.door import check_layer
