@@ -40,7 +40,8 @@ from jax_attn.modules import (
     SelfAttentionV1,
     SelfAttentionV2,
 )
-from numpy_attn import __version__, api
+from numpy_attn import __version__ as __version__  # one version for both packages
+from numpy_attn import api
 from numpy_attn.fast.options import AttnDropout, ComputePath, Masking, fuses_projections
 
 FRAMEWORK = JaxFramework(ops=ops, blockwise=blockwise, xp=jnp, kv_cache=KVCache)
