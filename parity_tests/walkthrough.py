@@ -1,4 +1,5 @@
-"""``attn-parity walkthrough``: the book's chapters 3 and 4 replayed in their order, in three frameworks.
+"""``attn-parity walkthrough``: the book's chapters 3 and 4 (and its Llama 3 / Qwen3 bonus material)
+replayed in their order, in three frameworks.
 
 Each stage is a section of the book. It computes what the notes (``shared/notes``) print for the
 book's code, on their input ("Your journey starts with one step") and with the weights they drew
@@ -6,6 +7,9 @@ book's code, on their input ("Your journey starts with one step") and with the w
 shows the source lines that compute each step in the three, the values once, each framework's
 largest difference from torch_ref, and what the notes print beside them. The GPT stage runs the
 book's chapter-4 model (GPT_CONFIG_124M, 163 million weights, seed 123) on the book's token ids.
+The last two stages, RoPE and grouped-query attention, come from the bonus notebooks of the book's
+repository (ch05/07_gpt_to_llama, ch05/11_qwen3); the notes stop at chapter 4, so only the shapes
+and weight count a notebook prints are ticked against a print, the rest against torch_ref alone.
 The stages are listed here without any framework; ``Stage.run`` computes one with the modules of
 ``parity_tests.lesson``, which need torch and jax.
 """
@@ -185,5 +189,27 @@ STAGES: list[Stage] = [
         "book's token ids: the embeddings, the first block's LayerNorm, attention, shortcut and "
         "feed-forward network, the logits and the greedy next tokens (about 15 s).",
         "gpt:gpt",
+    ),
+    Stage(
+        "rope",
+        "Bonus ch05/07: rotary position embeddings (RoPE)",
+        "Llama and Qwen add no position embeddings: RoPE turns each query and key head by its "
+        "position. The head's vector is cut into halves x1, x2 and pair i, (x1[i], x2[i]), turns by "
+        "p * inv_freq[i] at position p, so a query-key score depends on their distance alone; "
+        "Llama 3 slows the low frequencies. On the settings of the book's bonus notebooks "
+        "(ch05/07_gpt_to_llama: random queries and keys under seed 123, LLAMA31_CONFIG_8B's "
+        "scaling); they print none of these values, so each tick is the three frameworks' agreement.",
+        "rope:rope",
+    ),
+    Stage(
+        "gqa",
+        "Bonus ch05/07, ch05/11: RMSNorm, grouped-query attention, QK-norm",
+        "RMSNorm divides by the root mean square (no mean, no shift). Grouped-query attention "
+        "shares G key/value heads among N query heads: query head n reads head n // (N/G). Qwen3 "
+        "RMS-normalises each query and key head before RoPE (QK-norm; ch05/11_qwen3). The book's "
+        "GQA of width 4096 gives the shapes its notebook prints (ch05/07_gpt_to_llama); the steps "
+        "run on a small config of this project's: GroupedQueryAttention(d_in=3, num_heads=4, "
+        "num_kv_groups=2, head_dim=2, qk_norm=True) under seed 123, on the notes' sentence.",
+        "grouped:gqa",
     ),
 ]

@@ -48,8 +48,7 @@ def _printed_line(shown: Shown) -> Text | None:
     if agrees is None:
         return None
     mark, style = ("✓", "green") if agrees else ("✗ differs", "bold red")
-    where = "the book prints" if shown.printed.source.startswith("the book") else "the notes print"
-    line = Text(f"{where} {shown.printed.text()} ")
+    line = Text(f"{shown.printed.where} {shown.printed.text()} ")
     line.append(mark, style=style)
     line.append(f"  ({shown.printed.source})", style="dim")
     return line

@@ -1,8 +1,9 @@
 """What the notes (and, for chapter 4, the book) print for the book's code, copied by hand.
 
-Every number here is read from ``shared/notes`` (note files ``002`` and ``004``) or from the book's
-chapter 4, never computed by this project; ``tests/test_lesson_printed.py`` finds each notes value
-in the note it names, and recomputes the book's with the book's own package. Printed tensors have
+Every number here is read from ``shared/notes`` (note files ``002`` and ``004``), from the book's
+chapter 4 or from the outputs of a bonus notebook of the book's repository (LLMs-from-scratch,
+ch05/07_gpt_to_llama), never computed by this project; ``tests/test_walkthrough.py`` finds each
+notes value in the note it names, and recomputes the book's with the book's own package. Printed tensors have
 four decimals, so a value agrees with its print when it is within 5e-5 of it.
 """
 
@@ -21,7 +22,8 @@ FOUR_DECIMALS = 5e-5 + 1e-7  # half the last printed digit, and float32's roundi
 class Printed:
     """Numbers a source prints (``values``, nested lists), or only the shape it prints (``shape``).
 
-    ``source`` names where: ``"note 004, In [196]"``, ``"the book, section 4.2"``."""
+    ``source`` names where: ``"note 004, In [196]"``, ``"the book, section 4.2"``, or a notebook of
+    the book's repository (``"LLMs-from-scratch ch05/07_gpt_to_llama/...ipynb, In [10]"``)."""
 
     source: str
     values: object = None
@@ -31,6 +33,13 @@ class Printed:
     @property
     def from_notes(self) -> bool:
         return self.source.startswith("note ")
+
+    @property
+    def where(self) -> str:
+        """Who prints it: the notes, the book, or one of the notebooks of the book's repository."""
+        if self.from_notes:
+            return "the notes print"
+        return "the book prints" if self.source.startswith("the book") else "the book's notebook prints"
 
     def agrees(self, value: np.ndarray) -> bool:
         """``value`` prints as this: the same shape, and within ``FOUR_DECIMALS`` of each number."""
@@ -97,6 +106,8 @@ MULTI_HEAD_ROWS = [
     [0.2639, 0.3928],
     [0.2575, 0.4028],
 ]
+
+LLAMA3_NOTEBOOK = "LLMs-from-scratch ch05/07_gpt_to_llama/converting-llama2-to-llama3.ipynb"
 
 PRINTED: dict[str, Printed] = {
     # 3.3.1, one query without weights
@@ -214,4 +225,9 @@ PRINTED: dict[str, Printed] = {
         [[15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267]],
         integers=True,
     ),
+    # the book's bonus notebooks (LLMs-from-scratch ch05/07_gpt_to_llama); the notes stop at chapter 4
+    "gqa_shapes": Printed(
+        f"{LLAMA3_NOTEBOOK}, In [10]", [[1024, 4096], [1024, 4096], [4096, 4096]], integers=True
+    ),
+    "gqa_parameters": Printed(f"{LLAMA3_NOTEBOOK}, In [11]", 41_943_040, integers=True),
 }
