@@ -18,7 +18,8 @@ try:  # the framework comes with an extra: name it rather than fail deep inside 
     import jax  # noqa: F401
 except ModuleNotFoundError as error:
     raise ModuleNotFoundError(
-        f"jax_attn needs {error.name}, which is not installed: pip install 'attn-parity[jax]'",
+        f'jax_attn needs {error.name}, which is not installed: pip install ".[jax]" '
+        "(from the clone's folder)",
         name=error.name,
     ) from error
 

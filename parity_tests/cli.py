@@ -20,10 +20,12 @@ needs a framework that is not installed (torch, jax: install the extra it names)
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Callable
 
+from numpy_attn import __version__
 from numpy_attn.spec import SPECS
 from parity_tests.cases import SHAPES
 from parity_tests.frameworks import ALL_DTYPES, DTYPES, RUNNERS
@@ -42,10 +44,43 @@ from parity_tests.usage import (
 
 __all__ = ["UsageError", "build_parser", "main"]
 
-# a package a command may import -> the extra that installs it
-EXTRAS = {
-    "torch": "torch", "ml_dtypes": "torch", "jax": "jax", "flax": "jax", "rich": "cli", "matplotlib": "cli",
-}  # fmt: skip
+# the packages a command may import (each in an extra; `pip install ".[all]"` installs them all)
+OPTIONAL = ("torch", "ml_dtypes", "jax", "flax", "optax", "rich", "matplotlib", "threadpoolctl")
+INSTALL = 'pip install ".[all]"'
+
+
+def _uses_jax(names: list[str] | None) -> bool:
+    """Whether the chosen frameworks or implementations (None: all of them) include a JAX one."""
+    return names is None or any(name.startswith(("jax", "flax")) for name in names)
+
+
+def _needs(args: argparse.Namespace) -> list[str]:
+    """The optional packages ``args.command`` imports (``diff``: those of the files it loads, found
+    when it loads them)."""
+    option = vars(args)
+    jax = ["jax", "flax"]
+    needs = {
+        "report": ["torch", *jax * _uses_jax(option.get("framework"))],
+        "trace": ["torch", *jax * _uses_jax(option.get("framework")), "rich"],
+        "walkthrough": [] if option.get("list") else ["torch", *jax, "rich"],
+        "heatmap": ["torch", *jax, "matplotlib"],
+        "bench": ["torch", *jax * _uses_jax(option.get("implementation")), "matplotlib", "threadpoolctl"],
+        "train-parity": ["torch", *jax, "optax", "matplotlib", "rich"],
+        "diff": ["rich"],
+    }
+    return needs[args.command]
+
+
+def _installed(name: str) -> bool:
+    if name in sys.modules:  # None where an import of it failed (or a test made it fail)
+        return sys.modules[name] is not None
+    return importlib.util.find_spec(name) is not None
+
+
+def _missing_message(missing: list[str]) -> str:
+    names = missing[0] if len(missing) == 1 else f"{', '.join(missing[:-1])} and {missing[-1]}"
+    verb = "is" if len(missing) == 1 else "are"
+    return f"this command needs {names}, which {verb} not installed: {INSTALL}"
 
 
 def _console(args: argparse.Namespace, piped_width: int = 150):
@@ -155,15 +190,15 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _walkthrough(args: argparse.Namespace) -> int:
-    from rich.text import Text
-
     from parity_tests.walkthrough import STAGES
 
-    console = _console(args, piped_width=100)
-    if args.list:
+    if args.list:  # plain text: NumPy alone lists the stages
         for stage in STAGES:
-            console.print(Text(f"{stage.name:<24} {stage.section}"))
+            print(f"{stage.name:<24} {stage.section}")
         return 0
+    from rich.text import Text
+
+    console = _console(args, piped_width=100)
     stages = [s for s in STAGES if args.stage in (None, s.name)]
     if not stages:
         raise UsageError(f"unknown stage {args.stage!r}; see --list")
@@ -242,12 +277,23 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+WIDTH_HELP = "width of tables and reports, 40 to 1000 columns (default: the terminal's; 150 in a pipe)"
+CLASSES_HELP = f"one of {', '.join([*SPECS, 'GPTModel'])}"
+SHAPES_HELP = (
+    "B,T,D_IN,D_OUT,N (batch, tokens, input width, output width, heads) or a named shape: "
+    + ", ".join(f"{name} ({','.join(map(str, (b, t, d_in, d_out, n)))})"
+                for name, (b, t, _, d_in, d_out, n) in SHAPES.items())
+    + " (default full_context)"
+)  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="attn-parity", description="Check attention ports between PyTorch, NumPy and JAX."
     )
-    parser.add_argument("--width", type=console_width, default=None, help="terminal width for tables")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"attn-parity {__version__}")
+    parser.add_argument("--width", type=console_width, default=None, help=WIDTH_HELP)
+    commands = parser.add_subparsers(dest="command")
 
     report = commands.add_parser(
         "report",
@@ -265,10 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="one class, each step side by side with torch_ref (GPTModel: the book's GPT on its token ids, "
         "every block's steps, about 15 s)",
     )
-    trace.add_argument("layer", choices=[*SPECS, "GPTModel"], metavar="CLASS")
+    trace.add_argument("layer", choices=[*SPECS, "GPTModel"], metavar="CLASS", help=CLASSES_HELP)
     trace.add_argument("--framework", action="append", choices=list(RUNNERS), help="repeatable")
     trace.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    trace.add_argument("--shape", help="a named shape or B,T,D_IN,D_OUT,N (default full_context)")
+    trace.add_argument("--shape", help=SHAPES_HELP)
     trace.set_defaults(run=_trace)
 
     walkthrough = commands.add_parser(
@@ -285,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a PNG of the attention weights per head (GPTModel: the book's GPT, layers x heads, about 15 s) "
         "and NumPy's and JAX's differences from them in tolerance units",
     )
-    heatmap.add_argument("layer", choices=[*SPECS, "GPTModel"], metavar="CLASS")
+    heatmap.add_argument("layer", choices=[*SPECS, "GPTModel"], metavar="CLASS", help=CLASSES_HELP)
     heatmap.add_argument("--out", default="heatmap.png", help="the PNG to write (heatmap.png in a folder)")
     heatmap.set_defaults(run=_heatmap)
 
@@ -312,23 +358,29 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=_bench)
     add_diff_parser(commands)
     add_train_parity_parser(commands)
+    for command in commands.choices.values():  # before or after the command: the same option
+        command.add_argument("--width", type=console_width, default=argparse.SUPPRESS, help=WIDTH_HELP)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; bad usage and a missing framework exit 2 with one line on stderr."""
-    args = build_parser().parse_args(argv)
+    """Run one command; bad usage and missing packages exit 2 with one line on stderr (a bare call:
+    the usage)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    missing = [name for name in _needs(args) if not _installed(name)]
     try:
+        if missing:
+            raise UsageError(_missing_message(missing))
         return args.run(args)
     except UsageError as error:
         print(f"attn-parity {args.command}: error: {error}", file=sys.stderr)
-    except ModuleNotFoundError as error:
+    except ModuleNotFoundError as error:  # a package a file given to ``diff`` imports
         top = (error.name or "").split(".")[0]
-        if top not in EXTRAS:
+        if top not in OPTIONAL:
             raise
-        print(
-            f"attn-parity {args.command}: error: this command needs {top}; "
-            f"install it with pip install 'attn-parity[{EXTRAS[top]}]'",
-            file=sys.stderr,
-        )
+        print(f"attn-parity {args.command}: error: {_missing_message([top])}", file=sys.stderr)
     return 2

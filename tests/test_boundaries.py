@@ -91,7 +91,7 @@ def test_a_missing_framework_names_the_extra_to_install(package, framework, extr
     last_line = out.stderr.strip().splitlines()[-1]
     assert last_line == (
         f"ModuleNotFoundError: {package} needs {framework}, which is not installed: "
-        f"pip install 'attn-parity[{extra}]'"
+        f'pip install ".[{extra}]" (from the clone\'s folder)'
     )
 
 

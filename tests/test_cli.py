@@ -233,18 +233,18 @@ def test_bad_usage_is_one_line_and_exit_code_2(capsys, argv, message):
     assert err.startswith(f"attn-parity {argv[0]}") and "Traceback" not in err
 
 
-def without_torch(*argv, tmpdir=None):
-    """The CLI in a fresh process where ``import torch`` fails, as on an install without [torch]
-    (with ``TMPDIR`` set to ``tmpdir`` if given)."""
+def without_torch(*argv, tmpdir=None, absent=("torch",)):
+    """The CLI in a fresh process where ``import torch`` (each of ``absent``) fails, as on an install
+    without [torch] (with ``TMPDIR`` set to ``tmpdir`` if given)."""
     code = (
-        "import sys; sys.modules['torch'] = None; from parity_tests.cli import main; "
-        f"sys.exit(main({list(argv)!r}))"
+        f"import sys; sys.modules.update(dict.fromkeys({list(absent)!r})); "
+        f"from parity_tests.cli import main; sys.exit(main({list(argv)!r}))"
     )
     env = None if tmpdir is None else os.environ | {"TMPDIR": str(tmpdir)}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
 
 
-NEEDS_TORCH = "error: this command needs torch; install it with pip install 'attn-parity[torch]'"
+NEEDS_TORCH = 'error: this command needs torch, which is not installed: pip install ".[all]"'
 
 
 PORTS = ROOT / "tests" / "ports"
@@ -272,6 +272,53 @@ def test_without_torch_the_commands_that_need_it_exit_2_with_one_line(argv, tmp_
 def test_without_torch_the_parser_runs():
     out = without_torch("--help")
     assert out.returncode == 0 and "report" in out.stdout and out.stderr == ""
+
+
+def test_every_missing_package_is_named_at_once_with_the_line_that_installs_them():
+    out = without_torch("train-parity", "--steps", "1", absent=("torch", "jax", "optax", "rich"))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == (
+        "attn-parity train-parity: error: this command needs torch, jax, optax and rich, which are not "
+        'installed: pip install ".[all]"'
+    )
+
+
+def test_a_report_of_numpy_alone_does_not_need_jax():
+    out = without_torch("report", "--framework", "numpy", absent=("torch", "jax"))
+    assert out.stderr.strip() == f"attn-parity report: {NEEDS_TORCH}"
+
+
+def test_version_and_a_bare_call():
+    version = subprocess.run(
+        [sys.executable, "-m", "parity_tests", "--version"], capture_output=True, text=True
+    )
+    assert version.returncode == 0 and version.stdout.strip() == "attn-parity 0.2.0"
+    bare = subprocess.run([sys.executable, "-m", "parity_tests"], capture_output=True, text=True, cwd=ROOT)
+    assert bare.returncode == 2 and bare.stdout == ""
+    assert bare.stderr.startswith("usage: attn-parity") and "walkthrough" in bare.stderr
+
+
+def test_the_help_of_a_command_lists_the_classes_and_the_named_shapes(capsys):
+    with pytest.raises(SystemExit):
+        main(["trace", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "one of SelfAttentionV1, SelfAttentionV2," in shown and "GPTModel" in shown
+    assert "full_context (3,6,5,6,3)" in shown
+
+
+def test_width_is_the_same_option_before_and_after_the_command():
+    parser = build_parser()
+    diff = ["diff", "a.py:f", "b.py:g", "--shape", "2,3,4"]
+    for command in (["walkthrough"], ["trace", "CausalAttention"], diff):
+        assert parser.parse_args(["--width", "60", *command]).width == 60
+        assert parser.parse_args([*command, "--width", "70"]).width == 70
+        assert parser.parse_args(command).width is None
+
+
+def test_with_numpy_alone_the_walkthrough_lists_its_stages():
+    out = without_torch("walkthrough", "--list", absent=("torch", "jax", "flax", "rich", "matplotlib"))
+    assert out.returncode == 0 and out.stderr == ""
+    assert [line.split()[0] for line in out.stdout.splitlines()] == [s.name for s in STAGES]
 
 
 def test_without_torch_the_walkthrough_lists_its_stages():

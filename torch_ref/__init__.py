@@ -12,7 +12,8 @@ try:  # the framework comes with an extra: name it rather than fail deep inside 
     import torch  # noqa: F401
 except ModuleNotFoundError as error:
     raise ModuleNotFoundError(
-        f"torch_ref needs {error.name}, which is not installed: pip install 'attn-parity[torch]'",
+        f'torch_ref needs {error.name}, which is not installed: pip install ".[torch]" '
+        "(from the clone's folder)",
         name=error.name,
     ) from error
 

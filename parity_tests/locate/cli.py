@@ -26,7 +26,7 @@ import os
 import sys
 from typing import Any
 
-from parity_tests.usage import MAX_SEED, UsageError, check_sizes, console_width, integer, png_path, writing
+from parity_tests.usage import MAX_SEED, UsageError, check_sizes, integer, png_path, writing
 
 __all__ = ["add_diff_parser", "build", "load_object"]
 
@@ -208,5 +208,4 @@ def add_diff_parser(commands: Any) -> None:
     diff.add_argument(
         "--heatmap", help="PNG of the first diverging tensor's error (first_divergence.png in a folder)"
     )
-    diff.add_argument("--width", type=console_width, help="console width")
     diff.set_defaults(run=_diff)
