@@ -24,6 +24,7 @@ __all__ = [
     "integer",
     "number",
     "png_path",
+    "script_parser",
     "writing",
 ]
 
@@ -36,6 +37,15 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def script_parser(module: str, doc: str | None) -> OneLineParser:
+    """The parser of ``python -m module``: the first paragraph of its docstring ``doc`` says what it
+    does; the method is left to ``python -m pydoc module``."""
+    summary = (doc or "").strip().split("\n\n")[0]
+    return OneLineParser(
+        prog=f"python -m {module}", description=summary, epilog=f"how it measures: python -m pydoc {module}"
+    )
 
 
 class UsageError(Exception):

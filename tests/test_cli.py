@@ -641,3 +641,15 @@ def test_the_weights_io_bench_refuses_what_it_cannot_do_before_starting(tmp_path
     )
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == f"python -m parity_tests.bench.weights_io: error: {expected}\n"
+
+
+@pytest.mark.parametrize("module", ["floor", "dot_bound", "small", "profile"])
+def test_a_benchmark_script_says_what_it_does_in_a_few_lines(module):
+    out = subprocess.run(
+        [sys.executable, "-m", f"parity_tests.bench.{module}", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0 and out.stdout.startswith(f"usage: python -m parity_tests.bench.{module}")
+    assert len(out.stdout.splitlines()) < 25 and f"python -m pydoc parity_tests.bench.{module}" in out.stdout

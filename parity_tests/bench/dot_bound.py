@@ -19,7 +19,6 @@ layer time, measured in the same process, round-robin, medians.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +28,7 @@ from numpy_attn import qkv_weights
 from parity_tests.bench.floor import TARGETS, numpy_projections, round_robin_medians
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
-from parity_tests.usage import integer
+from parity_tests.usage import integer, script_parser
 
 __all__ = ["causal_product_flops", "dot_bound_calls", "markdown_dot_bound", "measure_dot_bound"]
 
@@ -170,14 +169,22 @@ def markdown_dot_bound(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.dot_bound", description=__doc__)
+    parser = script_parser("parity_tests.bench.dot_bound", __doc__)
     parser.add_argument("--shape", nargs="+", default=["B8_T1024", "B1_T4096"],
                         choices=[name for name in SHAPES if SHAPES[name].tokens >= 128])  # fmt: skip
     parser.add_argument(
-        "--query-blocks", nargs="+", type=integer("--query-blocks", 1, 65536), default=list(QUERY_BLOCKS)
+        "--query-blocks",
+        nargs="+",
+        type=integer("--query-blocks", 1, 65536),
+        default=list(QUERY_BLOCKS),
+        help="query block sizes tried",
     )
     parser.add_argument(
-        "--key-blocks", nargs="+", type=integer("--key-blocks", 1, 65536), default=list(KEY_BLOCKS)
+        "--key-blocks",
+        nargs="+",
+        type=integer("--key-blocks", 1, 65536),
+        default=list(KEY_BLOCKS),
+        help="key block sizes tried",
     )
     parser.add_argument(
         "--rounds", type=integer("--rounds", 1, 1000), default=5, help="round-robin rounds (medians)"

@@ -22,7 +22,6 @@ machine, whatever the layer's code does around its unavoidable work.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from numpy_attn.fast.blockwise import block_sides
 from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
-from parity_tests.usage import integer
+from parity_tests.usage import integer, script_parser
 
 __all__ = [
     "SMALL", "SMALL_TARGETS", "TARGETS", "floor_calls", "markdown_floor", "measure_floor",
@@ -256,7 +255,7 @@ def markdown_floor(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.floor", description=__doc__)
+    parser = script_parser("parity_tests.bench.floor", __doc__)
     parser.add_argument("--shape", nargs="+", default=["B8_T1024", "B1_T4096", SMALL], choices=list(SHAPES))
     parser.add_argument(
         "--rounds", type=integer("--rounds", 1, 1000), default=5, help="round-robin rounds (medians)"

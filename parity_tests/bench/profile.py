@@ -12,7 +12,6 @@ from the projections; the JAX stages are jitted one by one.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 import time
@@ -25,7 +24,7 @@ from numpy_attn import qkv_weights
 from parity_tests.bench.implementations import SHAPES, Shape, layer_flops, make_call, make_inputs
 from parity_tests.bench.output import format_time
 from parity_tests.bench.run import gemm_peak
-from parity_tests.usage import integer
+from parity_tests.usage import integer, script_parser
 
 __all__ = ["STAGES", "markdown_profile", "profile_stages"]
 
@@ -151,7 +150,7 @@ def markdown_profile(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.profile", description=__doc__)
+    parser = script_parser("parity_tests.bench.profile", __doc__)
     parser.add_argument("--shape", nargs="+", default=["B8_T1024", "B1_T4096"], choices=list(SHAPES))
     parser.add_argument(
         "--rounds", type=integer("--rounds", 1, 1000), default=3, help="round-robin rounds (medians)"

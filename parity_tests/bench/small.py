@@ -19,7 +19,6 @@ its own and waking the caller when it is done, which is most of a small call's t
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from typing import Any
 from parity_tests.bench.floor import SMALL, SMALL_TARGETS, numpy_small_floor, round_robin_times
 from parity_tests.bench.implementations import SHAPES, Shape, make_call, make_inputs
 from parity_tests.bench.output import format_time
-from parity_tests.usage import integer
+from parity_tests.usage import integer, script_parser
 
 __all__ = ["FRAMEWORKS", "markdown_small", "measure_small", "small_calls"]
 
@@ -88,7 +87,7 @@ def markdown_small(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m parity_tests.bench.small", description=__doc__)
+    parser = script_parser("parity_tests.bench.small", __doc__)
     parser.add_argument("--framework", choices=FRAMEWORKS, required=True)
     parser.add_argument(
         "--rounds", type=integer("--rounds", 1, 1000), default=15, help="round-robin rounds (medians)"
