@@ -653,3 +653,13 @@ def test_a_benchmark_script_says_what_it_does_in_a_few_lines(module):
     )
     assert out.returncode == 0 and out.stdout.startswith(f"usage: python -m parity_tests.bench.{module}")
     assert len(out.stdout.splitlines()) < 25 and f"python -m pydoc parity_tests.bench.{module}" in out.stdout
+
+
+def test_an_output_that_cannot_be_written_is_one_line():
+    with open("/dev/full", "w") as full:
+        out = subprocess.run(
+            [sys.executable, "-m", "parity_tests", "walkthrough", "--list"],
+            stdout=full, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr == "attn-parity walkthrough: error: [Errno 28] No space left on device\n"
