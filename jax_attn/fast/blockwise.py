@@ -6,8 +6,7 @@ query (the online softmax) replace the (T, S) weights. Key blocks the causal mas
 skipped by ``lax.switch``; the mask is applied only to blocks that hide a key; a last block that
 does not fill is padded, its keys hidden. Scores pass through ``jax_attn.ops.rounded``, so the
 maximum is of the values exponentiated. numpy_attn's ``blockwise.py`` mirrors this module (with
-the batch in each block, and a shift kept while it fits where this takes the running maximum).
-"""
+the batch in each block, and a shift kept while it fits where this takes the running maximum)."""
 
 from __future__ import annotations
 

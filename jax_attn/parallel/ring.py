@@ -6,8 +6,7 @@ path), then passes the block on with ``lax.ppermute``: no device holds more than
 score matrix larger than (T/P, T/P). The backward pass (``jax.custom_vjp``) runs the ring again,
 the key/value gradients travelling with their blocks. With ``load_balance=True`` the tokens are
 dealt out in zigzag order (T in 2P chunks; device d holds chunks d and 2P-1-d), so that causal
-attention gives every device the same share of visible blocks; inputs and output stay in order.
-"""
+attention gives every device the same share of visible blocks; inputs and output stay in order."""
 
 from __future__ import annotations
 
@@ -45,9 +44,8 @@ def ring_attention(
         = padding, or None; load_balance: zigzag order (T divisible by twice the axis size), even
         causal work; batch_axis, head_axis: mesh axes that split B and N too, or None (a mesh axis
         splits one of B, N and T).
-    Returns: ``(B, N, T, H)`` in the queries' dtype (half precision accumulated in float32),
-        sharded over T on ``axis_name`` (B and N on theirs); zeros for a query whose every key is
-        hidden.
+    Returns: ``(B, N, T, H)`` in the queries' dtype (half precision accumulated in float32), sharded
+        over T on ``axis_name`` (B and N on theirs); zeros for a query whose every key is hidden.
 
     TypeError or ValueError naming the argument for arrays ``scaled_dot_product_attention``
     refuses, non-bool flags, or axes that are not the mesh's or do not divide their sizes.

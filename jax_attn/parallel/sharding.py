@@ -4,8 +4,7 @@ units over "model" (column parallel: each device computes its own heads or MLP h
 that close it by their input units (row parallel: an all-reduce sums the partial products); the rules
 go by parameter path (the torch attributes' names), the rest is replicated, and the batch is split
 over "data". ``jax.jit`` inserts the collectives: results equal the single-device ones up to float
-summation order.
-"""
+summation order."""
 
 from __future__ import annotations
 

@@ -8,8 +8,7 @@ show it fits (``_needs_new_shift``), else the running maximum (the online softma
 overflow bound); most blocks are spared a pass. A column of ones after each head's keys and values
 makes ``queries @ keys^T`` subtract the shift (held in the query block's last column) and
 ``weights @ values`` sum the weights' rows (benchmarks/README.md). jax_attn's ``blockwise.py``
-mirrors this module; what the two share is ``numpy_attn.fast.blocks``.
-"""
+mirrors this module; what the two share is ``numpy_attn.fast.blocks``."""
 
 from __future__ import annotations
 

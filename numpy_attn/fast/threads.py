@@ -47,11 +47,9 @@ def parallel_heads(
         with numpy_attn.parallel_heads(2, lambda: blas.limit(limits=1, user_api="blas")):
             output = numpy_attn.multi_head_attention(params, x, ..., implementation="blockwise")
 
-    Args:
-        workers: heads at a time, a positive int.
-        one_thread_blas: called for a context manager that keeps BLAS to one thread per call
-            (``contextlib.nullcontext`` where BLAS runs one thread).
-        min_scores: the fewest scores per head, B x T x S, for which heads go on threads.
+    Args: workers, heads at a time, a positive int; one_thread_blas, called for a context manager
+        that keeps BLAS to one thread per call (``contextlib.nullcontext`` where BLAS runs one
+        thread); min_scores, the fewest scores per head, B x T x S, for which heads go on threads.
 
     TypeError or ValueError naming the argument for a bad setting.
     """
