@@ -1,9 +1,6 @@
-"""Scale out on XLA SPMD: ring attention with the sequence sharded over a mesh axis, and the
-data- and tensor-parallel sharding of the NNX modules (``shard_model``).
-
-Axis letters as in ``jax_attn``: B batch, N heads, T tokens, H head size. Mesh axis names used
-by default: "data" (batch), "model" (heads and MLP hidden units), "seq" (tokens).
-"""
+"""Scale out on XLA SPMD: ring attention with the tokens sharded over a mesh axis, and the data- and
+tensor-parallel sharding of the NNX modules. Axis letters as in ``jax_attn``; default mesh axes:
+"data" (batch), "model" (heads and MLP hidden units), "seq" (tokens)."""
 
 from jax_attn.parallel.ring import ring_attention
 from jax_attn.parallel.sharding import COLUMN_PARALLEL, ROW_PARALLEL, param_spec, shard_batch, shard_model

@@ -1,25 +1,21 @@
-"""Data- and tensor-parallel placement of the NNX modules on a ("data", "model") mesh.
-
-Tensor parallelism as in Megatron-LM: the layers that open a block are split by their output
-units over "model" (column parallel: each device computes its own heads, or its own MLP hidden
-units), the layers that close it by their input units (row parallel: each device's partial
-products are summed by one all-reduce). The rules go by parameter path, so they hold for any
-module whose submodules carry the torch attributes' names; everything else (embeddings, norms,
-the output head) is replicated. The batch is split over "data". Placement is all there is: the
-arithmetic is ``jax.jit``'s, which inserts the collectives (XLA SPMD), so results equal the
-single-device ones up to float summation order.
-"""
+"""Data- and tensor-parallel placement of the NNX modules on a ("data", "model") mesh, and the mesh
+checks. Tensor parallelism as in Megatron-LM: the layers that open a block are split by their output
+units over "model" (column parallel: each device computes its own heads or MLP hidden units), those
+that close it by their input units (row parallel: an all-reduce sums the partial products); the rules
+go by parameter path (the torch attributes' names), the rest is replicated, and the batch is split
+over "data". ``jax.jit`` inserts the collectives: results equal the single-device ones up to float
+summation order."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import jax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_attn.parallel.checks import check_axis, check_devices, check_divisible_by_axis, check_mesh
 from numpy_attn.checks import check_array, check_numpy_dtype
 
 __all__ = ["COLUMN_PARALLEL", "ROW_PARALLEL", "param_spec", "shard_batch", "shard_model"]
@@ -34,14 +30,10 @@ def param_spec(path: str, shape: tuple[int, ...], mesh: Mesh, model_axis: str | 
     split their kernel's out axis and their bias over ``model_axis``, row parallel layers
     (``ROW_PARALLEL``) their kernel's in axis; anything else is replicated.
 
-    Args:
-        path: the parameter's dotted path in its module (``"trf_blocks.0.att.W_key.kernel"``);
-            Flax's layout, kernels ``(in, out)``.
-        shape: the parameter's shape; mesh: a ``jax.sharding.Mesh`` (or ``AbstractMesh``).
-        model_axis: the mesh axis of tensor parallelism, or None (everything replicated).
-    Returns:
-        The ``PartitionSpec``: ``P(None, model_axis)``, ``P(model_axis)``, ``P(model_axis, None)``
-        or ``P()``.
+    Args: path, the parameter's dotted path (``"trf_blocks.0.att.W_key.kernel"``), Flax's layout
+        (kernels ``(in, out)``); shape, its shape; mesh, a ``Mesh`` or ``AbstractMesh``;
+        model_axis, the mesh axis of tensor parallelism, or None (everything replicated).
+    Returns: ``P(None, model_axis)``, ``P(model_axis)``, ``P(model_axis, None)`` or ``P()``.
 
     TypeError or ValueError for a mesh that is none, an axis not in it, or a split dimension that
     does not divide by the axis size (naming the path and shape).
@@ -56,28 +48,22 @@ def param_spec(path: str, shape: tuple[int, ...], mesh: Mesh, model_axis: str | 
         split = 0  # kernel (in, out): in
     else:
         return P()
-    check_divisible_by_axis(
-        f"{path} of shape {shape}: dimension {split} ({shape[split]})", shape[split], mesh, model_axis
-    )
+    what = f"{path} of shape {shape}: dimension {split} ({shape[split]})"
+    check_divisible_by_axis(what, shape[split], mesh, model_axis)
     return P(*(model_axis if axis == split else None for axis in range(len(shape))))
 
 
 def shard_model(
     model: nnx.Module, mesh: Mesh, *, data_axis: str | None = "data", model_axis: str | None = "model"
 ) -> nnx.Module:
-    """Place ``model``'s variables on ``mesh``, in place: parameters as ``param_spec`` says (heads
-    and MLP hidden units split over ``model_axis``), every other variable (dropout streams...)
-    replicated. Then run the model under ``nnx.jit`` (or ``jax.jit`` of ``nnx.split``/``nnx.merge``)
-    on a batch placed by ``shard_batch``: XLA partitions the computation.
+    """Place ``model``'s variables on ``mesh``, in place: parameters as ``param_spec`` says, every
+    other variable (dropout streams...) replicated. Then run the model under ``nnx.jit`` (or
+    ``jax.jit`` of ``nnx.split``/``nnx.merge``) on a batch placed by ``shard_batch``.
 
-    Args:
-        model: an ``nnx.Module`` (the attention modules, ``GPTModel``, any module whose
-            submodules carry the torch attributes' names).
-        mesh: a ``jax.sharding.Mesh`` of devices.
-        data_axis: the batch's mesh axis, only checked here; model_axis: tensor parallelism's.
-            None for either: that kind of parallelism is not used.
-    Returns:
-        ``model`` itself.
+    Args: model, an ``nnx.Module`` whose submodules carry the torch attributes' names (the
+        attention modules, ``GPTModel``); mesh, a ``Mesh`` of devices; data_axis (only checked
+        here) and model_axis, the batch's and tensor parallelism's mesh axes, or None (not used).
+    Returns: ``model`` itself.
 
     TypeError or ValueError naming the argument for a model or mesh of another kind, or an axis
     not in the mesh.
@@ -89,19 +75,17 @@ def shard_model(
     check_axis(mesh, "model_axis", model_axis)
     check_devices("shard_model", mesh)
     for path, node in nnx.iter_graph(model):
-        if not isinstance(node, nnx.Variable):
-            continue
-        value = node.get_value()
-        spec = P()
-        if isinstance(node, nnx.Param):
-            spec = param_spec(".".join(map(str, path)), value.shape, mesh, model_axis)
-        node.set_value(_place(value, NamedSharding(mesh, spec)))
+        if isinstance(node, nnx.Variable):
+            value = node.get_value()
+            is_param = isinstance(node, nnx.Param)
+            spec = param_spec(".".join(map(str, path)), value.shape, mesh, model_axis) if is_param else P()
+            node.set_value(_place(value, NamedSharding(mesh, spec)))
     return model
 
 
 def _place(value: jax.Array, sharding: NamedSharding) -> jax.Array:
-    """``value`` laid out by ``sharding``. A mesh that spans processes (``jax.distributed``) is
-    filled from each process's own copy of ``value``: every process built the same model."""
+    """``value`` laid out by ``sharding``; on a mesh over processes (``jax.distributed``), filled
+    from each process's own copy of ``value`` (every process built the same model)."""
     if sharding.is_fully_addressable:
         return jax.device_put(value, sharding)
     return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
@@ -110,12 +94,9 @@ def _place(value: jax.Array, sharding: NamedSharding) -> jax.Array:
 def shard_batch(x: jax.Array, mesh: Mesh, *, data_axis: str = "data") -> jax.Array:
     """A batch placed for data parallelism.
 
-    Args:
-        x: ``(B, ...)``, NumPy or JAX, of any dtype (token ids too); B divisible by the size of
-            ``data_axis``.
-        mesh: a ``jax.sharding.Mesh`` of devices with the axis ``data_axis``.
-    Returns:
-        ``x`` as a JAX array with its first axis split over ``data_axis``.
+    Args: x ``(B, ...)``, NumPy or JAX, any dtype (token ids too), B divisible by the size of
+        ``data_axis``; mesh, a ``Mesh`` of devices with that axis.
+    Returns: ``x`` as a JAX array with its first axis split over ``data_axis``.
 
     TypeError or ValueError naming the argument otherwise.
     """
@@ -128,3 +109,36 @@ def shard_batch(x: jax.Array, mesh: Mesh, *, data_axis: str = "data") -> jax.Arr
     check_divisible_by_axis(f"batch of shape {shape}: B = {shape[0]}", shape[0], mesh, data_axis)
     check_devices("shard_batch", mesh)
     return jax.device_put(x, NamedSharding(mesh, P(data_axis)))
+
+
+def check_mesh(mesh: Any) -> None:
+    """TypeError unless ``mesh`` is a ``Mesh`` or an ``AbstractMesh`` (its axes are all a check reads)."""
+    if not isinstance(mesh, (Mesh, AbstractMesh)):
+        raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+
+
+def check_devices(function: str, mesh: Mesh | AbstractMesh) -> None:
+    """TypeError for an ``AbstractMesh`` where ``function`` places arrays on the mesh's devices."""
+    if isinstance(mesh, AbstractMesh):
+        raise TypeError(
+            f"{function} places arrays on devices: mesh must be a jax.sharding.Mesh of devices "
+            "(jax.make_mesh), got an AbstractMesh"
+        )
+
+
+def check_axis(mesh: Mesh | AbstractMesh, argument: str, axis: Any, *, optional: bool = True) -> None:
+    """ValueError naming ``argument`` and the mesh's axes unless ``axis`` is one of them (or, where
+    ``optional``, None: that sharding is not used)."""
+    if (axis is not None or not optional) and axis not in mesh.axis_names:
+        raise ValueError(f"{argument} {axis!r} is not an axis of the mesh; its axes are {mesh.axis_names}")
+
+
+def check_divisible_by_axis(
+    what: str, size: int, mesh: Mesh | AbstractMesh, axis: str, *, twice: bool = False
+) -> None:
+    """ValueError unless ``size`` (``what``: ``"T = 12 (queries.shape[2])"``) splits evenly over mesh
+    axis ``axis`` (into two chunks a device where ``twice``)."""
+    axis_size = mesh.shape[axis]
+    if size % (axis_size * (2 if twice else 1)):
+        times = "twice " if twice else ""
+        raise ValueError(f"{what} is not divisible by {times}the size {axis_size} of mesh axis {axis!r}")

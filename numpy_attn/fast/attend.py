@@ -1,11 +1,7 @@
-"""The attention core by implementation, and a whole layer on its fast path: written once for both
-packages, computing with the ``Framework`` it is given (its ``ops``, its blockwise functions).
-
-``attend`` runs ``scaled_dot_product_attention`` (the notes' math) or ``blockwise_attention``
-(O(T) memory) as ``ComputePath`` says; ``attend_heads`` adds the projections and the head split
-around it; ``fast_layer`` is a layer of ``numpy_attn.spec`` on its blockwise path, built from its
-spec's structure (how it projects, whether it is causal, what it drops).
-"""
+"""The attention core by implementation (``attend``: ``scaled_dot_product_attention`` or
+``blockwise_attention``, as ``ComputePath`` says), with the projections and heads around it
+(``attend_heads``), and a layer of ``numpy_attn.spec`` on its fast path (``fast_layer``): written
+once for both packages, computing with the ``Framework`` given (its ``ops``, its blockwise loops)."""
 
 from __future__ import annotations
 
@@ -21,27 +17,17 @@ __all__ = ["attend", "attend_heads", "fast_layer"]
 
 
 def attend(
-    fw: Any,
-    queries: Any,
-    keys: Any,
-    values: Any,
-    masking: Masking = Masking(),
-    dropout: AttnDropout = AttnDropout(),
-    path: ComputePath = ComputePath(),
-    return_steps: bool = False,
-) -> tuple[Any, Steps]:
+    fw: Any, queries: Any, keys: Any, values: Any, masking: Masking = Masking(),
+    dropout: AttnDropout = AttnDropout(), path: ComputePath = ComputePath(), return_steps: bool = False,
+) -> tuple[Any, Steps]:  # fmt: skip
     """Attention of queries over keys and values on ``path.implementation``'s path.
 
-    Args:
-        queries: ``(..., T, H)``; keys ``(..., S, H)`` and values ``(..., S, Hv)``, with the
-            queries' leading axes.
-        masking: what hides keys (the padding mask's B is the queries' first axis, 1 for
-            ``(T, H)`` queries).
-        dropout: on the attention weights; path: how to compute.
-        return_steps: also the ``(..., T, S)`` steps, from the reference math on either path
-            (random dropout then draws one keep-mask that both use).
-    Returns:
-        ``(context_vec (..., T, Hv), steps)``; steps is empty without ``return_steps``.
+    Args: queries ``(..., T, H)``, keys ``(..., S, H)``, values ``(..., S, Hv)`` (the same leading
+        axes); masking, dropout, path: what hides keys (the padding mask's B is the queries' first
+        axis, 1 for ``(T, H)`` queries), dropout on the weights, how to compute; return_steps: also
+        the ``(..., T, S)`` steps, from the reference math on either path (random dropout then
+        draws one keep-mask that both use).
+    Returns: ``(context_vec (..., T, Hv), steps)``; steps is empty without ``return_steps``.
     """
     blockwise = uses_blockwise(path.implementation, queries.shape[-2])
     random, keep_mask, steps = dropout.rng, dropout.keep_mask, Steps()
@@ -49,7 +35,14 @@ def attend(
         keep_shape = (*queries.shape[:-1], keys.shape[-2])  # (..., T, S)
         keep_mask, random = fw.ops.draw_keep_mask(random, dropout.rate, keep_shape), None
     if not blockwise or return_steps:
-        context_vec, steps = _reference(fw, queries, keys, values, masking, dropout.rate, random, keep_mask)
+        mask = fw.ops.causal_mask(queries.shape[-2], keys.shape[-2]) if masking.causal else None  # (T, S)
+        if masking.padding_mask is not None:  # (B, S) -> (B, 1, ..., 1, S), the queries' rank
+            padding = masking.padding_mask
+            hidden_keys = padding.reshape(padding.shape[:1] + (1,) * (queries.ndim - 2) + padding.shape[1:])
+            mask = hidden_keys if mask is None else mask | hidden_keys  # (B, 1, ..., T, S)
+        context_vec, steps = fw.ops.scaled_dot_product_attention(
+            queries, keys, values, mask, dropout=dropout.rate, attn_keep_mask=keep_mask, **{fw.random: random}
+        )  # (..., T, Hv)
         if not blockwise:
             return context_vec, steps
     context_vec = fw.blockwise_attention(
@@ -59,44 +52,19 @@ def attend(
     return context_vec, steps
 
 
-def _reference(
-    fw: Any, queries: Any, keys: Any, values: Any, masking: Masking, rate: Any, random: Any, keep_mask: Any
-) -> tuple[Any, Steps]:
-    """``scaled_dot_product_attention`` with the mask ``masking`` makes."""
-    mask = fw.ops.causal_mask(queries.shape[-2], keys.shape[-2]) if masking.causal else None  # (T, S)
-    if masking.padding_mask is not None:  # (B, S) -> (B, 1, ..., 1, S), the queries' rank
-        padding = masking.padding_mask
-        hidden_keys = padding.reshape(padding.shape[:1] + (1,) * (queries.ndim - 2) + padding.shape[1:])
-        mask = hidden_keys if mask is None else mask | hidden_keys  # (B, 1, ..., T, S)
-    return fw.ops.scaled_dot_product_attention(
-        queries, keys, values, mask, dropout=rate, attn_keep_mask=keep_mask, **{fw.random: random}
-    )  # (..., T, Hv)
-
-
 def attend_heads(
-    fw: Any,
-    x: Any,
-    qkv: tuple[Any, Any],
-    num_heads: int,
-    masking: Masking = Masking(),
-    dropout: AttnDropout = AttnDropout(),
-    path: ComputePath = ComputePath(),
-    return_steps: bool = False,
-) -> tuple[Any, Steps]:
-    """Multi-head self-attention up to the output projection: x projected by ``qkv`` (in one
-    matmul if ``path.fused_qkv``, else three), split into ``num_heads`` heads, ``attend``-ed,
-    merged back. On the blockwise path without steps, each head is projected inside the loop over
-    heads (``blockwise_self_attention``): no ``(B, T, 3E)`` projection is ever stored.
+    fw: Any, x: Any, qkv: tuple[Any, Any], num_heads: int, masking: Masking = Masking(),
+    dropout: AttnDropout = AttnDropout(), path: ComputePath = ComputePath(), return_steps: bool = False,
+) -> tuple[Any, Steps]:  # fmt: skip
+    """Multi-head self-attention up to the output projection: x projected by ``qkv`` (one matmul if
+    ``path.fused_qkv``, else three), split into heads, ``attend``-ed, merged. On the blockwise path
+    without steps each head is projected inside the loop (``blockwise_self_attention``).
 
-    Args:
-        x: ``(B, T, D)``.
-        qkv: ``(weight (3E, D), bias (3E,) or None)``, torch's layout: the rows of W_query, W_key,
-            W_value (note 003's ``Wqkv``).
-        num_heads: N, dividing E; masking, dropout, path, return_steps: as ``attend``'s (the
-            keep-mask ``(B, N, T, T)``).
-    Returns:
-        ``(context_vec (B, T, E), steps)``: with ``return_steps``, the projections ``queries``,
-        ``keys``, ``values`` ``(B, T, E)`` and ``attend``'s steps.
+    Args: x ``(B, T, D)``; qkv ``(weight (3E, D), bias (3E,) or None)``, torch's rows of W_query,
+        W_key, W_value (note 003's ``Wqkv``); num_heads N, dividing E; the rest as ``attend``'s
+        (the keep-mask ``(B, N, T, T)``).
+    Returns: ``(context_vec (B, T, E), steps)``: with ``return_steps``, the projections
+        ``queries``, ``keys``, ``values`` ``(B, T, E)`` and ``attend``'s steps.
     """
     if uses_blockwise(path.implementation, x.shape[-2]) and not return_steps:
         context_vec = fw.blockwise_self_attention(
@@ -114,69 +82,45 @@ def attend_heads(
 
 
 def fast_layer(
-    spec: LayerSpec,
-    fw: Any,
-    params: Mapping[str, Any],
-    x: Any,
-    padding_mask: Any = None,
-    *,
-    implementation: str,
-    block_size: int,
-    return_steps: bool,
-    **arguments: Any,
-) -> tuple[Any, Steps]:
-    """The layer of ``spec`` on the path ``implementation`` names (the blockwise one, where the
-    door sends it): its projections, ``attend`` (or ``attend_heads``), its output projection and
-    dropout.
-
-    Args:
-        params, x, padding_mask: the layer function's (checked by the door).
-        implementation, block_size: the path; return_steps: whether the steps are wanted.
-        arguments: the layer's other arguments (``num_heads``, dropout rates, keep-masks, the
-            random source).
-    Returns:
-        ``(output, steps)`` as the layer's reference math returns them: the same step names, the
-        ``(T, S)`` steps by the reference math (only with ``return_steps``).
-    """
+    spec: LayerSpec, fw: Any, params: Mapping[str, Any], x: Any, padding_mask: Any = None, *,
+    implementation: str, block_size: int, return_steps: bool, **arguments: Any,
+) -> tuple[Any, Steps]:  # fmt: skip
+    """The layer of ``spec`` on the path ``implementation`` names: its projections, ``attend`` (or
+    ``attend_heads``), its output projection and dropout; ``arguments`` are the layer's others
+    (``num_heads``, rates, keep-masks, the random source). Returns ``(output, steps)`` as the
+    layer's reference math, the ``(T, S)`` steps from it (only with ``return_steps``)."""
     random = arguments.get(fw.random)
     path = ComputePath(implementation, block_size, fuses_projections(implementation, x.shape[-2]))
     if spec.heads is not None:  # a stack of heads, each the layer spec.heads names
         return _stack(spec, fw, params, x, path, return_steps, random, arguments)
-    rate = arguments[spec.dropouts[0]] if spec.dropouts else None
     attn_random, out_random = fw.split_random(random) if spec.out_dropout else (random, None)
+    rate = arguments[spec.dropouts[0]] if spec.dropouts else None
     dropout = AttnDropout(rate, attn_random, arguments.get("attn_keep_mask"))
     masking = Masking(spec.causal, padding_mask)
     if spec.multi_head:
         qkv = _weights(params, "Wqkv") if spec.qkv == "fused" else qkv_weights(fw, params)  # (3E, D), (3E,)
-        context_vec, steps = attend_heads(
-            fw, x, qkv, arguments["num_heads"], masking, dropout, path, return_steps
-        )
+        num_heads = arguments["num_heads"]
+        context_vec, steps = attend_heads(fw, x, qkv, num_heads, masking, dropout, path, return_steps)
     else:
-        queries, keys, values = _projections(spec, fw, params, x)  # 3 x (..., T, E)
+        if spec.qkv == "matrices":
+            queries, keys, values = x @ params["W_query"], x @ params["W_key"], x @ params["W_value"]
+        elif spec.qkv == "fused":
+            queries, keys, values = split_projection(fw, x, *_weights(params, "Wqkv"))  # 3 x (..., T, E)
+        else:
+            queries, keys, values = qkv_projections(fw, x, params)  # 3 x (..., T, E)
         context_vec, steps = attend(fw, queries, keys, values, masking, dropout, path, return_steps)
         steps = Steps(queries=queries, keys=keys, values=values, **steps)
     steps = Steps(**steps, context_vec=context_vec)
     output = context_vec if spec.out is None else fw.ops.linear(context_vec, *_weights(params, spec.out))
     if spec.out_dropout is not None:
         steps["projected"] = output
-        out_keep_mask = arguments.get("out_keep_mask")
-        output = fw.ops.dropout(
-            output, arguments[spec.out_dropout], keep_mask=out_keep_mask, **{fw.random: out_random}
-        )
+        rate, keep_mask = arguments[spec.out_dropout], arguments.get("out_keep_mask")
+        output = fw.ops.dropout(output, rate, keep_mask=keep_mask, **{fw.random: out_random})
     return output, Steps(**steps, output=output)
 
 
 def _weights(params: Mapping[str, Any], name: str) -> tuple[Any, Any]:
     return params[f"{name}.weight"], params.get(f"{name}.bias")
-
-
-def _projections(spec: LayerSpec, fw: Any, params: Mapping[str, Any], x: Any) -> tuple[Any, Any, Any]:
-    """Queries, keys and values of a single-head layer, as its class projects them."""
-    if spec.qkv == "matrices":
-        return x @ params["W_query"], x @ params["W_key"], x @ params["W_value"]
-    if spec.qkv == "fused":
-        return split_projection(fw, x, *_weights(params, "Wqkv"))
-    return qkv_projections(fw, x, params)
 
 
 def _stack(

@@ -1,12 +1,10 @@
-"""How a layer computes, decided in one place for numpy_attn and jax_attn.
+"""How a layer computes, decided once for numpy_attn and jax_attn.
 
-``"reference"`` is the notes' math, one (T, S) matrix per head; ``"blockwise"`` is the O(T)-memory
-path (online softmax over key blocks, hidden causal blocks skipped); ``"auto"`` is blockwise from
-``AUTO_BLOCKWISE_TOKENS`` query tokens on and the reference math below, where one (T, S) matrix
-per head is small and one matmul per step is fastest (benchmarks/README.md). ``attend`` and
-``attend_heads`` take what they are asked in three frozen groups: what hides keys (``Masking``),
-dropout on the attention weights (``AttnDropout``) and how to compute (``ComputePath``); the
-groups hold NumPy or JAX arrays (and a NumPy ``Generator`` or a JAX key as the random source).
+``"reference"`` is the notes' math, one (T, S) matrix per head; ``"blockwise"`` the O(T)-memory
+path (online softmax over key blocks, hidden causal blocks skipped); ``"auto"`` blockwise from
+``AUTO_BLOCKWISE_TOKENS`` query tokens on, the reference math below (benchmarks/README.md).
+``attend`` takes its options in three frozen groups of NumPy or JAX values: what hides keys
+(``Masking``), dropout on the attention weights (``AttnDropout``), how to compute (``ComputePath``).
 """
 
 from __future__ import annotations
@@ -17,16 +15,9 @@ from typing import Any
 from numpy_attn.checks import check_size
 
 __all__ = [
-    "AUTO_BLOCKWISE_TOKENS",
-    "DEFAULT_BLOCK_SIZE",
-    "IMPLEMENTATIONS",
-    "AttnDropout",
-    "ComputePath",
-    "Masking",
-    "check_implementation",
-    "fuses_projections",
-    "uses_blockwise",
-]
+    "AUTO_BLOCKWISE_TOKENS", "DEFAULT_BLOCK_SIZE", "IMPLEMENTATIONS", "AttnDropout", "ComputePath", "Masking",
+    "check_implementation", "fuses_projections", "uses_blockwise",
+]  # fmt: skip
 
 IMPLEMENTATIONS = ("reference", "blockwise", "auto")
 AUTO_BLOCKWISE_TOKENS = 512
@@ -42,22 +33,20 @@ def check_implementation(implementation: Any, block_size: Any) -> None:
 
 def uses_blockwise(implementation: str, num_queries: int) -> bool:
     """Whether a call with ``num_queries`` query tokens runs the blockwise path."""
-    return implementation == "blockwise" or (
-        implementation == "auto" and num_queries >= AUTO_BLOCKWISE_TOKENS
-    )
+    return num_queries >= AUTO_BLOCKWISE_TOKENS if implementation == "auto" else implementation == "blockwise"
 
 
 def fuses_projections(implementation: str, num_tokens: int) -> bool:
-    """Whether ``attend_heads`` projects queries, keys and values in one matmul: on a fast path
-    whose core is the reference math (``"auto"`` on short sequences). Not before the blockwise
-    loops: XLA would copy the three thirds of the product apart, where three matmuls cost the same."""
+    """Whether ``attend_heads`` projects queries, keys and values in one matmul: on a fast path whose
+    core is the reference math (``"auto"``, short sequences); not before the blockwise loops, where
+    XLA would copy the product's thirds apart."""
     return implementation != "reference" and not uses_blockwise(implementation, num_tokens)
 
 
 @dataclass(frozen=True)
 class Masking:
-    """What hides keys: ``causal`` hides key s from query t when s > t (self-attention, T = S);
-    ``padding_mask`` is bool ``(B, S)``, True = padding (hidden from every query), or None."""
+    """What hides keys: ``causal``, key s from query t when s > t (T = S); ``padding_mask``, bool
+    ``(B, S)``, True = padding (hidden from every query), or None."""
 
     causal: bool = False
     padding_mask: Any = None
@@ -66,7 +55,7 @@ class Masking:
 @dataclass(frozen=True)
 class AttnDropout:
     """Dropout on the attention weights: ``rate`` (None or 0: none), drawn from ``rng`` (a NumPy
-    ``Generator``, a JAX key in jax_attn) or given as ``keep_mask`` (bool ``(..., T, S)``, True =
+    ``Generator``; a JAX key in jax_attn) or given as ``keep_mask`` (bool ``(..., T, S)``, True =
     keep). With neither, the call is deterministic (eval mode)."""
 
     rate: float | None = None
@@ -76,7 +65,7 @@ class AttnDropout:
 
 @dataclass(frozen=True)
 class ComputePath:
-    """How the core computes: the ``implementation``, the blockwise path's ``block_size`` and, for
+    """How the core computes: the ``implementation``, the blockwise ``block_size`` and, for
     ``attend_heads``, whether the QKV projection is one matmul (``fused_qkv``)."""
 
     implementation: str = "reference"

@@ -1,6 +1,5 @@
-"""The three projections at once, one matmul over a stacked weight (a fast path's choice): written
-once for both packages, computing with the ``Framework`` it is given (its ``ops.linear`` and
-``xp``)."""
+"""The three projections as one matmul over a stacked weight (a fast path's choice), written once
+for both packages with the ``Framework``'s ``ops.linear`` and ``xp``."""
 
 from __future__ import annotations
 
@@ -15,11 +14,9 @@ __all__ = ["qkv_projections", "qkv_weights", "split_projection"]
 def qkv_weights(fw: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
     """``W_query``, ``W_key``, ``W_value`` stacked as note 003's ``Wqkv``.
 
-    Args:
-        params: the weights ``"W_query.weight"``, ``"W_key.weight"``, ``"W_value.weight"``, each
-            ``(E, D)``, and their ``(E,)`` biases or none.
-    Returns:
-        ``(weight (3E, D), bias (3E,) or None)``.
+    Args: params, ``"W_query.weight"``, ``"W_key.weight"``, ``"W_value.weight"`` ``(E, D)`` and
+        their ``(E,)`` biases or none.
+    Returns: ``(weight (3E, D), bias (3E,) or None)``.
     """
     weight = fw.xp.concatenate([params[f"{name}.weight"] for name in QKV])  # (3E, D)
     if "W_query.bias" not in params:
@@ -33,10 +30,8 @@ def split_projection(
     """``linear(x, weight, bias)`` cut into ``parts`` equal slices of its features (note 003's
     ``Wqkv(x)`` then ``unbind``): one matmul when ``fused``, else one per slice of the weight.
 
-    Args:
-        x: ``(..., D)``; weight ``(F, D)``, F divisible by ``parts``; bias ``(F,)`` or None.
-    Returns:
-        ``parts`` arrays ``(..., F / parts)``.
+    Args: x ``(..., D)``; weight ``(F, D)``, F divisible by ``parts``; bias ``(F,)`` or None.
+    Returns: ``parts`` arrays ``(..., F / parts)``.
     """
     width = weight.shape[0] // parts
     cuts = [slice(i * width, (i + 1) * width) for i in range(parts)]
@@ -46,16 +41,12 @@ def split_projection(
     return tuple(fw.ops.linear(x, weight[cut], None if bias is None else bias[cut]) for cut in cuts)
 
 
-def qkv_projections(
-    fw: Any, x: Any, params: Mapping[str, Any], *, fused: bool = False
-) -> tuple[Any, Any, Any]:
+def qkv_projections(fw: Any, x: Any, params: Mapping[str, Any], *, fused: bool = False) -> tuple[Any, ...]:
     """``W_query(x), W_key(x), W_value(x)``: three matmuls as in the notes, or one over the stacked
     weights (``fused``).
 
-    Args:
-        x: ``(..., D)``; params as ``qkv_weights``'s.
-    Returns:
-        3 arrays ``(..., E)``.
+    Args: x ``(..., D)``; params as ``qkv_weights``'s.
+    Returns: 3 arrays ``(..., E)``.
     """
     if fused:
         return split_projection(fw, x, *qkv_weights(fw, params))
