@@ -137,6 +137,8 @@ def gpt_model_decode(fw: Any, a: dict[str, Any]) -> None:
     check_gpt_params(fw, a["params"], a["config"], values=concrete)
     check_token_ids(a["token_ids"], a["config"], values=concrete)
     check_gpt_caches(fw, a["caches"], a["token_ids"].shape, a["config"], a["params"][FIRST_WEIGHT].dtype)
+    if a["padding_mask"] is not None:
+        checks.check_padding_mask(a["padding_mask"], *a["token_ids"].shape)
 
 
 def check_gpt_caches(

@@ -54,6 +54,38 @@ def test_cached_decode_logits_equal_the_full_pass(params, framework, decode, ini
     assert compare_arrays(f"{framework} logits", expected, np.concatenate(actual, axis=1)).ok
 
 
+@pytest.mark.parametrize(
+    "framework, decode, init, convert",
+    [
+        ("numpy", numpy_attn.gpt_model_decode, numpy_attn.init_gpt_cache, np.asarray),
+        ("jax", jax_attn.gpt_model_decode, jax_attn.init_gpt_cache, jnp.asarray),
+    ],
+)
+def test_a_left_padded_batch_decodes_as_each_row_alone(params, framework, decode, init, convert):
+    """``padding_mask`` (True = padding) hides the padding and counts each row's positions from its
+    first token: every row's logits are its own full pass's (prompt of 6, 3 and 1 tokens, 4 more
+    decoded one at a time)."""
+    pads = [0, 3, 5]
+    ids = token_ids(3, 10, seed=4)
+    padding = np.arange(10)[None, :] < np.array(pads)[:, None]  # (B, T)
+    weights = {name: convert(value) for name, value in params.items()}
+
+    def step(ids, caches, padding_mask=None):
+        return decode(weights, ids, caches, TINY, padding_mask)
+
+    if framework == "jax":  # two programs (6 tokens with a mask, then 1 without)
+        step = jax.jit(step)
+    logits, caches = step(convert(ids[:, :6]), init(TINY, 3), convert(padding[:, :6]))
+    actual = [np.asarray(logits)]
+    for position in range(6, 10):
+        logits, caches = step(convert(ids[:, position : position + 1]), caches)
+        actual.append(np.asarray(logits))
+    actual = np.concatenate(actual, axis=1)  # (B, 10, V)
+    for row, pad in enumerate(pads):
+        expected = numpy_attn.gpt_model(params, ids[row : row + 1, pad:], TINY)  # (1, 10 - pad, V)
+        assert compare_arrays(f"{framework} row {row}", expected, actual[row : row + 1, pad:]).ok
+
+
 @pytest.mark.xdist_group("transformers")  # on the worker that runs tests/test_gpt_hf.py
 def test_greedy_generation_equals_transformers_greedy_generate(params, model, tmp_path):
     numpy_attn.save_hf_gpt2(tmp_path, params, TINY)
