@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import os
 import weakref
 from typing import Any
 
@@ -28,6 +29,7 @@ from jax.experimental import io_callback
 
 from jax_attn.gpt import decode
 from jax_attn.kv_cache import init_kv_cache
+from jax_attn.ops import linear
 from jax_attn.sampling import next_tokens, suppress_stops
 from numpy_attn import checks, gpt_checks
 from numpy_attn.generation import fill_id, stop_ids
@@ -81,7 +83,9 @@ def _generate(
         init_kv_cache(batch, config["n_heads"], cache_length, head_dim, dtype)
         for _ in range(config["n_layers"])
     )
-    logits, caches = decode(params, token_ids, caches, config, padding, last_only=True, empty=True)  # prompt
+    logits, caches = decode(
+        params, token_ids, caches, config, padding, last_only=True, empty=True, linear=blocked_linear
+    )  # the prompt's pass
     sequences = jnp.full((batch, cache_length), fill, token_ids.dtype).at[:, :num_tokens].set(token_ids)
 
     def pick(state):
@@ -108,7 +112,9 @@ def _generate(
 
     def step(state):
         new, _, caches, sequences, tokens, finished, bad_step = state
-        logits, caches = decode(params, tokens[:, None], caches, config, last_only=True)  # (B, 1, V)
+        logits, caches = decode(
+            params, tokens[:, None], caches, config, last_only=True, linear=blocked_linear
+        )
         return pick((new, logits, caches, sequences, tokens, finished, bad_step))
 
     zero = jnp.zeros((), jnp.int32)
@@ -117,25 +123,47 @@ def _generate(
     return sequences, new, bad_step
 
 
-# model -> (the kernels it held, the same in torch's layout): see generation_params
+# model -> (the kernels it held, their row blocks in torch's layout): see generation_params
 _HALF_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def generation_params(model: Any) -> tuple[dict[str, jax.Array], frozenset[str]]:
+def row_blocks(rows: int) -> list[tuple[int, int]]:
+    """The row blocks a 16-bit weight of ``rows`` rows is cut into: one per CPU this process may
+    run on (at most 8, at least 64 rows each)."""
+    count = max(1, min(8, len(os.sched_getaffinity(0)), rows // 64))
+    cuts = [rows * index // count for index in range(count + 1)]
+    return list(itertools.pairwise(cuts))
+
+
+def generation_params(model: Any) -> tuple[dict[str, Any], frozenset[str]]:
     """The weights ``_generate`` reads, and the names it transposes. float32 and float64 kernels as
-    the model holds them, ``(in, out)`` (transposed in the program: XLA folds each into its GEMV);
-    16-bit ones in torch's layout ``(out, in)``, the only layout XLA:CPU reads them in without first
-    converting them to float32 (five times the bytes). That copy is made once and kept while the
-    model holds the same kernels (one copy of its Linear weights more in memory)."""
+    the model holds them, ``(in, out)`` (transposed in the program: XLA folds each into its GEMV).
+    16-bit ones as tuples of row blocks in torch's layout ``(out, in)``: XLA:CPU reads a 16-bit
+    weight without first converting it to float32 (five times the bytes) only in that layout, and
+    its GEMV on one thread, so that one block per CPU is one GEMV per thread. The blocks are made
+    once and kept while the model holds the same kernels (one copy of its Linear weights more)."""
     stored, transposed = model.stored_params()
     if stored["tok_emb.weight"].dtype.itemsize != 2:
         return stored, transposed
-    kernels = tuple(stored[name] for name in sorted(transposed))
+    names = sorted(transposed)
+    kernels = tuple(stored[name] for name in names)
     held, view = _HALF_VIEWS.get(model, ((), {}))
     if len(held) != len(kernels) or any(a is not b for a, b in zip(held, kernels, strict=False)):
-        view = {name: kernel.T for name, kernel in zip(sorted(transposed), kernels, strict=True)}
+        view = {}
+        for name, kernel in zip(names, kernels, strict=True):
+            weight = kernel.T  # (out, in)
+            view[name] = tuple(weight[start:end] for start, end in row_blocks(weight.shape[0]))
         _HALF_VIEWS[model] = (kernels, view)
     return stored | view, frozenset()
+
+
+def blocked_linear(x: jax.Array, weight: Any, bias: jax.Array | None = None) -> jax.Array:
+    """``ops.linear`` for a weight given as a tuple of row blocks ``(F_i, D)``: one product per
+    block (XLA:CPU runs them on different threads), concatenated. ``x`` ``(N, D)``."""
+    if not isinstance(weight, tuple):
+        return linear(x, weight, bias)
+    out = jnp.concatenate([x @ block.T for block in weight], axis=-1)  # (N, F)
+    return out if bias is None else out + bias
 
 
 def check_generate(fw: Any, a: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ The loops over blocks are ``numpy_attn.gpt_spec``'s, which numpy_attn runs too.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -181,10 +181,12 @@ def decode(
     *,
     last_only: bool = False,
     empty: bool = False,
+    linear: Callable[..., jax.Array] = linear,
 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
     """``gpt_model_decode``; ``last_only``: the logits of the last token alone ``(B, 1, V)`` (the
     output head's product for one position); ``empty``: the caches are known to hold no token (a
-    prompt's pass: their keys are not read)."""
+    prompt's pass: their keys are not read); ``linear``: the product of each weight
+    (``ops.linear``'s arguments; ``jax_attn.generate``'s takes 16-bit weights in row blocks)."""
     positions = token_positions(caches[0], padding_mask, token_ids.shape[1])  # (B, t)
     tok_embeds = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, t, D)
     x = tok_embeds + jnp.asarray(params["pos_emb.weight"])[positions]  # (B, t, D)
@@ -194,16 +196,27 @@ def decode(
 
         def att(h: jax.Array, block: Mapping[str, jax.Array] = block, cache: KVCache = cache) -> jax.Array:
             output, new_cache = attention_decode(
-                sub_params(block, "att."), h, cache, padding_mask, num_heads=config["n_heads"], empty=empty
+                sub_params(block, "att."),
+                h,
+                cache,
+                padding_mask,
+                num_heads=config["n_heads"],
+                empty=empty,
+                linear=linear,
             )
             new_caches.append(new_cache)
             return output
 
-        parts = _parts(block)
-        parts["ff"] = functools.partial(_on_rows, parts["ff"])
+        ff = sub_params(block, "ff.")  # feed_forward's products, by ``linear``
+
+        def feed_forward_rows(x: jax.Array, ff: Mapping[str, jax.Array] = ff) -> jax.Array:
+            hidden = linear(x, ff["layers.0.weight"], ff["layers.0.bias"])  # (B·t, 4D)
+            return linear(gelu(hidden), ff["layers.2.weight"], ff["layers.2.bias"])  # (B·t, D)
+
+        parts = _parts(block) | {"ff": functools.partial(_on_rows, feed_forward_rows)}
         blocks.append(functools.partial(apply_block, **parts, att=att, drop_shortcut=lambda h: h))
     head = _head(params)
-    out_head = functools.partial(_on_rows, head["out_head"])
+    out_head = functools.partial(_on_rows, lambda x: linear(x, params["out_head.weight"]))  # (B, t, V)
     head["out_head"] = (lambda x: out_head(x[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
     logits, _ = apply_model(x, blocks=blocks, **head)  # (B, t, V)
     return logits, tuple(new_caches)
