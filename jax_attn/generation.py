@@ -8,9 +8,11 @@ Its caches hold T + ``max_new_tokens`` tokens rounded up to ``CACHE_STEP`` (so t
 serves nearby lengths; each is compiled once per prompt shape, cache size and sampling options, and
 the temperature, ``top_p``, ids and lengths are its arguments). The caches are loop carries that
 XLA updates in place: the program reads the weights as ``GPTModel`` holds them (the Linear kernels
-``(in, out)``, transposed inside the program, where XLA folds each transpose into its product), a
-decoding step reads each weight once and the cache once (``docs/generation.md`` measures it). A
-``streamer`` gets each step's tokens from the loop through ``jax.experimental.io_callback``.
+``(in, out)``, transposed inside the program, where XLA folds each transpose into its product;
+16-bit ones as row blocks in torch's layout, ``generation_params``), a decoding step reads each
+weight once and the cache once (``python -m parity_tests.bench.gpt`` measures its bytes,
+``benchmarks/gpt/results.md``). A ``streamer`` gets each step's tokens from the loop through
+``jax.experimental.io_callback``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ is unchanged; ``length`` is a JAX scalar, so that jitted decoding compiles once.
 Where numpy_attn writes the new keys first and attends to the cache's filled part, this file reads
 the cache as it was and writes after: XLA then updates a donated cache (or a loop's) in place. A
 program that read the cache it had just written would copy all of it at every token (two or three
-copies, ``jax_attn.generate``'s HLO: ``docs/generation.md``).
+copies in ``jax_attn.generate``'s optimised HLO; ``python -m parity_tests.bench.gpt`` counts them).
 """
 
 from __future__ import annotations
