@@ -1,64 +1,178 @@
-"""Text generation with the GPT in JAX: prefill once, then one token at a time from the KV caches.
+"""Text generation with the GPT in JAX: the prefill and the whole decoding loop in one XLA program.
 
-One jitted step (decode, then pick the next token) compiles once for the prompt's length and once
-for single tokens, never once per token; the temperature is an argument of the step, so one
-sampling program serves every temperature. ``temperature=0`` is greedy (argmax, as transformers'
-``do_sample=False``); otherwise the logits are cut to the ``top_k`` largest, divided by
-``temperature`` and sampled with ``rng`` (a ``jax.random`` key).
+``generate`` has numpy_attn's names and meanings (transformers' ``generate``: see
+``numpy_attn.generation``); ``rng`` is a ``jax.random`` key. One jitted program runs the prompt's
+pass, then a ``lax.while_loop`` that decodes a token, picks the next one and stops at
+``max_new_tokens`` or when every row has reached an eos id: no dispatch and no host wait per token.
+Its caches hold T + ``max_new_tokens`` tokens rounded up to ``CACHE_STEP`` (so that one program
+serves nearby lengths; each is compiled once per prompt shape, cache size and sampling options, and
+the temperature, ``top_p``, ids and lengths are its arguments). The caches are loop carries that
+XLA updates in place: the program reads the weights as ``GPTModel`` holds them (the Linear kernels
+``(in, out)``, transposed inside the program, where XLA folds each transpose into its product;
+16-bit ones as row blocks in torch's layout, ``generation_params``), a decoding step reads each
+weight once and the cache once (``python -m parity_tests.bench.gpt`` measures its bytes,
+``benchmarks/gpt/results.md``). A ``streamer`` gets each step's tokens from the loop through
+``jax.experimental.io_callback``.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
+import math
+import os
+import weakref
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
 
-from jax_attn.gpt import gpt_model_decode, init_gpt_cache
-from numpy_attn import gpt_checks
+from jax_attn.gpt import decode
+from jax_attn.kv_cache import init_kv_cache
+from jax_attn.ops import linear
+from jax_attn.sampling import next_tokens, suppress_stops
+from numpy_attn import checks, gpt_checks
+from numpy_attn.generation import fill_id, stop_ids
 from numpy_attn.gpt_checks import check_logits_finite
 from numpy_attn.gpt_spec import CONFIG_KEYS
 
 __all__ = ["generate"]
 
-
-def next_tokens(
-    logits: jax.Array, key: jax.Array | None, temperature: jax.Array | None, top_k: int | None
-) -> jax.Array:
-    """The next token of each row of ``logits`` ``(B, V)``: the argmax (``temperature`` None), or a
-    sample. The logits kept, less their maximum, are divided by ``temperature`` (a 0-d array of the
-    logits' dtype): each <= 0, so no temperature overflows them."""
-    if temperature is None:
-        return jnp.argmax(logits, axis=-1)  # (B,)
-    if top_k is not None:
-        kth_largest = jax.lax.top_k(logits, top_k)[0][:, -1:]  # (B, 1)
-        logits = jnp.where(logits < kth_largest, -jnp.inf, logits)
-    shifted = logits - logits.max(axis=-1, keepdims=True)  # (B, V), <= 0
-    scaled = jnp.where(shifted == 0, 0, shifted / temperature)  # 0 / 0 where temperature rounds to 0
-    return jax.random.categorical(key, scaled, axis=-1)  # (B,)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+CACHE_STEP = 64  # the caches' length is T + max_new_tokens rounded up to a multiple of this
+# XLA:CPU's copy insertion keeps a loop's cache in place only with its region analysis (without it,
+# every token copies every cache two or three times); the GPU backend's flag, for the same reason
+IN_PLACE = {
+    "xla_cpu_copy_insertion_use_region_analysis": True,
+    "xla_gpu_copy_insertion_use_region_analysis": True,
+}
 
 
-def sampling_temperature(temperature: float, dtype: Any) -> jax.Array | None:
-    """None for 0 (greedy), else a 0-d array of the logits' dtype, at most its largest value (cast to
-    inf, it would divide the tokens cut by ``top_k`` into NaN)."""
-    if temperature == 0.0:
-        return None
-    return jnp.asarray(min(temperature, float(jnp.finfo(dtype).max)), dtype)
+# the streamers of the calls running now, by the id their program passes to _put
+_STREAMS: dict[int, dict[str, Any]] = {}
+_STREAM_IDS = itertools.count()
 
 
-@functools.partial(jax.jit, static_argnames=("config_items", "top_k"))
-def _step(params, token_ids, caches, key, temperature, config_items, top_k):
-    """Decode ``token_ids`` ``(B, t)``, pick the next token from the last logits; with it, whether
-    those logits were all finite."""
-    logits, caches = gpt_model_decode(params, token_ids, caches, dict(config_items))
-    last = logits[:, -1]  # (B, V)
-    return next_tokens(last, key, temperature, top_k), caches, jnp.isfinite(last).all()
+def _put(stream_id: np.ndarray, tokens: np.ndarray) -> None:
+    """The io_callback of a step: its tokens to the call's streamer (an error kept for the caller)."""
+    stream = _STREAMS[int(stream_id)]
+    if stream["error"] is None:
+        try:
+            stream["streamer"].put(np.asarray(tokens))
+        except Exception as error:  # raised again by generate, after the program
+            stream["error"] = error
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("config_items", "transposed", "cache_length", "top_k", "sample", "use_top_p", "stream"),
+    compiler_options=IN_PLACE,
+)
+def _generate(
+    stored, token_ids, padding, max_new_tokens, min_new_tokens, temperature, top_p, stops, fill, key,
+    stream_id, *, config_items, transposed, cache_length, top_k, sample, use_top_p, stream,
+):  # fmt: skip
+    """The sequences ``(B, cache_length)`` (the prompt, the new tokens, then ``fill``), the number of
+    new tokens and the first step whose logits were not finite (0: none; 1 is the prompt's pass)."""
+    config = dict(config_items)
+    params = {name: value.T if name in transposed else value for name, value in stored.items()}
+    batch, num_tokens = token_ids.shape
+    head_dim = config["emb_dim"] // config["n_heads"]
+    dtype = params["tok_emb.weight"].dtype
+    caches = tuple(
+        init_kv_cache(batch, config["n_heads"], cache_length, head_dim, dtype)
+        for _ in range(config["n_layers"])
+    )
+    logits, caches = decode(
+        params, token_ids, caches, config, padding, last_only=True, empty=True, linear=blocked_linear
+    )  # the prompt's pass
+    sequences = jnp.full((batch, cache_length), fill, token_ids.dtype).at[:, :num_tokens].set(token_ids)
+
+    def pick(state):
+        """The step's tokens from its logits: each row's next token, or ``fill`` once finished."""
+        new, logits, caches, sequences, _, finished, bad_step = state
+        last = logits[:, -1].astype(jnp.float32)  # (B, V)
+        bad_step = jnp.where((bad_step == 0) & ~jnp.isfinite(last).all(), new + 1, bad_step)
+        last = suppress_stops(last, stops, new, min_new_tokens)
+        if sample:
+            step_key = jax.random.fold_in(key, new)
+            tokens = next_tokens(last, step_key, temperature, top_k, top_p if use_top_p else None)
+        else:
+            tokens = jnp.argmax(last, axis=-1)  # (B,)
+        tokens = jnp.where(finished, fill, tokens).astype(token_ids.dtype)  # (B,)
+        finished = finished | (tokens[:, None] == stops[None, :]).any(axis=-1)
+        sequences = jax.lax.dynamic_update_slice(sequences, tokens[:, None], (0, num_tokens + new))
+        if stream:
+            io_callback(_put, None, stream_id, tokens, ordered=True)
+        return new + 1, logits, caches, sequences, tokens, finished, bad_step
+
+    def go_on(state):
+        new, _, _, _, _, finished, bad_step = state
+        return (new < max_new_tokens) & ~finished.all() & (bad_step == 0)
+
+    def step(state):
+        new, _, caches, sequences, tokens, finished, bad_step = state
+        logits, caches = decode(
+            params, tokens[:, None], caches, config, last_only=True, linear=blocked_linear
+        )
+        return pick((new, logits, caches, sequences, tokens, finished, bad_step))
+
+    zero = jnp.zeros((), jnp.int32)
+    state = pick((zero, logits, caches, sequences, token_ids[:, -1], jnp.zeros(batch, bool), zero))
+    new, _, _, sequences, _, _, bad_step = jax.lax.while_loop(go_on, step, state)
+    return sequences, new, bad_step
+
+
+# model -> (the kernels it held, their row blocks in torch's layout): see generation_params
+_HALF_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def row_blocks(rows: int) -> list[tuple[int, int]]:
+    """The row blocks a 16-bit weight of ``rows`` rows is cut into: one per CPU this process may
+    run on (at most 8, at least 64 rows each)."""
+    count = max(1, min(8, len(os.sched_getaffinity(0)), rows // 64))
+    cuts = [rows * index // count for index in range(count + 1)]
+    return list(itertools.pairwise(cuts))
+
+
+def generation_params(model: Any) -> tuple[dict[str, Any], frozenset[str]]:
+    """The weights ``_generate`` reads, and the names it transposes. float32 and float64 kernels as
+    the model holds them, ``(in, out)`` (transposed in the program: XLA folds each into its GEMV).
+    16-bit ones as tuples of row blocks in torch's layout ``(out, in)``: XLA:CPU reads a 16-bit
+    weight without first converting it to float32 (five times the bytes) only in that layout, and
+    its GEMV on one thread, so that one block per CPU is one GEMV per thread. The blocks are made
+    once and kept while the model holds the same kernels (one copy of its Linear weights more)."""
+    stored, transposed = model.stored_params()
+    if stored["tok_emb.weight"].dtype.itemsize != 2:
+        return stored, transposed
+    names = sorted(transposed)
+    kernels = tuple(stored[name] for name in names)
+    held, view = _HALF_VIEWS.get(model, ((), {}))
+    if len(held) != len(kernels) or any(a is not b for a, b in zip(held, kernels, strict=False)):
+        view = {}
+        for name, kernel in zip(names, kernels, strict=True):
+            weight = kernel.T  # (out, in)
+            view[name] = tuple(weight[start:end] for start, end in row_blocks(weight.shape[0]))
+        _HALF_VIEWS[model] = (kernels, view)
+    return stored | view, frozenset()
+
+
+def blocked_linear(x: jax.Array, weight: Any, bias: jax.Array | None = None) -> jax.Array:
+    """``ops.linear`` for a weight given as a tuple of row blocks ``(F_i, D)``: one product per
+    block (XLA:CPU runs them on different threads), concatenated. ``x`` ``(N, D)``."""
+    if not isinstance(weight, tuple):
+        return linear(x, weight, bias)
+    out = jnp.concatenate([x @ block.T for block in weight], axis=-1)  # (N, F)
+    return out if bias is None else out + bias
 
 
 def check_generate(fw: Any, a: dict[str, Any]) -> None:
     """jax_attn's ``generate(model, token_ids, max_new_tokens, ...)``: a ``GPTModel``, then as
-    numpy_attn's (its weights, the ids, ``rng`` a ``jax.random`` key, the options)."""
+    numpy_attn's (its weights' names, shapes and dtype, the ids, ``rng`` a ``jax.random`` key, the
+    options). The weights' values were checked as the model got them; a non-finite one found by
+    non-finite logits is named then."""
     from jax_attn.gpt_module import GPTModel
 
     model = a["model"]
@@ -67,13 +181,15 @@ def check_generate(fw: Any, a: dict[str, Any]) -> None:
             "model must be a jax_attn.GPTModel (GPTModel.from_params(params, config); numpy_attn.generate "
             f"takes params and config instead), got {type(model).__name__}"
         )
-    gpt_checks.check_gpt_params(fw, model.torch_params(), model.config)
+    stored, transposed = model.stored_params()
+    shapes = {
+        name: jax.ShapeDtypeStruct(value.shape[::-1] if name in transposed else value.shape, value.dtype)
+        for name, value in stored.items()
+    }
+    gpt_checks.check_gpt_params(fw, shapes, model.config, values=False)
     gpt_checks.check_token_ids(a["token_ids"], model.config)
     fw.check_random(a["rng"], "rng")
-    shape, has_rng = a["token_ids"].shape, a["rng"] is not None
-    gpt_checks.check_generate_args(
-        shape, a["max_new_tokens"], model.config, a["temperature"], a["top_k"], has_rng
-    )
+    gpt_checks.check_generate_args(a, a["token_ids"].shape, model.config)
 
 
 def generate(
@@ -81,30 +197,94 @@ def generate(
     token_ids: jax.Array,
     max_new_tokens: int,
     *,
+    attention_mask: jax.Array | None = None,
+    min_new_tokens: int = 0,
     temperature: float = 0.0,
     top_k: int | None = None,
+    top_p: float | None = None,
+    eos_token_id: int | list[int] | None = None,
+    pad_token_id: int | None = None,
     rng: jax.Array | None = None,
+    streamer: Any = None,
 ) -> jax.Array:
-    """``token_ids`` ``(B, T)`` extended by ``max_new_tokens`` tokens by the ``GPTModel`` ``model``:
-    ``(B, T + max_new_tokens)``.
+    """``token_ids`` ``(B, T)`` followed by up to ``max_new_tokens`` tokens generated by the
+    ``GPTModel`` ``model``: ``(B, T + n)``, n = ``max_new_tokens`` unless every row reached an eos id
+    first (see ``numpy_attn.generation``).
 
     Non-finite logits (a float16 model whose activations overflow) raise ValueError naming the
-    first such step: each step returns whether its logits were finite, read once after the last
-    (one read per step would wait for the device at every token).
+    first such step, read once, after the program (a read per step would wait for it at every token).
     """
-    config, params = model.config, model.torch_params()
-    dtype = params["tok_emb.weight"].dtype
-    temperature = sampling_temperature(float(temperature), dtype)
     token_ids = jnp.asarray(token_ids)
-    caches = init_gpt_cache(config, token_ids.shape[0], dtype)
-    keys = jax.random.split(rng, max_new_tokens) if rng is not None else [None] * max_new_tokens
-    config_items = tuple((name, config[name]) for name in CONFIG_KEYS)  # hashable: a static argument
-    new_tokens, step_input, finite = [], token_ids, []
-    for key in keys:
-        tokens, caches, step_finite = _step(params, step_input, caches, key, temperature, config_items, top_k)
-        step_input = tokens[:, None].astype(token_ids.dtype)  # (B, 1)
-        new_tokens.append(step_input)
-        finite.append(step_finite)
-    for step, step_finite in enumerate(jax.device_get(finite), start=1):
-        check_logits_finite(step, bool(step_finite), max_new_tokens, dtype)
-    return jnp.concatenate([token_ids, *new_tokens], axis=1)  # (B, T + new)
+    if streamer is not None:
+        streamer.put(np.asarray(token_ids))
+    if max_new_tokens == 0:
+        if streamer is not None:
+            streamer.end()
+        return token_ids
+    stream_id = next(_STREAM_IDS) if streamer is not None else -1
+    arguments, static = program_arguments(
+        model, token_ids, max_new_tokens, attention_mask=attention_mask, min_new_tokens=min_new_tokens,
+        temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id, rng=rng, stream_id=stream_id,
+    )  # fmt: skip
+    if streamer is not None:
+        _STREAMS[stream_id] = {"streamer": streamer, "error": None}
+    try:
+        sequences, new, bad_step = _generate(*arguments, **static)
+        new, bad_step = (int(value) for value in jax.device_get((new, bad_step)))
+    finally:
+        stream = _STREAMS.pop(stream_id, None)
+    if bad_step:
+        checks.check_finite(model.to_params())  # a non-finite weight is named first
+        check_logits_finite(bad_step, False, max_new_tokens, arguments[0]["tok_emb.weight"].dtype)
+    if stream is not None:
+        if stream["error"] is not None:
+            raise stream["error"]
+        streamer.end()
+    return jnp.asarray(np.asarray(sequences)[:, : token_ids.shape[1] + new])
+
+
+def program_arguments(
+    model: Any,
+    token_ids: jax.Array,
+    max_new_tokens: int,
+    *,
+    attention_mask: jax.Array | None = None,
+    min_new_tokens: int = 0,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_token_id: int | list[int] | None = None,
+    pad_token_id: int | None = None,
+    rng: jax.Array | None = None,
+    stream_id: int = -1,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``_generate``'s arguments and static arguments for a call of ``generate`` (checked): what it
+    runs, and what the tests and the benchmark lower to read the compiled program."""
+    config, token_ids = model.config, jnp.asarray(token_ids)
+    stored, transposed = generation_params(model)
+    num_tokens = token_ids.shape[1]
+    stops = stop_ids(eos_token_id)
+    padding = jnp.zeros(token_ids.shape, bool) if attention_mask is None else jnp.asarray(attention_mask) == 0
+    sample = float(temperature) > 0.0
+    key = jax.random.key(0) if rng is None else rng
+    if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)  # a raw uint32 key (jax.random.PRNGKey)
+    arguments = (
+        stored, token_ids, padding, jnp.int32(max_new_tokens), jnp.int32(min_new_tokens),
+        jnp.float32(min(float(temperature), FLOAT32_MAX) if sample else 1.0),
+        jnp.float32(1.0 if top_p is None else top_p), jnp.asarray(stops, jnp.int32).reshape(-1),
+        jnp.asarray(fill_id(stops, pad_token_id), token_ids.dtype), key, jnp.int32(stream_id),
+    )  # fmt: skip
+    static = {
+        "config_items": tuple((name, config[name]) for name in CONFIG_KEYS),
+        "transposed": transposed,
+        "cache_length": min(
+            config["context_length"], math.ceil((num_tokens + max_new_tokens) / CACHE_STEP) * CACHE_STEP
+        ),
+        "top_k": None if top_k is None else int(top_k),
+        "sample": sample,
+        "use_top_p": sample and top_p is not None,
+        "stream": stream_id >= 0,
+    }
+    return arguments, static

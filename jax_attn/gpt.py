@@ -9,13 +9,13 @@ The loops over blocks are ``numpy_attn.gpt_spec``'s, which numpy_attn runs too.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from jax_attn.kv_cache import KVCache, init_kv_cache, multi_head_attention_decode
+from jax_attn.kv_cache import KVCache, attention_decode, init_kv_cache
 from jax_attn.multi_head import multi_head_attention
 from jax_attn.ops import dropout, linear
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, sub_params
@@ -149,29 +149,80 @@ def gpt_model_decode(
     token_ids: jax.Array,
     caches: tuple[KVCache, ...],
     config: Mapping[str, Any],
+    padding_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
     """The GPT on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens (evaluation mode).
 
-    Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions.
+    Args: padding_mask bool ``(B, t)``, True = padding: those tokens are hidden from every query and
+    take no position (a token's position counts the tokens before it that are not padding: prompts
+    of different lengths, left-padded, decode as each would alone).
+    Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions; new caches.
     """
-    start, num_tokens = caches[0].length, token_ids.shape[1]
+    return decode(params, token_ids, caches, config, padding_mask)
+
+
+def token_positions(cache: KVCache, padding_mask: jax.Array | None, num_tokens: int) -> jax.Array:
+    """The positions ``(B, t)`` of t new tokens: the tokens before each that are not padding, in the
+    cache and among the new ones (a padding token's, 0 at least, is never seen)."""
+    start = jnp.asarray(cache.length, jnp.int32)  # a uint8 length would wrap
+    filled = jnp.arange(cache.padding.shape[1]) < start  # (L,)
+    cached = jnp.count_nonzero(~cache.padding & filled, axis=1)  # (B,) tokens cached, padding left out
+    if padding_mask is None:
+        return cached[:, None] + jnp.arange(num_tokens)  # (B, t)
+    return jnp.maximum(cached[:, None] + jnp.cumsum(~padding_mask, axis=1) - 1, 0)  # (B, t)
+
+
+def decode(
+    params: Mapping[str, jax.Array],
+    token_ids: jax.Array,
+    caches: tuple[KVCache, ...],
+    config: Mapping[str, Any],
+    padding_mask: jax.Array | None = None,
+    *,
+    last_only: bool = False,
+    empty: bool = False,
+    linear: Callable[..., jax.Array] = linear,
+) -> tuple[jax.Array, tuple[KVCache, ...]]:
+    """``gpt_model_decode``; ``last_only``: the logits of the last token alone ``(B, 1, V)`` (the
+    output head's product for one position); ``empty``: the caches are known to hold no token (a
+    prompt's pass: their keys are not read); ``linear``: the product of each weight
+    (``ops.linear``'s arguments; ``jax_attn.generate``'s takes 16-bit weights in row blocks)."""
+    positions = token_positions(caches[0], padding_mask, token_ids.shape[1])  # (B, t)
     tok_embeds = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, t, D)
-    x = tok_embeds + jax.lax.dynamic_slice_in_dim(params["pos_emb.weight"], start, num_tokens)  # (B, t, D)
+    x = tok_embeds + jnp.asarray(params["pos_emb.weight"])[positions]  # (B, t, D)
     blocks, new_caches = [], []
     for i, cache in enumerate(caches):
         block = sub_params(params, f"trf_blocks.{i}.")
 
         def att(h: jax.Array, block: Mapping[str, jax.Array] = block, cache: KVCache = cache) -> jax.Array:
-            output, new_cache = multi_head_attention_decode(
+            output, new_cache = attention_decode(
                 sub_params(block, "att."),
                 h,
                 cache,
+                padding_mask,
                 num_heads=config["n_heads"],
-                context_length=config["context_length"],
+                empty=empty,
+                linear=linear,
             )
             new_caches.append(new_cache)
             return output
 
-        blocks.append(functools.partial(apply_block, **_parts(block), att=att, drop_shortcut=lambda h: h))
-    logits, _ = apply_model(x, blocks=blocks, **_head(params))  # (B, t, V)
+        ff = sub_params(block, "ff.")  # feed_forward's products, by ``linear``
+
+        def feed_forward_rows(x: jax.Array, ff: Mapping[str, jax.Array] = ff) -> jax.Array:
+            hidden = linear(x, ff["layers.0.weight"], ff["layers.0.bias"])  # (B·t, 4D)
+            return linear(gelu(hidden), ff["layers.2.weight"], ff["layers.2.bias"])  # (B·t, D)
+
+        parts = _parts(block) | {"ff": functools.partial(_on_rows, feed_forward_rows)}
+        blocks.append(functools.partial(apply_block, **parts, att=att, drop_shortcut=lambda h: h))
+    head = _head(params)
+    out_head = functools.partial(_on_rows, lambda x: linear(x, params["out_head.weight"]))  # (B, t, V)
+    head["out_head"] = (lambda x: out_head(x[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
+    logits, _ = apply_model(x, blocks=blocks, **head)  # (B, t, V)
     return logits, tuple(new_caches)
+
+
+def _on_rows(fn: Any, x: jax.Array) -> jax.Array:
+    """``fn`` of x ``(B, t, D)`` computed on its B·t rows ``(B·t, D)``: each weight in one product (a GEMV
+    at t = 1; XLA:CPU converts a 16-bit weight to float32 first for a 3-D product)."""
+    return fn(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)

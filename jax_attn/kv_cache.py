@@ -2,21 +2,27 @@
 
 A ``KVCache`` holds the keys and values of every token seen so far, per head, in fixed-size
 ``(B, N, L, H)`` arrays (L = the layer's context length), which of them are padding, and how many
-tokens it holds. Each call projects only the new tokens, writes their keys and values after the
-cached ones and attends the new queries to the cache: outputs equal the full causal pass's at
-O(L) work per token. Caches are values: a call returns a new cache, the one given is unchanged;
-``length`` is a JAX scalar, so that jitted decoding compiles once.
+tokens it holds. Each call projects only the new tokens, attends their queries to the cached keys
+and to their own, and writes their keys and values after the cached ones: outputs equal the full
+causal pass's at O(L) work per token. Caches are values: a call returns a new cache, the one given
+is unchanged; ``length`` is a JAX scalar, so that jitted decoding compiles once.
+
+Where numpy_attn writes the new keys first and attends to the cache's filled part, this file reads
+the cache as it was and writes after: XLA then updates a donated cache (or a loop's) in place. A
+program that read the cache it had just written would copy all of it at every token (two or three
+copies in ``jax_attn.generate``'s optimised HLO; ``python -m parity_tests.bench.gpt`` counts them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from jax_attn.ops import causal_mask, linear, merge_heads, scaled_dot_product_attention, split_heads
+from jax_attn.ops import causal_mask, linear, merge_heads, softmax, split_heads
+from numpy_attn.ops import compute_dtype
 
 __all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
 
@@ -37,15 +43,38 @@ def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dt
 
 
 def attend_cached(
-    queries: jax.Array, keys: jax.Array, values: jax.Array, cache: KVCache, padding_mask: jax.Array | None
+    queries: jax.Array,
+    keys: jax.Array,
+    values: jax.Array,
+    cache: KVCache,
+    padding_mask: jax.Array | None,
+    *,
+    empty: bool = False,
 ) -> tuple[jax.Array, KVCache]:
-    """The new tokens' keys and values ``(B, N, t, H)`` written after the cache's, and their queries
-    attended to the whole cache, its unwritten slots hidden by the causal mask (shapes never
-    change: under ``jax.jit`` decoding compiles once per input length): ``(context_vec (B, t, E),
-    new cache)``."""
+    """The new tokens' queries ``(B, N, t, H)`` attended to the cached tokens and to the new ones up
+    to their own (one softmax over both), then the new keys and values written after the cache's
+    (shapes never change: under ``jax.jit`` decoding compiles once per input length). The cache's
+    unwritten slots and padding are hidden, and the new tokens ``padding_mask`` marks. ``empty``:
+    the cache is known to hold no token (a prompt's pass): its keys are not read.
+    Returns: ``(context_vec (B, t, E), new cache)``."""
     start, num_tokens = jnp.asarray(cache.length, jnp.int32), queries.shape[-2]  # a uint8 length would wrap
-    zero = jnp.zeros((), jnp.int32)
     padding = jnp.zeros((queries.shape[0], num_tokens), bool) if padding_mask is None else padding_mask
+    max_length = cache.keys.shape[-2]
+    hidden_cached = (jnp.arange(max_length) >= start) | cache.padding  # (B, L): unwritten or padding
+    hidden_new = causal_mask(num_tokens) | padding[:, None, :]  # (B, t, t)
+    dtype, compute = queries.dtype, compute_dtype(queries.dtype)
+    queries = queries.astype(compute)
+    new_scores = jnp.einsum("bnth,bnsh->bnts", queries, keys.astype(compute))  # (B, N, t, t)
+    attn_scores = jnp.where(hidden_new[:, None], -jnp.inf, new_scores)  # (B, N, t, t)
+    if not empty:
+        cached_scores = jnp.einsum("bnth,bnsh->bnts", queries, cache.keys.astype(compute))  # (B, N, t, L)
+        cached_scores = jnp.where(hidden_cached[:, None, None], -jnp.inf, cached_scores)
+        attn_scores = jnp.concatenate([cached_scores, attn_scores], axis=-1)  # (B, N, t, L + t)
+    attn_weights = softmax(attn_scores / queries.shape[-1] ** 0.5, axis=-1).astype(dtype)  # (B, N, t, L + t)
+    context_vec = attn_weights[..., -num_tokens:] @ values  # (B, N, t, H)
+    if not empty:
+        context_vec = attn_weights[..., :max_length] @ cache.values + context_vec
+    zero = jnp.zeros((), jnp.int32)
     cache = KVCache(
         jax.lax.dynamic_update_slice(cache.keys, keys.astype(cache.keys.dtype), (zero, zero, start, zero)),
         jax.lax.dynamic_update_slice(
@@ -54,10 +83,6 @@ def attend_cached(
         jax.lax.dynamic_update_slice(cache.padding, padding, (zero, start)),
         start + num_tokens,
     )
-    mask = (
-        causal_mask(num_tokens, cache.keys.shape[-2], offset=start) | cache.padding[:, None, None, :]
-    )  # (B, 1, t, L)
-    context_vec, _ = scaled_dot_product_attention(queries, cache.keys, cache.values, mask)  # (B, N, t, H)
     return merge_heads(context_vec), cache
 
 
@@ -70,17 +95,36 @@ def multi_head_attention_decode(
     the cache and ``context_length``.
     Returns: ``(output (B, t, E), new_cache)``: the full causal pass's outputs at those positions.
     """
-    queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (B, t, E)
-    keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (B, t, E)
-    values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (B, t, E)
+    return attention_decode(params, x, cache, None, num_heads=num_heads)
+
+
+def attention_decode(
+    params: Mapping[str, jax.Array],
+    x: jax.Array,
+    cache: KVCache,
+    padding_mask: jax.Array | None,
+    *,
+    num_heads: int,
+    empty: bool = False,
+    linear: Callable[..., jax.Array] = linear,
+) -> tuple[jax.Array, KVCache]:
+    """``multi_head_attention_decode`` with a ``padding_mask`` (bool ``(B, t)``, True = padding: the
+    new tokens hidden from every later query), as the GPT's blocks decode; ``empty``: the cache is
+    known to hold no token (``attend_cached``); ``linear``: the product of each weight
+    (``ops.linear``'s arguments; ``jax_attn.generate``'s takes 16-bit weights in row blocks)."""
+    b, num_tokens, _ = x.shape
+    rows = x.reshape(b * num_tokens, x.shape[-1])  # (B·t, D): one product per weight, a GEMV at t = 1
+    queries = linear(rows, params["W_query.weight"], params.get("W_query.bias")).reshape(b, num_tokens, -1)
+    keys = linear(rows, params["W_key.weight"], params.get("W_key.bias")).reshape(b, num_tokens, -1)
+    values = linear(rows, params["W_value.weight"], params.get("W_value.bias")).reshape(b, num_tokens, -1)
     context_vec, cache = attend_cached(
-        split_heads(queries, num_heads),
-        split_heads(keys, num_heads),
-        split_heads(values, num_heads),
-        cache,
-        None,
-    )  # (B, t, E)
-    return linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias")), cache
+        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads),
+        cache, padding_mask, empty=empty,
+    )  # fmt: skip  # (B, t, E)
+    output = linear(
+        context_vec.reshape(b * num_tokens, -1), params["out_proj.weight"], params.get("out_proj.bias")
+    )
+    return output.reshape(b, num_tokens, -1), cache  # (B, t, E)
 
 
 def fused_causal_attention_decode(

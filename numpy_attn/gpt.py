@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, sub_params
-from numpy_attn.kv_cache import KVCache, init_kv_cache, multi_head_attention_decode
+from numpy_attn.kv_cache import KVCache, attention_decode, init_kv_cache
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.ops import dropout, linear
 from numpy_attn.steps import Steps
@@ -145,30 +145,69 @@ def gpt_model_decode(
     token_ids: np.ndarray,
     caches: tuple[KVCache, ...],
     config: Mapping[str, Any],
+    padding_mask: np.ndarray | None = None,
 ) -> tuple[np.ndarray, tuple[KVCache, ...]]:
     """The GPT on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens (evaluation mode).
 
-    Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions.
+    Args: padding_mask bool ``(B, t)``, True = padding: those tokens are hidden from every query and
+    take no position (a token's position counts the tokens before it that are not padding: prompts
+    of different lengths, left-padded, decode as each would alone).
+    Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions; new caches.
     """
-    start, num_tokens = int(caches[0].length), token_ids.shape[1]  # an int: a uint8 length would wrap
-    x = (
-        params["tok_emb.weight"][token_ids] + params["pos_emb.weight"][start : start + num_tokens]
-    )  # (B, t, D)
+    return decode(params, token_ids, caches, config, padding_mask)
+
+
+def token_positions(cache: KVCache, padding_mask: np.ndarray | None, num_tokens: int) -> np.ndarray:
+    """The positions ``(B, t)`` of t new tokens: the tokens before each that are not padding, in the
+    cache and among the new ones (a padding token's, 0 at least, is never seen)."""
+    start = int(cache.length)  # an int: a uint8 length would wrap
+    cached = np.count_nonzero(~cache.padding[:, :start], axis=1)  # (B,) tokens cached, padding left out
+    if padding_mask is None:
+        return cached[:, None] + np.arange(num_tokens)  # (B, t)
+    return np.maximum(cached[:, None] + np.cumsum(~padding_mask, axis=1) - 1, 0)  # (B, t)
+
+
+def decode(
+    params: Mapping[str, np.ndarray],
+    token_ids: np.ndarray,
+    caches: tuple[KVCache, ...],
+    config: Mapping[str, Any],
+    padding_mask: np.ndarray | None = None,
+    *,
+    last_only: bool = False,
+    in_place: bool = False,
+) -> tuple[np.ndarray, tuple[KVCache, ...]]:
+    """``gpt_model_decode``; ``last_only``: the logits of the last token alone ``(B, 1, V)`` (the
+    output head's product for one position); ``in_place``: the caches written as they are."""
+    positions = token_positions(caches[0], padding_mask, token_ids.shape[1])  # (B, t)
+    x = params["tok_emb.weight"][token_ids] + params["pos_emb.weight"][positions]  # (B, t, D)
     blocks, new_caches = [], []
     for i, cache in enumerate(caches):
         block = sub_params(params, f"trf_blocks.{i}.")
 
         def att(h: np.ndarray, block: Mapping[str, np.ndarray] = block, cache: KVCache = cache) -> np.ndarray:
-            output, new_cache = multi_head_attention_decode(
+            output, new_cache = attention_decode(
                 sub_params(block, "att."),
                 h,
                 cache,
+                padding_mask,
                 num_heads=config["n_heads"],
-                context_length=config["context_length"],
+                in_place=in_place,
             )
             new_caches.append(new_cache)
             return output
 
-        blocks.append(functools.partial(apply_block, **_parts(block), att=att, drop_shortcut=lambda h: h))
-    logits, _ = apply_model(x, blocks=blocks, **_head(params))  # (B, t, V)
+        parts = _parts(block)
+        parts["ff"] = functools.partial(_on_rows, parts["ff"])
+        blocks.append(functools.partial(apply_block, **parts, att=att, drop_shortcut=lambda h: h))
+    head = _head(params)
+    out_head = functools.partial(_on_rows, head["out_head"])
+    head["out_head"] = (lambda x: out_head(x[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
+    logits, _ = apply_model(x, blocks=blocks, **head)  # (B, t, V)
     return logits, tuple(new_caches)
+
+
+def _on_rows(fn: Any, x: np.ndarray) -> np.ndarray:
+    """``fn`` of x ``(B, t, D)`` computed on its B·t rows ``(B·t, D)``: each weight in one product (a GEMV
+    at t = 1), as jax_attn computes it."""
+    return fn(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)

@@ -137,6 +137,8 @@ def gpt_model_decode(fw: Any, a: dict[str, Any]) -> None:
     check_gpt_params(fw, a["params"], a["config"], values=concrete)
     check_token_ids(a["token_ids"], a["config"], values=concrete)
     check_gpt_caches(fw, a["caches"], a["token_ids"].shape, a["config"], a["params"][FIRST_WEIGHT].dtype)
+    if a["padding_mask"] is not None:
+        checks.check_padding_mask(a["padding_mask"], *a["token_ids"].shape)
 
 
 def check_gpt_caches(
@@ -170,22 +172,22 @@ def check_gpt_caches(
         )
 
 
-def check_generate_args(
-    shape: tuple[int, ...],
-    max_new_tokens: Any,
-    config: Mapping[str, Any],
-    temperature: Any,
-    top_k: Any,
-    has_rng: bool,
-) -> None:
-    """The prompt and ``max_new_tokens`` within the context; ``temperature`` a finite number >= 0;
-    ``top_k`` None or in [1, vocab_size]; sampling has a random source."""
+def check_generate_args(a: Mapping[str, Any], shape: tuple[int, ...], config: Mapping[str, Any]) -> None:
+    """``generate``'s options for a prompt of ``shape`` (B, T): ``max_new_tokens`` within the
+    context and ``min_new_tokens`` at most it; ``temperature`` a finite number >= 0; ``top_k`` None or
+    in [1, vocab_size]; ``top_p`` None or in [0, 1]; ``eos_token_id`` None, an id or ids and
+    ``pad_token_id`` None or an id; ``attention_mask`` None or a left-padded 0/1 mask of the prompt's
+    shape; ``streamer`` None or transformers' ``put``/``end``; sampling has a random source."""
+    max_new_tokens, temperature, top_k = a["max_new_tokens"], a["temperature"], a["top_k"]
     checks.check_count("max_new_tokens", max_new_tokens)
     if shape[1] + max_new_tokens > config["context_length"]:
         raise ValueError(
             f"token_ids has T={shape[1]} tokens; with max_new_tokens={max_new_tokens} that exceeds "
             f"context_length {config['context_length']}"
         )
+    checks.check_count("min_new_tokens", a["min_new_tokens"])
+    if a["min_new_tokens"] > max_new_tokens:
+        raise ValueError(f"min_new_tokens={a['min_new_tokens']} is more than max_new_tokens={max_new_tokens}")
     if isinstance(temperature, bool) or not isinstance(temperature, int | float | np.integer | np.floating):
         raise TypeError(
             f"temperature must be a finite number >= 0, got {temperature!r} ({type(temperature).__name__})"
@@ -206,8 +208,85 @@ def check_generate_args(
         )
     if top_k is not None and not 1 <= top_k <= vocab_size:
         raise ValueError(f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r}")
-    if temperature > 0 and not has_rng:
+    check_top_p(a["top_p"])
+    for token in eos_ids(a["eos_token_id"], "eos_token_id", vocab_size):
+        check_token_id("eos_token_id", token, vocab_size)
+    if a["pad_token_id"] is not None:
+        check_token_id("pad_token_id", a["pad_token_id"], vocab_size)
+    if a["attention_mask"] is not None:
+        check_attention_mask(a["attention_mask"], shape)
+    check_streamer(a["streamer"])
+    if temperature > 0 and a["rng"] is None:
         raise ValueError("sampling (temperature > 0) needs rng")
+
+
+def check_top_p(top_p: Any) -> None:
+    """None, or a number in [0, 1] (transformers' ``top_p``: 1 keeps every token, 0 the likeliest)."""
+    if top_p is None:
+        return
+    if isinstance(top_p, bool) or not isinstance(top_p, int | float | np.integer | np.floating):
+        raise TypeError(f"top_p must be None or a number in [0, 1], got {top_p!r} ({type(top_p).__name__})")
+    if not 0 <= float(top_p) <= 1:
+        raise ValueError(f"top_p must be None or a number in [0, 1], got {top_p!r}")
+
+
+def eos_ids(eos_token_id: Any, name: str, vocab_size: int) -> list[Any]:
+    """``eos_token_id`` as a list: [] for None, [id] for one id, the ids of a non-empty list or tuple."""
+    if eos_token_id is None:
+        return []
+    if isinstance(eos_token_id, list | tuple):
+        if not eos_token_id:
+            raise ValueError(
+                f"{name} must be None, an id in [0, {vocab_size}) or a non-empty list of them, got []"
+            )
+        return list(eos_token_id)
+    return [eos_token_id]
+
+
+def check_token_id(name: str, token: Any, vocab_size: int) -> None:
+    """An id of the vocabulary: an integer (TypeError otherwise) in [0, vocab_size) (ValueError)."""
+    if isinstance(token, bool) or not isinstance(token, int | np.integer):
+        raise TypeError(
+            f"{name} must be an id in [0, {vocab_size}) (or, for eos_token_id, a list of them), got "
+            f"{token!r} ({type(token).__name__})"
+        )
+    if not 0 <= token < vocab_size:
+        raise ValueError(f"{name} must be an id in [0, {vocab_size}), got {token!r}")
+
+
+def check_attention_mask(mask: Any, shape: tuple[int, ...]) -> None:
+    """transformers' ``attention_mask``: bool or integer ``(B, T)`` of 0 (padding) and 1 (a token),
+    each row left-padded (its padding, if any, before its first token) and holding a token."""
+    mask_shape = checks.check_array("attention_mask", mask)
+    checks.check_numpy_dtype("attention_mask", mask)
+    dtype = np.dtype(mask.dtype)
+    if not (dtype == np.bool_ or np.issubdtype(dtype, np.integer)) or tuple(mask_shape) != tuple(shape):
+        raise ValueError(
+            f"attention_mask must be a bool or integer array of token_ids' shape {tuple(shape)} (1 = a "
+            f"token, 0 = padding), got {dtype.name} array of shape {tuple(mask_shape)}"
+        )
+    values = np.asarray(mask)
+    if not np.isin(values, (0, 1)).all():
+        raise ValueError("attention_mask must hold 0 (padding) and 1 (a token) only")
+    tokens = values.astype(bool)
+    # a row ending in padding, or with padding after a token
+    rows = np.flatnonzero(~tokens[:, -1] | (np.diff(tokens.astype(np.int8), axis=1) < 0).any(axis=1)).tolist()
+    if rows:
+        raise ValueError(
+            f"attention_mask rows {rows} are not left-padded: generate takes the padding before each "
+            "row's tokens (transformers' padding_side='left'), and every row ends with a token"
+        )
+
+
+def check_streamer(streamer: Any) -> None:
+    """None, or an object with transformers' streamer methods ``put(ids)`` and ``end()``."""
+    if streamer is not None and not (
+        callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))
+    ):
+        raise TypeError(
+            "streamer must be None or an object with methods put(ids) and end() (transformers' "
+            f"streamers: TextStreamer, TextIteratorStreamer), got {type(streamer).__name__}"
+        )
 
 
 def check_logits_finite(step: int, finite: bool, max_new_tokens: int, dtype: Any) -> None:
@@ -221,12 +300,14 @@ def check_logits_finite(step: int, finite: bool, max_new_tokens: int, dtype: Any
 
 
 def generate(fw: Any, a: dict[str, Any]) -> None:
-    """numpy_attn's ``generate(params, token_ids, config, max_new_tokens, ...)``."""
+    """numpy_attn's ``generate(params, token_ids, config, max_new_tokens, ...)``: the weights' values
+    tested once per array (a tied head, ``out_head.weight`` the very ``tok_emb.weight``, once)."""
     without_gpt_buffers(fw, a)
-    check_gpt_params(fw, a["params"], a["config"])
+    check_gpt_params(fw, a["params"], a["config"], values=False)
+    arrays: dict[int, str] = {}  # id -> the first name holding that array
+    for name, value in a["params"].items():
+        arrays.setdefault(id(value), name)
+    checks.check_finite({name: a["params"][name] for name in arrays.values()})
     check_token_ids(a["token_ids"], a["config"])
     fw.check_random(a["rng"])
-    shape = a["token_ids"].shape
-    check_generate_args(
-        shape, a["max_new_tokens"], a["config"], a["temperature"], a["top_k"], a["rng"] is not None
-    )
+    check_generate_args(a, a["token_ids"].shape, a["config"])

@@ -3,8 +3,11 @@
 A ``KVCache`` holds the keys and values of every token seen so far, per head, in fixed-size
 ``(B, N, L, H)`` arrays (L = the layer's context length), which of them are padding, and how many
 tokens it holds. Each call projects only the new tokens, writes their keys and values after the
-cached ones and attends the new queries to the cache: outputs equal the full causal pass's at
-O(L) work per token. Caches are values: a call returns a new cache, the one given is unchanged.
+cached ones and attends the new queries to the cache's filled part: outputs equal the full causal
+pass's at O(L) work per token. Caches are values: a call returns a new cache, the one given is
+unchanged. ``generate`` writes its own caches in place (``attention_decode(..., in_place=True)``):
+no cache is copied or allocated per token. jax_attn reads the cache before it writes (XLA's
+in-place updates need it); here the filled part is a view, read after the write.
 """
 
 from __future__ import annotations
@@ -34,13 +37,22 @@ def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dt
 
 
 def attend_cached(
-    queries: np.ndarray, keys: np.ndarray, values: np.ndarray, cache: KVCache, padding_mask: np.ndarray | None
+    queries: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    cache: KVCache,
+    padding_mask: np.ndarray | None,
+    *,
+    in_place: bool = False,
 ) -> tuple[np.ndarray, KVCache]:
     """The new tokens' keys and values ``(B, N, t, H)`` written after the cache's, and their queries
-    attended to everything cached: ``(context_vec (B, t, E), new cache)``."""
+    attended to the cache's filled part (its padding hidden, and the new tokens ``padding_mask``
+    marks). ``in_place``: written into the cache's own arrays, else into copies (a new value).
+    Returns: ``(context_vec (B, t, E), new cache)``."""
     start, num_tokens = int(cache.length), queries.shape[-2]  # an int: a uint8 length would wrap
     end = start + num_tokens
-    cache = KVCache(cache.keys.copy(), cache.values.copy(), cache.padding.copy(), end)  # a new value
+    if not in_place:
+        cache = KVCache(cache.keys.copy(), cache.values.copy(), cache.padding.copy(), start)  # a new value
     cache.keys[:, :, start:end] = keys
     cache.values[:, :, start:end] = values
     cache.padding[:, start:end] = False if padding_mask is None else padding_mask
@@ -48,7 +60,7 @@ def attend_cached(
     context_vec, _ = scaled_dot_product_attention(
         queries, cache.keys[:, :, :end], cache.values[:, :, :end], mask
     )  # (B, N, t, H)
-    return merge_heads(context_vec), cache
+    return merge_heads(context_vec), cache._replace(length=end)
 
 
 def multi_head_attention_decode(
@@ -60,17 +72,34 @@ def multi_head_attention_decode(
     the cache and ``context_length``.
     Returns: ``(output (B, t, E), new_cache)``: the full causal pass's outputs at those positions.
     """
-    queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (B, t, E)
-    keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (B, t, E)
-    values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (B, t, E)
+    return attention_decode(params, x, cache, None, num_heads=num_heads)
+
+
+def attention_decode(
+    params: Mapping[str, np.ndarray],
+    x: np.ndarray,
+    cache: KVCache,
+    padding_mask: np.ndarray | None,
+    *,
+    num_heads: int,
+    in_place: bool = False,
+) -> tuple[np.ndarray, KVCache]:
+    """``multi_head_attention_decode`` with a ``padding_mask`` (bool ``(B, t)``, True = padding: the
+    new tokens hidden from every later query), as the GPT's blocks decode. ``in_place``: the
+    cache's arrays written as they are (``generate``'s own caches), not a new cache's copies."""
+    b, num_tokens, _ = x.shape
+    rows = x.reshape(b * num_tokens, x.shape[-1])  # (B·t, D): one product per weight, a GEMV at t = 1
+    queries = linear(rows, params["W_query.weight"], params.get("W_query.bias")).reshape(b, num_tokens, -1)
+    keys = linear(rows, params["W_key.weight"], params.get("W_key.bias")).reshape(b, num_tokens, -1)
+    values = linear(rows, params["W_value.weight"], params.get("W_value.bias")).reshape(b, num_tokens, -1)
     context_vec, cache = attend_cached(
-        split_heads(queries, num_heads),
-        split_heads(keys, num_heads),
-        split_heads(values, num_heads),
-        cache,
-        None,
-    )  # (B, t, E)
-    return linear(context_vec, params["out_proj.weight"], params.get("out_proj.bias")), cache
+        split_heads(queries, num_heads), split_heads(keys, num_heads), split_heads(values, num_heads),
+        cache, padding_mask, in_place=in_place,
+    )  # fmt: skip  # (B, t, E)
+    output = linear(
+        context_vec.reshape(b * num_tokens, -1), params["out_proj.weight"], params.get("out_proj.bias")
+    )
+    return output.reshape(b, num_tokens, -1), cache  # (B, t, E)
 
 
 def fused_causal_attention_decode(

@@ -13,6 +13,7 @@ import jax_attn
 import numpy_attn
 import torch_ref
 from jax_attn import generation as jax_generation
+from numpy_attn import gpt as numpy_gpt
 from numpy_attn.gpt_spec import sub_params
 from parity_tests.compare import compare_arrays
 from tests.gpt_cases import TINY, token_ids, torch_model
@@ -54,6 +55,38 @@ def test_cached_decode_logits_equal_the_full_pass(params, framework, decode, ini
     assert compare_arrays(f"{framework} logits", expected, np.concatenate(actual, axis=1)).ok
 
 
+@pytest.mark.parametrize(
+    "framework, decode, init, convert",
+    [
+        ("numpy", numpy_attn.gpt_model_decode, numpy_attn.init_gpt_cache, np.asarray),
+        ("jax", jax_attn.gpt_model_decode, jax_attn.init_gpt_cache, jnp.asarray),
+    ],
+)
+def test_a_left_padded_batch_decodes_as_each_row_alone(params, framework, decode, init, convert):
+    """``padding_mask`` (True = padding) hides the padding and counts each row's positions from its
+    first token: every row's logits are its own full pass's (prompt of 6, 3 and 1 tokens, 4 more
+    decoded one at a time)."""
+    pads = [0, 3, 5]
+    ids = token_ids(3, 10, seed=4)
+    padding = np.arange(10)[None, :] < np.array(pads)[:, None]  # (B, T)
+    weights = {name: convert(value) for name, value in params.items()}
+
+    def step(ids, caches, padding_mask=None):
+        return decode(weights, ids, caches, TINY, padding_mask)
+
+    if framework == "jax":  # two programs (6 tokens with a mask, then 1 without)
+        step = jax.jit(step)
+    logits, caches = step(convert(ids[:, :6]), init(TINY, 3), convert(padding[:, :6]))
+    actual = [np.asarray(logits)]
+    for position in range(6, 10):
+        logits, caches = step(convert(ids[:, position : position + 1]), caches)
+        actual.append(np.asarray(logits))
+    actual = np.concatenate(actual, axis=1)  # (B, 10, V)
+    for row, pad in enumerate(pads):
+        expected = numpy_attn.gpt_model(params, ids[row : row + 1, pad:], TINY)  # (1, 10 - pad, V)
+        assert compare_arrays(f"{framework} row {row}", expected, actual[row : row + 1, pad:]).ok
+
+
 @pytest.mark.xdist_group("transformers")  # on the worker that runs tests/test_gpt_hf.py
 def test_greedy_generation_equals_transformers_greedy_generate(params, model, tmp_path):
     numpy_attn.save_hf_gpt2(tmp_path, params, TINY)
@@ -69,19 +102,53 @@ def test_greedy_generation_equals_transformers_greedy_generate(params, model, tm
     np.testing.assert_array_equal(numpy_attn.generate(params, prompt, TINY, 9), expected)
 
 
-def test_the_decode_step_compiles_once_per_shape_not_per_token_or_temperature(model):
+def test_one_program_per_prompt_shape_and_cache_size_not_per_length_temperature_or_top_p(model):
+    """The whole generation is one compiled program: its lengths, temperature, top_p, ids and key are
+    arguments, so that other values of them reuse it; the cache's size (T + max_new_tokens rounded up
+    to CACHE_STEP, TINY's context at most), top_k and whether it samples are compiled in."""
     prompt = jnp.asarray(token_ids(1, 3, seed=5))
-    jax_attn.generate(model, prompt, 2)  # compiles the prompt's step and the one-token step
-    compiled = jax_generation._step._cache_size()
-    longer = jax_attn.generate(model, prompt, 12)
-    assert longer.shape == (1, 15)
-    assert jax_generation._step._cache_size() == compiled
-    jax_attn.generate(model, prompt, 2, temperature=0.5, rng=jax.random.key(0))  # the sampling steps
-    sampling = jax_generation._step._cache_size()
-    assert sampling == compiled + 2
-    for temperature in (0.7, 1.5, 10**30):  # an argument of the step, not a constant of it
-        jax_attn.generate(model, prompt, 2, temperature=temperature, rng=jax.random.key(0))
-    assert jax_generation._step._cache_size() == sampling
+    jax_attn.generate(model, prompt, 2)
+    compiled = jax_generation._generate._cache_size()
+    assert jax_attn.generate(model, prompt, 12).shape == (1, 15)  # the same cache: TINY's 16 tokens
+    assert jax_generation._generate._cache_size() == compiled
+    jax_attn.generate(model, prompt, 2, temperature=0.5, top_p=0.9, rng=jax.random.key(0))  # sampling
+    sampling = jax_generation._generate._cache_size()
+    assert sampling == compiled + 1
+    for temperature, top_p in ((0.7, 0.5), (1.5, 1.0), (10**30, 0.2)):
+        jax_attn.generate(model, prompt, 3, temperature=temperature, top_p=top_p, rng=jax.random.key(1))
+    assert jax_generation._generate._cache_size() == sampling
+
+
+def test_the_program_keeps_its_caches_in_place(model):
+    """No copy of a cache in the compiled program: XLA:CPU copied every cache two or three times per
+    token (issue 31: 1.28 GB accessed per token for 0.50 GB of weights) while the attention read the
+    cache it had just written, or without its copy insertion's region analysis (``IN_PLACE``)."""
+    for dtype in (jnp.float32, jnp.bfloat16):
+        half = jax_attn.GPTModel.from_params(
+            {k: jnp.asarray(v, dtype) for k, v in model.to_params().items()}, TINY
+        )
+        arguments, static = jax_generation.program_arguments(half, jnp.asarray(token_ids(2, 3)), 5)
+        program = jax_generation._generate.lower(*arguments, **static).compile().as_text()
+        cache = f"[2,2,{static['cache_length']},16]"
+        assert [line for line in program.splitlines() if " copy(" in line and cache in line] == []
+
+
+def test_numpy_generate_writes_its_caches_in_place(params, monkeypatch):
+    """One allocation of the caches, for T + max_new_tokens tokens, written at every step: the public
+    decode functions copy a cache (caches are values), generate's own steps do not."""
+    from numpy_attn import generation
+
+    seen = []
+
+    def decode(params, token_ids, caches, *args, **kwargs):
+        seen.append((caches[0].keys, kwargs))
+        return numpy_gpt.decode(params, token_ids, caches, *args, **kwargs)
+
+    monkeypatch.setattr(generation, "decode", decode)
+    numpy_attn.generate(params, token_ids(2, 3), TINY, 5)
+    assert len(seen) == 5 and all(keys is seen[0][0] for keys, _ in seen)
+    assert seen[0][0].shape == (2, 2, 3 + 5, 16)
+    assert all(kwargs == {"last_only": True, "in_place": True} for _, kwargs in seen)
 
 
 def test_sampling_is_reproducible_and_top_k_1_is_greedy(params, model):
@@ -130,6 +197,92 @@ def test_bad_generate_arguments(params, model, arguments, message):
         jax_attn.generate(model, jnp.asarray(prompt), max_new_tokens, **arguments)
     with pytest.raises(ValueError, match=message):
         numpy_attn.generate(params, prompt, TINY, max_new_tokens, **arguments)
+
+
+class Recorder:
+    """A streamer (transformers' protocol): what ``put`` got, as NumPy arrays, then ``"end"``."""
+
+    def __init__(self):
+        self.calls = []
+
+    def put(self, ids):
+        self.calls.append(np.array(ids))
+
+    def end(self):
+        self.calls.append("end")
+
+
+LEFT_PADDED = np.array([[0, 0, 1], [1, 1, 1]])
+NOT_LEFT_PADDED = (
+    "attention_mask rows [0] are not left-padded: generate takes the padding before each row's tokens "
+    "(transformers' padding_side='left'), and every row ends with a token"
+)
+
+
+@pytest.mark.parametrize(
+    "arguments, error, message",
+    [
+        ({"min_new_tokens": 3}, ValueError, "min_new_tokens=3 is more than max_new_tokens=2"),
+        ({"min_new_tokens": -1}, ValueError, "min_new_tokens must be a non-negative integer, got -1"),
+        ({"top_p": 1.5}, ValueError, "top_p must be None or a number in [0, 1], got 1.5"),
+        ({"top_p": "0.9"}, TypeError, "top_p must be None or a number in [0, 1], got '0.9' (str)"),
+        ({"top_p": True}, TypeError, "top_p must be None or a number in [0, 1], got True (bool)"),
+        ({"eos_token_id": 61}, ValueError, "eos_token_id must be an id in [0, 61), got 61"),
+        ({"eos_token_id": [3, -1]}, ValueError, "eos_token_id must be an id in [0, 61), got -1"),
+        ({"eos_token_id": []}, ValueError,
+         "eos_token_id must be None, an id in [0, 61) or a non-empty list of them, got []"),
+        ({"eos_token_id": 2.0}, TypeError,
+         "eos_token_id must be an id in [0, 61) (or, for eos_token_id, a list of them), got 2.0 (float)"),
+        ({"pad_token_id": 61}, ValueError, "pad_token_id must be an id in [0, 61), got 61"),
+        ({"attention_mask": np.ones((2, 4), np.int32)}, ValueError,
+         "attention_mask must be a bool or integer array of token_ids' shape (2, 3) (1 = a token, 0 = "
+         "padding), got int32 array of shape (2, 4)"),
+        ({"attention_mask": np.ones((2, 3), np.float32)}, ValueError,
+         "attention_mask must be a bool or integer array of token_ids' shape (2, 3) (1 = a token, 0 = "
+         "padding), got float32 array of shape (2, 3)"),
+        ({"attention_mask": np.full((2, 3), 2)}, ValueError,
+         "attention_mask must hold 0 (padding) and 1 (a token) only"),
+        ({"attention_mask": LEFT_PADDED[:, ::-1]}, ValueError, NOT_LEFT_PADDED),
+        ({"attention_mask": np.array([[0, 0, 0], [1, 1, 1]])}, ValueError, NOT_LEFT_PADDED),
+        ({"streamer": print}, TypeError,
+         "streamer must be None or an object with methods put(ids) and end() (transformers' streamers: "
+         "TextStreamer, TextIteratorStreamer), got builtin_function_or_method"),
+    ],
+)  # fmt: skip
+def test_bad_generation_options_raise_one_text_in_both_packages(params, model, arguments, error, message):
+    prompt = token_ids(2, 3)
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        numpy_attn.generate(params, prompt, TINY, 2, **arguments)
+    if "attention_mask" in arguments:
+        arguments = arguments | {"attention_mask": jnp.asarray(arguments["attention_mask"])}
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        jax_attn.generate(model, jnp.asarray(prompt), 2, **arguments)
+
+
+def test_a_streamer_that_raises_stops_nothing_but_its_error_reaches_the_caller(model):
+    """The jitted loop calls the streamer from XLA's thread: its error is kept and raised by generate
+    after the program, not lost there."""
+
+    class Broken(Recorder):
+        def put(self, ids):
+            super().put(ids)
+            if len(self.calls) == 3:
+                raise RuntimeError("full")
+
+    streamer = Broken()
+    with pytest.raises(RuntimeError, match=r"^full$"):
+        jax_attn.generate(model, jnp.asarray(token_ids(1, 3)), 4, streamer=streamer)
+    assert len(streamer.calls) == 3  # the prompt and two steps: none after its error
+
+
+def test_no_new_token_streams_the_prompt_and_ends(params, model):
+    prompt = token_ids(2, 3)
+    for run in (lambda s: numpy_attn.generate(params, prompt, TINY, 0, streamer=s),
+                lambda s: jax_attn.generate(model, jnp.asarray(prompt), 0, streamer=s)):  # fmt: skip
+        streamer = Recorder()
+        np.testing.assert_array_equal(run(streamer), prompt)
+        assert len(streamer.calls) == 2 and streamer.calls[1] == "end"
+        np.testing.assert_array_equal(streamer.calls[0], prompt)
 
 
 def the_layers_error(dropout, **rng):

@@ -1,37 +1,54 @@
-"""Prefill and decode speed of the GPT at GPT-2-small shape, and the KV cache's memory.
+"""Generation at GPT-2-small shape: jax_attn and numpy_attn against transformers, in one process.
 
-    python -m parity_tests.bench.gpt [--prefill 256] [--decode 32] [--rounds 1] [--out benchmarks/gpt]
+    python -m parity_tests.bench.gpt [--prompt 8] [--decode 64] [--prefill 512] [--rounds 5] [--out DIR]
 
-Random weights (torch's initialisation of torch_ref's ``GPTModel``), batch 1, float32, CPU.
-Prefill: logits for a ``--prefill``-token prompt, tokens/s = prompt tokens / time. Decode:
-``--decode`` greedy tokens after that prompt, tokens/s = new tokens / time. Implementations:
-torch_ref eager (no cache: each token recomputes the whole sequence, as the book's
-``generate_text_simple``), the same model with ``torch.nn.functional.scaled_dot_product_attention``
-in every block, numpy_attn (``gpt_model``; decode with the KV cache), jax_attn (jitted
-``gpt_model``; decode by recomputing a fixed ``(1, prefill + decode)`` buffer: one compile)
-and jax_attn's jitted KV-cache decode step (``jax_attn.generate``). Each timing is the median
-of ``--rounds`` runs (jax's after a warm-up that compiles). Writes ``results.json`` and
-``results.md`` to ``--out`` after each implementation.
+The weights: transformers' ``GPT2LMHeadModel(GPT2Config())`` (GPT-2 small, 124M parameters, drawn
+by transformers under ``torch.manual_seed(0)``), saved by ``save_pretrained``, read by
+``numpy_attn.load_hf_gpt2`` and written again by ``numpy_attn.save_hf_gpt2``: transformers (eager
+and SDPA attention), numpy_attn and jax_attn (``GPTModel.from_hf_gpt2``) all load that folder.
+Nothing is downloaded. Batch 1, the CPU, each framework's default threads.
+
+Each timing is the median of ``--rounds`` rounds; a round runs every row once, in turn (the order
+rotated from round to round), after a warm-up round that compiles, with a pause of ``PAUSE_S``
+before each run (a framework's worker threads spin a while after its call, slowing the next one's).
+- decode: ``--decode`` greedy tokens after a ``--prompt``-token prompt, tokens/s = new tokens / the
+  call's time: transformers' ``generate(do_sample=False)``, ``numpy_attn.generate``,
+  ``jax_attn.generate`` in float32 and bfloat16 (the weights cast once); their tokens are compared
+  with transformers' (eager);
+- the weight-read limit: one GEMV (a ``(1, in)`` row times the matrix) per matrix a token reads
+  (every block's and the output head), as transformers holds them (torch) and as
+  ``jax_attn.generate`` reads them (one XLA program); tokens/s = 1 / the faster pass's time;
+- prefill: logits for a ``--prefill``-token prompt: transformers' SDPA forward (every position's
+  logits, as the issue's target measures it; and with ``logits_to_keep=1``, as transformers'
+  ``generate`` runs a prompt) and eager forward, against ``jax_attn.generate(model, prompt, 1)``
+  (the prompt's pass in the very program that decodes: the last position's logits, one argmax);
+- bytes accessed per token: XLA's cost analysis of the decoding step ``jax_attn.generate`` loops
+  over (its caches, layouts and compiler options), against the weights' bytes (transformers'
+  count: the tied head once) and the KV cache's; and the copies of a cache in that program.
+The targets are issue 31's, each with its verdict. The results go to ``results.json`` and
+``results.md`` in ``--out``, else in a new temporary folder: committed results change only when
+``--out`` names their folder.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from parity_tests.bench import gpt_rows
 from parity_tests.usage import integer
 
-__all__ = ["GPT2_SMALL", "kv_cache_bytes", "markdown_table", "run_gpt_benchmark"]
+__all__ = ["GPT2_SMALL", "TARGETS", "kv_cache_bytes", "markdown_table", "run_gpt_benchmark"]
 
 GPT2_SMALL = {
     "vocab_size": 50257,
@@ -42,216 +59,262 @@ GPT2_SMALL = {
     "drop_rate": 0.0,
     "qkv_bias": True,
 }
+PAUSE_S = 0.2  # before each timed run
+# issue 31's targets: (what, the ratio's key, threshold, whether the ratio must stay below it)
+TARGETS = [
+    ("jax_attn greedy decode >= 1.2x transformers' generate", "decode_vs_transformers", 1.2, False),
+    ("jax_attn greedy decode >= 85 % of the weight-read limit", "decode_vs_limit", 0.85, False),
+    ("bytes accessed per token <= 1.15x the weights' bytes (float32)", "bytes_vs_weights", 1.15, True),
+    ("bfloat16 decode >= 1.7x float32 decode", "bfloat16_vs_float32", 1.7, False),
+    ("prefill T=512 >= 1.1x transformers' SDPA forward", "prefill_vs_sdpa", 1.1, False),
+    ("numpy_attn.generate >= 1.0x transformers' generate", "numpy_vs_transformers", 1.0, False),
+]
 
 
-def kv_cache_bytes(config: dict[str, Any], batch: int = 1) -> int:
-    """Bytes of numpy_attn's per-block KV caches (keys, values, padding flags) for ``config``."""
-    from numpy_attn.gpt import init_gpt_cache
-
-    caches = init_gpt_cache(config, batch)
-    return sum(cache.keys.nbytes + cache.values.nbytes + cache.padding.nbytes for cache in caches)
-
-
-def _median_seconds(run: Callable[[], Any], rounds: int) -> tuple[float, Any]:
-    """The median time of ``rounds`` calls of ``run`` and the last call's result."""
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        result = run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+def kv_cache_bytes(
+    config: dict[str, Any], batch: int = 1, length: int | None = None, itemsize: int = 4
+) -> int:
+    """Bytes of the per-block KV caches (keys, values and padding flags) for ``length`` tokens
+    (the context by default) of ``itemsize``-byte keys and values."""
+    length = config["context_length"] if length is None else length
+    head_dim = config["emb_dim"] // config["n_heads"]
+    per_block = 2 * batch * config["n_heads"] * length * head_dim * itemsize + batch * length
+    return config["n_layers"] * per_block
 
 
-def _sdpa_attention(module: Any) -> Callable[[Any], Any]:
-    """A forward for torch_ref's ``MultiHeadAttention`` ``module`` computing its attention with
-    ``scaled_dot_product_attention`` (causal, same weights, evaluation mode)."""
-    import torch.nn.functional as F
-
-    def forward(x: Any) -> Any:
-        b, num_tokens, _ = x.shape
-        queries, keys, values = (
-            w(x).view(b, num_tokens, module.num_heads, module.head_dim).transpose(1, 2)
-            for w in (module.W_query, module.W_key, module.W_value)
-        )  # 3 x (B, N, T, H)
-        context_vec = F.scaled_dot_product_attention(queries, keys, values, is_causal=True)  # (B, N, T, H)
-        return module.out_proj(context_vec.transpose(1, 2).reshape(b, num_tokens, module.d_out))
-
-    return forward
-
-
-def _greedy_by_recomputation(logits_of: Callable[[np.ndarray], np.ndarray], ids: np.ndarray, new: int):
-    for _ in range(new):
-        next_id = np.asarray(logits_of(ids))[:, -1].argmax(-1)[:, None]
-        ids = np.concatenate([ids, next_id.astype(ids.dtype)], axis=1)
-    return ids
-
-
-def _greedy_in_fixed_buffer(logits_of: Callable[[np.ndarray], np.ndarray], ids: np.ndarray, new: int):
-    """Greedy decoding by recomputation on one ``(B, T + new)`` buffer (later slots are zeros the
-    causal mask hides from earlier positions): a single shape, so ``jax.jit`` compiles once."""
-    buffer = np.zeros((ids.shape[0], ids.shape[1] + new), ids.dtype)
-    buffer[:, : ids.shape[1]] = ids
-    for position in range(ids.shape[1], buffer.shape[1]):
-        buffer[:, position] = np.asarray(logits_of(buffer))[:, position - 1].argmax(-1)
-    return buffer
+def median_rounds(
+    runs: dict[str, Callable[[], Any]], rounds: int, pause_s: float = PAUSE_S
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Every run once (the warm-up: compiles), then ``rounds`` rounds running every run in turn,
+    the order rotated from round to round, ``pause_s`` before each: each run's median seconds and
+    its last result."""
+    results = {name: run() for name, run in runs.items()}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for round_ in range(rounds):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            time.sleep(pause_s)
+            start = time.perf_counter()
+            results[name] = runs[name]()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}, results
 
 
 def run_gpt_benchmark(
-    config: dict[str, Any],
-    prefill: int,
-    decode: int,
-    rounds: int,
-    on_row: Callable[[dict[str, Any]], None] | None = None,
+    config: dict[str, Any] = GPT2_SMALL,
+    prompt_tokens: int = 8,
+    decode_tokens: int = 64,
+    prefill_tokens: int = 512,
+    rounds: int = 5,
+    pause_s: float = PAUSE_S,
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> dict[str, Any]:
-    """``{"config", "prefill", "decode", "rows": [{"implementation", "prefill_tokens_per_s",
-    "decode_tokens_per_s", "same_tokens_as_torch_ref"}], "kv_cache_bytes", ...}``: whether each
-    implementation's greedy tokens equal torch_ref's is recorded with its speed. ``on_row``
-    receives the results so far after each implementation (to write partial results)."""
-    import copy
-
+    """The benchmark's results (see the module's docstring), as ``results.json`` holds them;
+    ``pause_s``: the pause before each timed run (0 in the tests, which time nothing)."""
     import jax
     import jax.numpy as jnp
-    import torch
 
     import jax_attn
     import numpy_attn
-    import torch_ref
+    from jax_attn.generation import CACHE_STEP
 
-    torch.manual_seed(0)
-    model = torch_ref.GPTModel(config).eval()
-    sdpa_model = copy.deepcopy(model)
-    for block in sdpa_model.trf_blocks:
-        block.att.forward = _sdpa_attention(block.att)
-    params = torch_ref.to_params(model)
-    jax_params = {name: jnp.asarray(value) for name, value in params.items()}
-    jax_model = jax_attn.GPTModel.from_params(params, config)
-    jitted = jax.jit(lambda p, ids: jax_attn.gpt_model(p, ids, config))
-    prompt = np.random.default_rng(0).integers(0, config["vocab_size"], (1, prefill))
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="attn-parity-gpt-") as folder:
+        log("building transformers' GPT-2 and loading it through numpy_attn's folder")
+        models = gpt_rows.build_models(config, folder)
+    config, params = models["config"], models["params"]
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, config["vocab_size"], (1, prompt_tokens))
+    long_prompt = rng.integers(0, config["vocab_size"], (1, prefill_tokens))
 
-    def torch_logits(m: Any) -> Callable[[np.ndarray], np.ndarray]:
-        def run(ids: np.ndarray) -> np.ndarray:
-            with torch.no_grad():
-                return m(torch.from_numpy(ids)).numpy()
+    def jax_generate(model: Any, ids: np.ndarray, new: int) -> np.ndarray:
+        return np.asarray(jax_attn.generate(model, jnp.asarray(ids), new))
 
-        return run
-
-    fixed_buffer = np.zeros((1, prefill + decode), prompt.dtype)
-    # name -> (logits of a prompt or None, greedy decoding, warm-up that compiles what jit needs)
-    implementations = {
-        "torch_ref eager (no KV cache)": (
-            torch_logits(model),
-            functools.partial(_greedy_by_recomputation, torch_logits(model), prompt, decode),
-            None,
+    decode_runs = {
+        "transformers generate (eager)": lambda: gpt_rows.hf_generate(models["eager"], prompt, decode_tokens),
+        "transformers generate (SDPA)": lambda: gpt_rows.hf_generate(models["sdpa"], prompt, decode_tokens),
+        "numpy_attn.generate": lambda: numpy_attn.generate(params, prompt, config, decode_tokens),
+        "jax_attn.generate float32": lambda: jax_generate(models["jax"], prompt, decode_tokens),
+        "jax_attn.generate bfloat16": lambda: jax_generate(models["jax_bfloat16"], prompt, decode_tokens),
+        "weight-read pass, torch float32": gpt_rows.torch_weight_pass(models["sdpa"]),
+        "weight-read pass, XLA float32": gpt_rows.xla_weight_pass(models["jax"]),
+        "weight-read pass, XLA bfloat16": gpt_rows.xla_weight_pass(models["jax_bfloat16"]),
+    }
+    log(f"decode: {decode_tokens} greedy tokens after {prompt_tokens}, {rounds} rounds")
+    decode_s, outputs = median_rounds(decode_runs, rounds, pause_s)
+    prefill_runs = {
+        "transformers SDPA forward": lambda: gpt_rows.hf_forward(models["sdpa"], long_prompt),
+        "transformers SDPA forward, logits_to_keep=1": lambda: gpt_rows.hf_forward(
+            models["sdpa"], long_prompt, logits_to_keep=1
         ),
-        "torch_ref + SDPA (no KV cache)": (
-            torch_logits(sdpa_model),
-            functools.partial(_greedy_by_recomputation, torch_logits(sdpa_model), prompt, decode),
-            None,
-        ),
-        "numpy_attn (KV cache)": (
-            lambda ids: numpy_attn.gpt_model(params, ids, config),
-            lambda: numpy_attn.generate(params, prompt, config, decode),
-            None,
-        ),
-        "jax_attn jit (no KV cache)": (
-            lambda ids: jitted(jax_params, jnp.asarray(ids)).block_until_ready(),
-            functools.partial(
-                _greedy_in_fixed_buffer, lambda ids: jitted(jax_params, jnp.asarray(ids)), prompt, decode
-            ),
-            lambda: (jitted(jax_params, jnp.asarray(prompt)), jitted(jax_params, jnp.asarray(fixed_buffer))),
-        ),
-        "jax_attn jitted decode step (KV cache)": (
-            None,
-            lambda: jax_attn.generate(jax_model, jnp.asarray(prompt), decode).block_until_ready(),
-            lambda: jax_attn.generate(jax_model, jnp.asarray(prompt), 2),  # the prompt's step and one token's
+        "transformers eager forward": lambda: gpt_rows.hf_forward(models["eager"], long_prompt),
+        "jax_attn.generate(prompt, 1)": lambda: jax.block_until_ready(
+            jax_attn.generate(models["jax"], jnp.asarray(long_prompt), 1)
         ),
     }
-    rows, expected = [], None
-    for name, (logits_of, generate, warm_up) in implementations.items():
-        print(f"timing {name}", file=sys.stderr, flush=True)
-        if warm_up is not None:
-            warm_up()
-        row: dict[str, Any] = {"implementation": name}
-        if logits_of is not None:
-            seconds, _ = _median_seconds(functools.partial(logits_of, prompt), rounds)
-            row["prefill_tokens_per_s"] = prefill / seconds
-        seconds, tokens = _median_seconds(generate, rounds)
-        expected = np.asarray(tokens) if expected is None else expected  # torch_ref eager's, the first
-        row["decode_tokens_per_s"] = decode / seconds
-        row["same_tokens_as_torch_ref"] = bool(np.array_equal(np.asarray(tokens), expected))
-        rows.append(row)
-        if on_row is not None:
-            on_row(_results(config, prefill, decode, rounds, rows))
-    return _results(config, prefill, decode, rounds, rows)
-
-
-def _results(config: dict[str, Any], prefill: int, decode: int, rounds: int, rows: list) -> dict[str, Any]:
-    return {
+    log(f"prefill: {prefill_tokens} tokens, {rounds} rounds")
+    prefill_s, _ = median_rounds(prefill_runs, rounds, pause_s)
+    cache_length = min(
+        config["context_length"], -(-(prompt_tokens + decode_tokens) // CACHE_STEP) * CACHE_STEP
+    )
+    log("cost analysis of the decoding step")
+    costs = {
+        "float32": gpt_rows.step_cost(models["jax"], cache_length),
+        "bfloat16": gpt_rows.step_cost(models["jax_bfloat16"], cache_length),
+    }
+    weight_bytes = sum(p.numel() * p.element_size() for p in models["sdpa"].parameters())  # tied head once
+    expected = outputs["transformers generate (eager)"]
+    results = {
         "config": config,
-        "batch": 1,
-        "prefill": prefill,
-        "decode": decode,
+        "prompt_tokens": prompt_tokens,
+        "decode_tokens": decode_tokens,
+        "prefill_tokens": prefill_tokens,
         "rounds": rounds,
-        "kv_cache_bytes": kv_cache_bytes(config),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.python_version()}",
-        "rows": rows,
+        "cache_length": cache_length,
+        "decode_s": decode_s,
+        "prefill_s": prefill_s,
+        "same_tokens_as_transformers": {
+            name: bool(np.array_equal(outputs[name], expected)) for name in decode_runs if "pass" not in name
+        },
+        "weight_bytes": {"float32": weight_bytes, "bfloat16": weight_bytes // 2},
+        "kv_cache_bytes": {
+            "float32": kv_cache_bytes(config, length=cache_length),
+            "bfloat16": kv_cache_bytes(config, length=cache_length, itemsize=2),
+            "float32, whole context": kv_cache_bytes(config),
+        },
+        "step_cost": costs,
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}",
+        "versions": _versions(),
     }
+    results["ratios"] = ratios(results)
+    results["targets"] = [
+        {
+            "target": name,
+            "value": results["ratios"][key],
+            "threshold": threshold,
+            "met": results["ratios"][key] <= threshold if at_most else results["ratios"][key] >= threshold,
+        }
+        for name, key, threshold, at_most in TARGETS
+    ]
+    return results
+
+
+def ratios(results: dict[str, Any]) -> dict[str, float]:
+    """The targets' ratios from the medians (a speed ratio: the other's time over ours)."""
+    decode, prefill = results["decode_s"], results["prefill_s"]
+    transformers = min(decode["transformers generate (eager)"], decode["transformers generate (SDPA)"])
+    limit_s = min(decode["weight-read pass, torch float32"], decode["weight-read pass, XLA float32"])
+    jax_s = decode["jax_attn.generate float32"]
+    return {
+        "decode_vs_transformers": transformers / jax_s,
+        "decode_vs_limit": results["decode_tokens"] * limit_s / jax_s,  # tokens/s over 1 / limit_s
+        "bytes_vs_weights": results["step_cost"]["float32"]["bytes_accessed"]
+        / results["weight_bytes"]["float32"],
+        "bfloat16_vs_float32": jax_s / decode["jax_attn.generate bfloat16"],
+        "prefill_vs_sdpa": prefill["transformers SDPA forward"] / prefill["jax_attn.generate(prompt, 1)"],
+        "numpy_vs_transformers": transformers / decode["numpy_attn.generate"],
+    }
+
+
+def _versions() -> dict[str, str]:
+    import jax
+    import torch
+    import transformers
+
+    versions = {"numpy": np, "torch": torch, "jax": jax, "transformers": transformers}
+    return {name: module.__version__ for name, module in versions.items()}
+
+
+def _loads(values: list[float]) -> str:
+    return ", ".join(f"{value:.2f}" for value in values)
 
 
 def markdown_table(results: dict[str, Any]) -> str:
-    """The results as a Markdown table plus the KV-cache line."""
+    """The results as Markdown: the decode and prefill rows, the bytes, the targets' verdicts."""
+    tokens, prefill, load = results["decode_tokens"], results["prefill_tokens"], results["load_average"]
+    versions = ", ".join(f"{name} {version}" for name, version in results["versions"].items())
     lines = [
-        f"Batch {results['batch']}, prefill {results['prefill']} tokens, decode {results['decode']} greedy "
-        f"tokens after it; median of {results['rounds']} run(s) (jax: after compiling); "
-        f"{results['machine']}.",
+        f"GPT-2 small (transformers' random weights), batch 1, {results['machine']}; {versions}. "
+        f"Medians of {results['rounds']} interleaved rounds. Load average (1, 5, 15 min) before: "
+        f"{_loads(load['before'])}; after: {_loads(load['after'])}.",
         "",
-        "| implementation | prefill tokens/s | decode tokens/s | greedy tokens = torch_ref's |",
+        f"Decode: {tokens} greedy tokens after a {results['prompt_tokens']}-token prompt (jax_attn's "
+        f"caches hold {results['cache_length']} tokens). A weight-read pass: one GEMV per matrix a "
+        "token reads.",
+        "",
+        "| decode | time | tokens/s | tokens = transformers' |",
         "| --- | ---: | ---: | :---: |",
     ]
-    for row in results["rows"]:
-        prefill = row.get("prefill_tokens_per_s")
-        cells = [
-            f"{prefill:.3g}" if prefill is not None else "—",
-            f"{row['decode_tokens_per_s']:.3g}",
-            "yes" if row["same_tokens_as_torch_ref"] else "no",
-        ]
-        lines.append(f"| {row['implementation']} | {' | '.join(cells)} |")
-    config = results["config"]
+    for name, seconds in results["decode_s"].items():
+        per_s = 1 / seconds if "pass" in name else tokens / seconds
+        same = results["same_tokens_as_transformers"].get(name)
+        same = "" if same is None else "yes" if same else "no"
+        lines.append(f"| {name} | {seconds * 1e3:.1f} ms | {per_s:.1f} | {same} |")
+    lines += ["", f"| prefill, {prefill} tokens | time | tokens/s |", "| --- | ---: | ---: |"]
+    for name, seconds in results["prefill_s"].items():
+        lines.append(f"| {name} | {seconds * 1e3:.1f} ms | {prefill / seconds:.0f} |")
     lines += [
         "",
-        f"KV cache for the full context ({config['context_length']} tokens, {config['n_layers']} blocks, "
-        f"float32 keys and values): {results['kv_cache_bytes'] / 2**20:.1f} MiB per sequence.",
+        "| decoding step (XLA's cost analysis) | bytes accessed | weights' bytes | ratio | KV cache "
+        "| cache copies |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
+    for dtype, cost in results["step_cost"].items():
+        weights, accessed = results["weight_bytes"][dtype], cost["bytes_accessed"]
+        lines.append(
+            f"| {dtype} | {accessed / 1e6:.1f} MB | {weights / 1e6:.1f} MB | {accessed / weights:.3f}x | "
+            f"{results['kv_cache_bytes'][dtype] / 1e6:.1f} MB | {cost['cache_copies']} |"
+        )
+    whole = results["kv_cache_bytes"]["float32, whole context"]
+    context = results["config"]["context_length"]
+    lines += [
+        "",
+        f"The KV cache for the whole context ({context} tokens, float32): {whole / 1e6:.1f} MB.",
+        "",
+        "| target (issue 31) | measured | met |",
+        "| --- | ---: | :---: |",
+    ]
+    for target in results["targets"]:
+        met = "yes" if target["met"] else "**no**"
+        lines.append(f"| {target['target']} | {target['value']:.2f} | {met} |")
     return "\n".join(lines)
+
+
+def write_results(out: str, results: dict[str, Any], table: str) -> None:
+    """``results.json`` and ``results.md`` in ``out`` (made if missing), each replaced atomically."""
+    from numpy_attn.files import atomic_write
+
+    os.makedirs(out, exist_ok=True)
+    with atomic_write(os.path.join(out, "results.json")) as file:
+        file.write(json.dumps(results, indent=2).encode())
+    with atomic_write(os.path.join(out, "results.md")) as file:
+        file.write(f"# Generation at GPT-2-small shape\n\n`{results['command']}`\n\n{table}\n".encode())
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     context = GPT2_SMALL["context_length"]
-    parser.add_argument("--prefill", type=integer("--prefill", 1, context), default=256)
-    parser.add_argument("--decode", type=integer("--decode", 1, context), default=32)
-    parser.add_argument("--rounds", type=integer("--rounds", 1, 1000), default=1)
-    parser.add_argument("--out", default=os.path.join("benchmarks", "gpt"))
-    parser.add_argument("--note", default="", help="a line for results.md (the machine's load, say)")
+    parser.add_argument("--prompt", type=integer("--prompt", 1, context), default=8)
+    parser.add_argument("--decode", type=integer("--decode", 1, context), default=64)
+    parser.add_argument("--prefill", type=integer("--prefill", 1, context - 1), default=512)
+    parser.add_argument("--rounds", type=integer("--rounds", 1, 1000), default=5)
+    parser.add_argument(
+        "--out", help="the folder for results.json and results.md (default: a new temporary one)"
+    )
     args = parser.parse_args(argv)
-    if args.prefill + args.decode > context:
+    if args.prompt + args.decode > context:
         parser.error(
-            f"--prefill {args.prefill} and --decode {args.decode} exceed the context of {context} tokens"
+            f"--prompt {args.prompt} and --decode {args.decode} exceed the context of {context} tokens"
         )
-    os.makedirs(args.out, exist_ok=True)
-
-    def write(results: dict[str, Any]) -> None:
-        with open(os.path.join(args.out, "results.json"), "w") as file:
-            json.dump(results, file, indent=2)
-        note = f"{args.note}\n\n" if args.note else ""
-        with open(os.path.join(args.out, "results.md"), "w") as file:
-            file.write(
-                f"# GPT at GPT-2-small shape\n\n`python -m parity_tests.bench.gpt`\n\n{note}"
-                f"{markdown_table(results)}\n"
-            )
-
-    results = run_gpt_benchmark(GPT2_SMALL, args.prefill, args.decode, args.rounds, on_row=write)
-    print(markdown_table(results))
+    out = args.out or tempfile.mkdtemp(prefix="attn-parity-gpt-bench-")
+    results = run_gpt_benchmark(GPT2_SMALL, args.prompt, args.decode, args.prefill, args.rounds)
+    given = sys.argv[1:] if argv is None else argv
+    results["command"] = " ".join(["python -m parity_tests.bench.gpt", *given])
+    table = markdown_table(results)
+    write_results(out, results, table)
+    print(table)
+    print(f"\nwritten to {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

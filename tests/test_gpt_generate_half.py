@@ -1,0 +1,108 @@
+"""Generation in bfloat16 and float16: the decoding path against torch_ref in that dtype (the tolerance
+table's half-precision rows), and jax_attn.generate's program (16-bit weights in row blocks, torch's
+layout) against the public decoding functions."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import jax_attn
+import numpy_attn
+import torch_ref
+from jax_attn import generation as jax_generation
+from parity_tests.compare import compare_arrays
+from parity_tests.tolerances import tolerance_for
+from tests.gpt_cases import TINY, token_ids, torch_model
+
+TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def torch_logits(dtype, ids):
+    """torch_ref's GPTModel (seed 7) in ``dtype``: its logits for ``ids``, as float32 NumPy."""
+    model = torch_model(seed=7).to(TORCH_DTYPES[dtype])
+    with torch.no_grad():
+        return model(torch.tensor(ids)).float().numpy()
+
+
+def decoded_logits(package, weights, ids, prefill):
+    """``prefill`` tokens at once, then one at a time, through the public gpt_model_decode (jitted in
+    jax_attn): the logits of every position ``(B, T, V)``."""
+
+    def step(ids, caches):
+        return package.gpt_model_decode(weights, ids, caches, TINY)
+
+    convert = np.asarray
+    if package is jax_attn:
+        step, convert = jax.jit(step), jnp.asarray
+    dtype = weights["tok_emb.weight"].dtype
+    logits, caches = step(convert(ids[:, :prefill]), package.init_gpt_cache(TINY, ids.shape[0], dtype))
+    actual = [np.asarray(logits, np.float32)]
+    for position in range(prefill, ids.shape[1]):
+        logits, caches = step(convert(ids[:, position : position + 1]), caches)
+        actual.append(np.asarray(logits, np.float32))
+    return np.concatenate(actual, axis=1)
+
+
+@pytest.mark.parametrize(
+    "package, dtype",
+    [(jax_attn, "bfloat16"), (jax_attn, "float16"), (numpy_attn, "float16")],
+    ids=["jax-bfloat16", "jax-float16", "numpy-float16"],
+)
+def test_half_precision_decoding_matches_torch_in_that_dtype(package, dtype):
+    """The logits of a prompt's pass and the tokens decoded after it, against torch_ref's full pass
+    in the same dtype, within the tolerance table's row for it (float32 accumulation in the products
+    and the attention, as torch's CPU kernels)."""
+    ids = token_ids(2, 12, seed=8)
+    params = torch_ref.to_params(torch_model(seed=7))
+    cast = (
+        (lambda v: jnp.asarray(v, jnp.bfloat16)) if dtype == "bfloat16" else (lambda v: v.astype(np.float16))
+    )
+    weights = {name: cast(value) for name, value in params.items()}
+    expected = torch_logits(dtype, ids)  # (B, T, V), computed in dtype
+    actual = decoded_logits(package, weights, ids, prefill=5)
+    rtol, atol = tolerance_for(dtype)  # both sides computed in dtype, compared as float32
+    report = compare_arrays(f"{package.__name__} {dtype} logits", expected, actual, rtol=rtol, atol=atol)
+    assert report.ok, report
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_generation_program_picks_the_argmax_of_the_public_decoding(dtype):
+    """jax_attn.generate reads 16-bit weights as row blocks in torch's layout (generation_params),
+    computes each product block by block and skips the empty cache on the prompt's pass: along the
+    tokens it picks, the public gpt_model_decode's logits put each at their maximum, within the
+    tolerance table's bound for the dtype (another summation order may round a near tie apart)."""
+    params = torch_ref.to_params(torch_model(seed=7))
+    weights = {name: jnp.asarray(value, dtype) for name, value in params.items()}
+    model = jax_attn.GPTModel.from_params(weights, TINY)
+    prompt = token_ids(2, 4, seed=9)
+    actual = np.asarray(jax_attn.generate(model, jnp.asarray(prompt), 6))  # (2, 10)
+    logits = decoded_logits(jax_attn, weights, actual, prefill=4)[:, 3:-1]  # (2, 6, V): each new token's
+    picked = np.take_along_axis(logits, actual[:, 4:, None], axis=-1)[..., 0]  # (2, 6)
+    rtol, atol = tolerance_for(dtype)
+    assert (picked >= logits.max(axis=-1) - (atol + rtol * np.abs(logits).max())).all()
+    assert (picked == logits.max(axis=-1)).mean() > 0.8  # mostly the very argmax
+
+
+def test_16_bit_weights_are_read_in_row_blocks_made_once_per_model():
+    """The blocks cover each weight's rows, in torch's layout, and are made again only when the model
+    holds other weights (a load_params)."""
+    params = torch_ref.to_params(torch_model(seed=7))
+    model = jax_attn.GPTModel.from_params({k: jnp.asarray(v, jnp.bfloat16) for k, v in params.items()}, TINY)
+    stored, transposed = jax_generation.generation_params(model)
+    assert transposed == frozenset()
+    blocks = stored["trf_blocks.0.ff.layers.0.weight"]  # torch's (4D, D) = (128, 32)
+    assert isinstance(blocks, tuple)
+    np.testing.assert_array_equal(
+        np.concatenate([np.asarray(block, np.float32) for block in blocks]),
+        np.asarray(jnp.asarray(params["trf_blocks.0.ff.layers.0.weight"], jnp.bfloat16), np.float32),
+    )
+    assert jax_generation.generation_params(model)[0]["trf_blocks.0.ff.layers.0.weight"] is blocks  # kept
+    model.load_params({k: v * 2 for k, v in params.items()})
+    again = jax_generation.generation_params(model)[0]["trf_blocks.0.ff.layers.0.weight"]
+    assert again is not blocks
+    np.testing.assert_array_equal(
+        np.concatenate([np.asarray(block, np.float32) for block in again]),
+        np.asarray(jnp.asarray(params["trf_blocks.0.ff.layers.0.weight"] * 2, jnp.bfloat16), np.float32),
+    )
