@@ -236,8 +236,8 @@ def _out_of_range(flag: str, text: str, high: int) -> str:
         ("gpt", ["--decode", "1025"], _out_of_range("--decode", "1025", 1024)),
         (
             "gpt",
-            ["--prefill", "1000", "--decode", "32"],
-            "--prefill 1000 and --decode 32 exceed the context of 1024 tokens",
+            ["--prompt", "1000", "--decode", "32"],
+            "--prompt 1000 and --decode 32 exceed the context of 1024 tokens",
         ),
         ("profile", ["--rounds", "x"], _out_of_range("--rounds", "x", 1000)),
         ("small", ["--framework", "numpy", "--calls", "0"], _out_of_range("--calls", "0", 1_000_000)),

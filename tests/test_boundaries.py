@@ -40,6 +40,7 @@ STDLIB = {
     "reprlib",
     "secrets",
     "stat",
+    "weakref",
     "zlib",
 }
 ALLOWED = {

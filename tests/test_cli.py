@@ -643,7 +643,7 @@ def test_the_weights_io_bench_refuses_what_it_cannot_do_before_starting(tmp_path
     assert capsys.readouterr().err == f"python -m parity_tests.bench.weights_io: error: {expected}\n"
 
 
-@pytest.mark.parametrize("module", ["floor", "dot_bound", "small", "profile"])
+@pytest.mark.parametrize("module", ["floor", "dot_bound", "small", "profile", "gpt"])
 def test_a_benchmark_script_says_what_it_does_in_a_few_lines(module):
     out = subprocess.run(
         [sys.executable, "-m", f"parity_tests.bench.{module}", "--help"],

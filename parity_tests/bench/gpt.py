@@ -32,7 +32,6 @@ The targets are issue 31's, each with its verdict. The results go to ``results.j
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -46,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from parity_tests.bench import gpt_rows
-from parity_tests.usage import integer
+from parity_tests.usage import integer, script_parser
 
 __all__ = ["GPT2_SMALL", "TARGETS", "kv_cache_bytes", "markdown_table", "run_gpt_benchmark"]
 
@@ -293,12 +292,16 @@ def write_results(out: str, results: dict[str, Any], table: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser("parity_tests.bench.gpt", __doc__)
     context = GPT2_SMALL["context_length"]
-    parser.add_argument("--prompt", type=integer("--prompt", 1, context), default=8)
-    parser.add_argument("--decode", type=integer("--decode", 1, context), default=64)
-    parser.add_argument("--prefill", type=integer("--prefill", 1, context - 1), default=512)
-    parser.add_argument("--rounds", type=integer("--rounds", 1, 1000), default=5)
+    parser.add_argument("--prompt", type=integer("--prompt", 1, context), default=8, help="prompt tokens")
+    parser.add_argument("--decode", type=integer("--decode", 1, context), default=64, help="tokens decoded")
+    parser.add_argument(
+        "--prefill", type=integer("--prefill", 1, context - 1), default=512, help="tokens of the prefill runs"
+    )
+    parser.add_argument(
+        "--rounds", type=integer("--rounds", 1, 1000), default=5, help="interleaved rounds (medians)"
+    )
     parser.add_argument(
         "--out", help="the folder for results.json and results.md (default: a new temporary one)"
     )
