@@ -14,7 +14,6 @@ weights, operands swapped), the line that produced the misrouted value is blamed
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -33,6 +32,7 @@ __all__ = [
     "close",
     "hides",
     "layout_classes",
+    "line_inputs",
     "line_records",
     "match_values",
     "take_part",
@@ -139,20 +139,62 @@ class _Fingerprint:
 
 
 def _fingerprint(value: np.ndarray) -> _Fingerprint:
-    v = value if value.dtype.kind == "f" else value.astype(np.float64)
+    row = _table(value.reshape(1, -1))
+    return _Fingerprint(*(field[0].item() for field in row))
+
+
+def _table(rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The fingerprint of each row of a 2-D array, field by field (``_Fingerprint``'s order)."""
+    v = rows if rows.dtype.kind == "f" else rows.astype(np.float64)
     finite = np.isfinite(v)
-    f = v[finite]
     low = v <= _VERY_NEGATIVE
-    kept = np.abs(v[finite & ~low])
-    return _Fingerprint(
-        int(np.isnan(v).sum()),
-        int((v == np.inf).sum()),
-        int((v == -np.inf).sum()),
-        int(low.sum()),
-        float(f.sum(dtype=np.float64)) if f.size else 0.0,
-        float(np.abs(f).max()) if f.size else 0.0,
-        float(kept.max()) if kept.size else 0.0,
+    magnitude = np.where(finite, np.abs(v), 0.0)
+    empty = v.shape[1] == 0
+    return (
+        np.isnan(v).sum(1),
+        (v == np.inf).sum(1),
+        (v == -np.inf).sum(1),
+        low.sum(1),
+        np.where(finite, v, 0.0).sum(1, dtype=np.float64),
+        np.zeros(len(v)) if empty else magnitude.max(1).astype(np.float64),
+        np.zeros(len(v)) if empty else np.where(low, 0.0, magnitude).max(1).astype(np.float64),
     )
+
+
+def _worth_comparing(
+    fc: _Fingerprint,
+    table: tuple[np.ndarray, ...],
+    size: int,
+    c_kind: str,
+    r_kinds: np.ndarray,
+    tolerances: tuple[np.ndarray, np.ndarray],
+    legit: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """The rows of ``table`` (reference values or slices of ``size`` entries, of dtype kinds
+    ``r_kinds``) whose fingerprint lets candidate fingerprint ``fc`` hold them: ``_match``'s test,
+    for all rows at once. ``tolerances``: each row's ``(rtol, atol)``; ``legit``: each row's
+    legitimate scales (a 2-D array, NaN-padded) and whether it has any."""
+    nan, posinf, neginf, low, total, largest, largest_kept = table
+    rtol, atol = tolerances
+    bound = atol + rtol * largest
+    hit = (
+        (nan == fc.nan) & (posinf == fc.posinf) & (neginf == fc.neginf)
+        & (np.abs(fc.largest - largest) <= bound)
+        & (np.abs(fc.total - total) <= size * bound + 1e-9)
+    )  # fmt: skip
+    if c_kind == "b":
+        return hit | (r_kinds == "b") | (r_kinds == "f")
+    if c_kind == "f":
+        floating = (r_kinds == "f") & (low == fc.low)
+        hit |= floating & (fc.low > 0)
+        factors, some = legit
+        if some.any():
+            near = (
+                np.abs(fc.largest_kept - factors * largest_kept[:, None])
+                <= 1e-3 * fc.largest_kept + atol[:, None]
+            )
+            hit |= floating & some & near.any(axis=1)
+    return hit
 
 
 def _scale_between(reference: _Fingerprint, value: _Fingerprint) -> float | None:
@@ -188,25 +230,38 @@ def _reference_scales(
     return scales, scaled
 
 
-def _match(c: Record, r: Record, rules, scales, fingerprints, part: np.ndarray | None = None) -> Match | None:
+def _legitimate(r: int, c: int, scales) -> list[float]:
+    """The scales a candidate value ``c`` may hold reference value ``r`` at (see ``_match``)."""
+    factors, scaled, scaled_c = scales
+    if r in scaled:
+        return [] if c in scaled_c else [1 / f for f in factors]
+    return factors
+
+
+def _match(
+    c: Record,
+    r: Record,
+    rules,
+    scales,
+    fingerprints,
+    part: np.ndarray | None = None,
+    fr: _Fingerprint | None = None,
+) -> Match | None:
     """How candidate record ``c`` holds reference record ``r``'s numbers, if it does. The
     fingerprints decide which comparisons are worth making; the comparisons decide. ``scales``
     is ``(factors, scaled, scaled_c)``: a candidate value may hold ``r`` times a factor where
     ``r`` is computed before the reference's scale (the candidate scales earlier), or divided by
     it where ``r`` is among ``scaled`` and ``c`` is not among ``scaled_c`` (the candidate scales
     later: it has not scaled yet), never scaled twice. With ``part`` (a slice of ``r``'s value),
-    whether ``c`` holds that part."""
-    factors, scaled, scaled_c = scales
-    if r.index in scaled:
-        scales = [] if c.index in scaled_c else [1 / f for f in factors]
-    else:
-        scales = factors
+    whether ``c`` holds that part (``fr`` its fingerprint)."""
+    scales = _legitimate(r.index, c.index, scales)
     value = r.value if part is None else part
     if c.value.size != value.size or not _comparable(r):
         return None
     rtol, atol = tolerance_of(c, r)
     fc = fingerprints[("c", c.index)]
-    fr = fingerprints[("r", r.index)] if part is None else _fingerprint(part)
+    if fr is None:
+        fr = fingerprints[("r", r.index)] if part is None else _fingerprint(part)
     bound = atol + rtol * fr.largest
     exact = (
         (fc.nan, fc.posinf, fc.neginf) == (fr.nan, fr.posinf, fr.neginf)
@@ -322,21 +377,108 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
     fingerprints.update({("c", c.index): _fingerprint(c.value) for c in candidate.records if _comparable(c)})
     factors, scaled = _reference_scales(reference, rules, fingerprints)
     scales = (factors, scaled, _reference_scales(candidate, rules, fingerprints, "c")[1])
-    by_size: dict[int, list[Record]] = {}
-    for r in reference.records:
-        by_size.setdefault(r.value.size, []).append(r)
+    matcher = _Matcher(reference, rules, scales, fingerprints)
     result = Alignment(reference, candidate, rules, scaled=scaled, factors=factors if scaled else [])
     for c in candidate.records:
         if not _comparable(c):
             continue
-        found = [m for r in by_size.get(c.value.size, []) if (m := _match(c, r, rules, scales, fingerprints))]
+        found = matcher.whole(c)
         if found:
             result.matches[c.index] = found
         elif c.leaf is None:
-            parts = _parts(c, reference, rules, scales, fingerprints)
+            parts = matcher.parts(c)
             if parts:
                 result.parts[c.index] = parts
     return result
+
+
+class _Matcher:
+    """Which reference values (or slices of them) a candidate value holds: the fingerprints of every
+    reference value of a size, and of every slice of a value along some axes, in one table per size,
+    so that only the pairs whose fingerprints agree are compared."""
+
+    def __init__(self, reference: Trace, rules, scales, fingerprints) -> None:
+        self.reference, self.rules, self.scales, self.fingerprints = reference, rules, scales, fingerprints
+        self.by_size: dict[int, list[Record]] = {}
+        for r in reference.records:
+            if _comparable(r):
+                self.by_size.setdefault(r.value.size, []).append(r)
+        self.tables: dict[int, tuple] = {}  # size -> (records, table)
+        self.slices: dict[int, tuple] = {}  # slice size -> (rows, table): rows (record, axes, indices)
+
+    def _hits(self, c: Record, records: list[Record], table: tuple, size: int) -> np.ndarray:
+        kinds = np.array([r.value.dtype.kind for r in records])
+        tolerance = {d: tolerance_of(c, r) for d, r in {r.dtype: r for r in records}.items()}
+        rtol = np.array([tolerance[r.dtype][0] for r in records])
+        atol = np.array([tolerance[r.dtype][1] for r in records])
+        factors, scaled, scaled_c = self.scales
+        width = max(len(factors), 1)
+        forward = np.array(list(factors) + [np.nan] * (width - len(factors)))
+        inverse = 1 / forward
+        in_scaled = np.array([r.index in scaled for r in records], dtype=bool)
+        legit = np.where(in_scaled[:, None], inverse[None, :], forward[None, :])
+        some = np.full(len(records), bool(factors)) & ~(in_scaled & (c.index in scaled_c))
+        fc = self.fingerprints[("c", c.index)]
+        hits = _worth_comparing(fc, table, size, c.value.dtype.kind, kinds, (rtol, atol), (legit, some))
+        return np.flatnonzero(hits)
+
+    def whole(self, c: Record) -> list[Match]:
+        size = c.value.size
+        if size not in self.by_size:
+            return []
+        if size not in self.tables:
+            records = self.by_size[size]
+            fields = [self.fingerprints[("r", r.index)] for r in records]
+            columns = zip(
+                *((f.nan, f.posinf, f.neginf, f.low, f.total, f.largest, f.largest_kept) for f in fields),
+                strict=True,
+            )
+            self.tables[size] = (records, tuple(np.array(column) for column in columns))
+        records, table = self.tables[size]
+        found = [
+            _match(c, records[row], self.rules, self.scales, self.fingerprints)
+            for row in self._hits(c, records, table, size)
+        ]
+        return [m for m in found if m is not None]
+
+    def parts(self, c: Record) -> list[tuple[int, tuple, tuple]]:
+        """``(reference record, axes, indices)`` for each slice (one index along one axis, or along
+        two: a loop over batch and heads, of a computed reference value ``n`` times ``c``'s size)
+        that ``c`` holds."""
+        rows, table = self._slice_table(c.value.size)
+        if not rows:
+            return []
+        records = [self.reference.records[r] for r, _, _ in rows]
+        found = []
+        for row in self._hits(c, records, table, c.value.size):
+            r, axes, indices = rows[row]
+            part = take_part(records[row].value, axes, indices)
+            fr = _Fingerprint(*(field[row].item() for field in table))
+            if _match(c, records[row], self.rules, self.scales, self.fingerprints, part, fr) is not None:
+                found.append((r, axes, indices))
+        return found
+
+    def _slice_table(self, size: int) -> tuple[list, tuple]:
+        """Every slice of ``size`` entries of a computed reference value, along one or two axes."""
+        if size not in self.slices:
+            rows, tables = [], []
+            for whole, records in self.by_size.items():
+                n = whole // max(size, 1)
+                if n < 2 or whole != n * size:
+                    continue
+                for r in records:
+                    if r.leaf is not None:
+                        continue
+                    for axes in _slicings(r.shape, n):
+                        shape = tuple(r.shape[a] for a in axes)
+                        moved = np.moveaxis(r.value, axes, tuple(range(len(axes))))
+                        tables.append(_table(moved.reshape(n, -1)))
+                        rows += [(r.index, axes, tuple(int(i) for i in idx)) for idx in np.ndindex(shape)]
+            self.slices[size] = (
+                rows,
+                tuple(np.concatenate(column) for column in zip(*tables, strict=True)) if tables else (),
+            )
+        return self.slices[size]
 
 
 def take_part(value: np.ndarray, axes: tuple[int, ...], indices: tuple[int, ...]) -> np.ndarray:
@@ -358,31 +500,22 @@ def _slicings(shape: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
     return single + pairs
 
 
-def _parts(c: Record, reference: Trace, rules, scales, fingerprints) -> list[tuple[int, tuple, tuple]]:
-    """``(reference record, axes, indices)`` for each slice (one index along one axis, or along two:
-    a loop over batch and heads, of a computed reference value ``n`` times ``c``'s size) that ``c``
-    holds."""
-    found = []
-    for r in reference.records:
-        n = r.value.size // max(c.value.size, 1)
-        if r.leaf is not None or n < 2 or r.value.size != n * c.value.size or not _comparable(r):
-            continue
-        for axes in _slicings(r.shape, n):
-            for indices in itertools.product(*(range(r.shape[a]) for a in axes)):
-                part = take_part(r.value, axes, indices)
-                if _match(c, r, rules, scales, fingerprints, part) is not None:
-                    found.append((r.index, axes, indices))
-    return found
-
-
-def _covered(result: Alignment) -> set[int]:
-    """The reference records whose every slice along some axes some candidate value holds."""
+def _covered(result: Alignment, besides: frozenset[int] = frozenset()) -> set[int]:
+    """The reference records whose every slice along some axes some candidate value holds (one not
+    among ``besides``)."""
     seen: dict[tuple[int, tuple], set[tuple]] = {}
-    for parts in result.parts.values():
-        for r, axes, indices in parts:
+    for c, parts in result.parts.items():
+        for r, axes, indices in parts if c not in besides else ():
             seen.setdefault((r, axes), set()).add(indices)
     shape = lambda r: result.reference.records[r].shape  # noqa: E731
     return {r for (r, axes), found in seen.items() if len(found) == math.prod(shape(r)[a] for a in axes)}
+
+
+def _reproduced(result: Alignment, candidates: set[int], besides: frozenset[int] = frozenset()) -> set[int]:
+    """The reference records that ``candidates`` (candidate records) hold whole, or that the
+    candidate's values (but those ``besides``) hold slice by slice."""
+    whole = {m.reference for c in candidates for m in result.matches.get(c, [])}
+    return whole | _covered(result, besides)
 
 
 def align(reference: Trace, candidate: Trace) -> Alignment:
@@ -394,7 +527,7 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     )
     matched_c = {c for c, found in result.matches.items() if candidate.records[c].leaf is None}
     used = ancestors(candidate, candidate.output)  # a value feeding no output reproduces nothing
-    matched_r = {m.reference for c in matched_c & used for m in result.matches[c]} | _covered(result)
+    matched_r = _reproduced(result, matched_c & used)
     matched_c |= set(result.parts)
     path_c, good_c = _good(candidate, matched_c)
     path_r, good_r = _good(reference, matched_r)
@@ -423,9 +556,15 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     if result.rerouted_from is None and result.unmasked_scores is None:
         _reroute_part(result, bad_r, classes)
     result.shown = result.blamed
-    unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
+    line = candidate.records[result.blamed].location
+    # a NumPy statement is one step: what the blamed line's own sub-expressions reproduce, its value
+    # may still be held against (``s = q @ k.T / hd`` is the scores, scaled wrong)
+    on_line = frozenset(
+        r.index for r in candidate.records if r.location == line and candidate.framework == "numpy"
+    )
+    elsewhere = _reproduced(result, matched_c & used - on_line, on_line)
+    unmatched = sorted(i for i in path_r - elsewhere if reference.records[i].leaf is None)
     if result.rerouted_from is None:  # show the blamed line's result, not its first operation
-        line = candidate.records[result.blamed].location
         result.shown = max(i for i in [result.blamed, *bad_c] if candidate.records[i].location == line)
         result.counterpart = _counterpart(result, result.shown, unmatched, classes)
         shown = candidate.records[result.shown].value
@@ -538,7 +677,8 @@ def blame_location(result: Alignment) -> str:
 
 
 def _input_classes(result: Alignment, record: Record, classes: list[int]) -> set[int]:
-    return {classes[m.reference] for s in record.inputs for m in result.matches.get(s, [])}
+    sources = line_inputs(result.candidate, record.index)
+    return {classes[m.reference] for s in sources for m in result.matches.get(s, [])}
 
 
 def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list[int]) -> int:
@@ -548,11 +688,12 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     it, whatever values before it were found equal), for any other the reference value its line
     holds in its layout (``_held_by_line``: a dropout left on, set against the values it drops),
     else the first diverging reference value. A value computed from one that holds a reference value
-    unscaled (the candidate scales later) should equal that value."""
+    unscaled (the candidate scales later) should equal that value. The values a value is computed
+    from are those its line takes from other lines (``line_inputs``)."""
     record = result.candidate.records[blamed]
     unscaled = [
         m.reference
-        for source in record.inputs
+        for source in line_inputs(result.candidate, blamed)
         for m in result.matches.get(source, [])
         if m.kind == "scale"
         and m.reference in result.scaled
@@ -575,7 +716,8 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     chosen = result.reference.records[compatible[shared.index(max(shared))]]
     own = [result.candidate.records[s].value for s in record.inputs]
     reshuffle = (
-        len(own) == 1
+        record.written is None  # a write filling the whole array copies, it does not reorder
+        and len(own) == 1
         and own[0].size == record.value.size
         and np.array_equal(np.sort(own[0], axis=None), np.sort(record.value, axis=None), equal_nan=True)
     )
@@ -590,6 +732,17 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
         ):
             return source
     return chosen.index
+
+
+def line_inputs(trace: Trace, index: int) -> list[int]:
+    """The values record ``index`` is computed from: for NumPy, whose statements are the steps of
+    a port, the inputs of its line up to it that come from other lines (the values a statement
+    takes, whatever sub-expressions it computes on the way); else its own inputs."""
+    if trace.framework != "numpy":
+        return list(trace.records[index].inputs)
+    line = line_records(trace, index)
+    own = {r.index for r in line}
+    return list(dict.fromkeys(s for r in line for s in r.inputs if s not in own))
 
 
 def line_records(trace: Trace, index: int) -> list[Record]:
@@ -708,7 +861,7 @@ def _part_counterpart(
     the line's own): among the unmatched reference values with a slice of its layout, the one
     computed from most of the values those inputs hold parts of."""
     record = result.candidate.records[shown]
-    held = [p for s in record.inputs for p in result.parts.get(s, [])]
+    held = [p for s in line_inputs(result.candidate, shown) for p in result.parts.get(s, [])]
     if not held:
         line = line_records(result.candidate, shown)
         taken = {s for r in line for s in r.inputs} - {r.index for r in line}

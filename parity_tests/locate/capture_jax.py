@@ -111,21 +111,31 @@ def _eager_trace(
     fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], error: Exception
 ) -> Trace:
     """The values ``fn`` computed before raising ``error`` while traced: ``fn`` run again eagerly
-    (``jax.disable_jit``), its lines' arrays recorded as a NumPy function's are. Kept only where that
-    run raises the same (type and text), so that they are the values the traced run would have had;
-    else (an error of tracing alone, such as a traced value in a Python ``if``) an empty trace:
-    nothing was evaluated."""
+    (``jax.disable_jit``), the arrays each of its lines binds recorded (``LineTracer``). Kept only
+    where that run raises the same (type and text), so that they are the values the traced run would
+    have had; else (an error of tracing alone, such as a traced value in a Python ``if``) an empty
+    trace: nothing was evaluated."""
     import jax
 
-    from parity_tests.locate.capture_numpy import capture_numpy
+    from parity_tests.locate.lines import LineTracer
 
+    trace = Trace("jax")
+    tracer = LineTracer(record=trace)
+    tracer.is_array = lambda value: isinstance(value, (jax.Array, np.ndarray))
+    for position, arg in enumerate(args):
+        for key, value in arg.items() if isinstance(arg, dict) else ():
+            if tracer.is_array(value):
+                tracer.produced[id(value)] = trace.add("input", value, str(value.dtype), "input", leaf=key)
+        if tracer.is_array(arg):
+            tracer.produced[id(arg)] = trace.add(
+                "input", arg, str(arg.dtype), "input", leaf=f"input{position}"
+            )
     try:
-        with jax.disable_jit():
-            capture_numpy(fn, args, kwargs)
-    except Raised as eager:
-        if type(eager.error) is type(error) and str(eager.error) == str(error):
-            eager.trace.framework = "jax"
-            return eager.trace
+        with jax.disable_jit(), tracer:
+            fn(*args, **kwargs)
+    except Exception as eager:
+        if type(eager) is type(error) and str(eager) == str(error):
+            return trace
     return Trace("jax")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sysconfig
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ __all__ = [
     "cotangent_for",
     "is_user_file",
     "split_result",
+    "user_frames",
     "user_stack",
 ]
 
@@ -37,13 +39,34 @@ def user_stack(frames: Any) -> tuple[tuple[str, str], ...]:
     port's."""
     stack = []
     for path, line, function in frames:
-        if os.path.realpath(path).startswith(_PARITY_TESTS):
+        if _is_checker(path):
             break
         if is_user_file(path):
             stack.append((f"{path}:{line}", function))
     return tuple(stack)
 
 
+def user_frames(frames: list[Any]) -> list[Any]:
+    """The user's frames among ``frames`` (frame objects, innermost first): from the first one in
+    the user's code (past the capture's own frames and the libraries' it was called from) up to the
+    capture's own call, library frames left out."""
+    start = next((i for i, f in enumerate(frames) if is_user_file(f.f_code.co_filename)), len(frames))
+    found = []
+    for frame in frames[start:]:
+        path = frame.f_code.co_filename
+        if _is_checker(path):
+            break
+        if is_user_file(path):
+            found.append(frame)
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_checker(path: str) -> bool:
+    return os.path.realpath(path).startswith(_PARITY_TESTS)
+
+
+@functools.lru_cache(maxsize=4096)
 def is_user_file(path: str) -> bool:
     """True for code a user wrote (their port, the project's own packages); False for the standard
     library, installed packages (torch, jax, flax, numpy) and ``parity_tests`` itself."""
@@ -76,7 +99,9 @@ class Record:
     the record of the part written into the array, for a value a write into part of an array made
     (``ctx[:, :, h * hd:(h + 1) * hd] = ...``); ``keywords`` the call's keyword arguments that are
     numbers or booleans (torch: ``scale=`` of ``F.scaled_dot_product_attention``, ``dim=``), empty
-    where the capture records none.
+    where the capture records none; ``call`` the operation's name in its framework (``op`` is the
+    line's source text for NumPy); ``loops`` the loops the user's line ran in (``lines.Loop``:
+    which head, which sequence of the batch).
     """
 
     index: int
@@ -91,6 +116,8 @@ class Record:
     stack: tuple[tuple[str, str], ...] = ()
     written: int | None = None
     keywords: dict[str, bool | int | float] = field(default_factory=dict)
+    call: str = ""
+    loops: tuple[Any, ...] = ()
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -142,7 +169,7 @@ class Trace:
         index = len(self.records)
         location = stack[0][0] if stack else location
         record = Record(
-            index, op, array, dtype, location, inputs, module, leaf, None, stack, None, keywords or {}
+            index, op, array, dtype, location, inputs, module, leaf, None, stack, None, keywords or {}, op
         )
         self.records.append(record)
         return index
@@ -170,11 +197,17 @@ def cotangent_for(output: Any, seed: int) -> np.ndarray:
 def split_result(result: Any) -> tuple[Any, dict[str, Any]]:
     """``(output, steps)`` from what a callable returned: ``(output, steps)`` from the project's
     ``return_steps=True``, a tuple's first element (``nn.MultiheadAttention``'s
-    ``(output, weights)``), or the value itself."""
+    ``(output, weights)``), a model output's ``logits`` (Hugging Face's ``ModelOutput``, a mapping)
+    or its first array, or the value itself."""
     from collections.abc import Mapping
 
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping):
         return result[0], dict(result[1])
     if isinstance(result, (tuple, list)):
         return result[0], {}
+    if isinstance(result, Mapping) and not hasattr(result, "shape"):
+        if "logits" in result:
+            return result["logits"], {}
+        arrays = [v for v in result.values() if hasattr(v, "shape") and hasattr(v, "dtype")]
+        return (arrays[0] if arrays else result), {}
     return result, {}
