@@ -35,6 +35,7 @@ __all__ = [
     "line_inputs",
     "line_records",
     "match_values",
+    "scale_left_out",
     "take_part",
     "tolerance_of",
 ]
@@ -69,7 +70,13 @@ class Alignment:
     writes never covered it, the shown value being what the last write made of it; ``unmasked_scores``:
     where the blamed value is a fused attention call hiding nothing (torch's
     ``scaled_dot_product_attention`` without ``is_causal`` or a mask), the scores it computed inside,
-    set against the reference's first masked value (``counterpart``)."""
+    set against the reference's first masked value (``counterpart``); ``stopped``: the step of a
+    fused reference operation the blamed value equals, where the operation's result is due
+    (``_through_steps``); ``steps[c]``: the steps of fused reference operations (``Record.expands``)
+    candidate record ``c`` holds, whole or as a slice, where it holds no other reference value;
+    ``residual``: the reference's sum (a residual connection) the blamed value should have been
+    added into; ``swapped``: the blamed value is a split binding two operands the wrong way round;
+    ``scaled_parts``: ``(candidate record, reference record)`` of the slices held at a scale."""
 
     reference: Trace
     candidate: Trace
@@ -89,6 +96,11 @@ class Alignment:
     counterpart_part: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     unwritten: int | None = None
     unmasked_scores: np.ndarray | None = None
+    stopped: int | None = None
+    steps: dict[int, list[int]] = field(default_factory=dict)
+    residual: int | None = None
+    swapped: bool = False
+    scaled_parts: set[tuple[int, int]] = field(default_factory=set)
 
 
 def _comparable(record: Record) -> bool:
@@ -379,16 +391,24 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
     scales = (factors, scaled, _reference_scales(candidate, rules, fingerprints, "c")[1])
     matcher = _Matcher(reference, rules, scales, fingerprints)
     result = Alignment(reference, candidate, rules, scaled=scaled, factors=factors if scaled else [])
+    step = lambda r: reference.records[r].expands is not None  # noqa: E731
     for c in candidate.records:
         if not _comparable(c):
             continue
         found = matcher.whole(c)
-        if found:
-            result.matches[c.index] = found
+        real = [m for m in found if not step(m.reference)]
+        if real:
+            result.matches[c.index] = real
         elif c.leaf is None:
             parts = matcher.parts(c)
-            if parts:
-                result.parts[c.index] = parts
+            if [p for p in parts if not step(p[0])]:
+                result.parts[c.index] = [p[:3] for p in parts if not step(p[0])]
+                result.scaled_parts |= {(c.index, p[0]) for p in parts if p[3] == "scale"}
+            elif [p for p in parts if step(p[0]) and p[3] != "scale"]:
+                result.steps[c.index] = [p[0] for p in parts if step(p[0]) and p[3] != "scale"]
+        held = [m.reference for m in found if step(m.reference) and m.kind != "scale"]
+        if not real and held:  # a step at another scale is no step of the same computation
+            result.steps[c.index] = held
     return result
 
 
@@ -441,8 +461,8 @@ class _Matcher:
         ]
         return [m for m in found if m is not None]
 
-    def parts(self, c: Record) -> list[tuple[int, tuple, tuple]]:
-        """``(reference record, axes, indices)`` for each slice (one index along one axis, or along
+    def parts(self, c: Record) -> list[tuple[int, tuple, tuple, str]]:
+        """``(reference record, axes, indices, kind)`` for each slice (one index along one axis, or along
         two: a loop over batch and heads, of a computed reference value ``n`` times ``c``'s size)
         that ``c`` holds."""
         rows, table = self._slice_table(c.value.size)
@@ -454,8 +474,9 @@ class _Matcher:
             r, axes, indices = rows[row]
             part = take_part(records[row].value, axes, indices)
             fr = _Fingerprint(*(field[row].item() for field in table))
-            if _match(c, records[row], self.rules, self.scales, self.fingerprints, part, fr) is not None:
-                found.append((r, axes, indices))
+            match = _match(c, records[row], self.rules, self.scales, self.fingerprints, part, fr)
+            if match is not None:
+                found.append((r, axes, indices, match.kind))
         return found
 
     def _slice_table(self, size: int) -> tuple[list, tuple]:
@@ -511,6 +532,81 @@ def _covered(result: Alignment, besides: frozenset[int] = frozenset()) -> set[in
     return {r for (r, axes), found in seen.items() if len(found) == math.prod(shape(r)[a] for a in axes)}
 
 
+def _whole_or_parts(result: Alignment, index: int) -> list[int]:
+    """The reference records candidate record ``index`` holds, whole or as a slice."""
+    whole = [m.reference for m in result.matches.get(index, [])]
+    return whole + [r for r, _, _ in result.parts.get(index, [])]
+
+
+def _steps_of(result: Alignment, index: int) -> set[int]:
+    """The fused reference operations (their records) a step of which candidate record ``index``
+    holds."""
+    return {result.reference.records[r].expands for r in result.steps.get(index, [])}
+
+
+_LAYOUT = {  # operations that only move, select or copy numbers, in NumPy, JAX and torch
+    "reshape", "transpose", "swapaxes", "squeeze", "expand_dims", "ravel", "flatten", "getitem", "split",
+    "stack", "concatenate", "hstack", "vstack", "moveaxis", "broadcast_in_dim", "slice", "dynamic_slice",
+    "gather", "copy", "convert_element_type", "view", "permute", "contiguous", "unsqueeze", "__getitem__",
+    "astype", "array", "asarray", "setitem", "rev", "pad",
+}  # fmt: skip
+_PRODUCTS = {
+    "matmul",
+    "dot",
+    "einsum",
+    "tensordot",
+    "dot_general",
+    "bmm",
+    "linear",
+    "addmm",
+    "inner",
+    "outer",
+}
+
+
+def _computes(call: str) -> bool:
+    """Whether an operation computes new numbers elementwise or by reduction (not a layout change, not
+    a product of two values: the kind of operation that finishes a softmax or a norm)."""
+    name = call.split(".")[0]
+    return name not in _LAYOUT and name not in _PRODUCTS
+
+
+def _through_steps(result: Alignment, bad_c: list[int]) -> int | None:
+    """Where the first wrong value holds a step of a fused reference operation (the row maximum of
+    a softmax written over lines), check the lines going on from it one by one: blame the first value
+    that holds no step of the operation and computes from the operation's values (its inputs or the
+    steps held), a completion gone wrong; where those values go on to be reshaped or multiplied with
+    another instead, the last value holding a step stops short (``stopped``). Returns the operation's
+    record (the value the blamed one should equal), or None where the first wrong value holds no step."""
+    candidate, reference = result.candidate, result.reference
+    first = result.blamed
+    operations = _steps_of(result, first)
+    if not operations:
+        return None
+    operation = min(operations)
+    taken = set(reference.records[operation].inputs)
+    territory = {first} | {
+        c for c in set(result.matches) | set(result.parts) if set(_whole_or_parts(result, c)) & taken
+    }
+    last = first
+    for index in bad_c:
+        record = candidate.records[index]
+        if index <= first:
+            continue
+        if operation in _steps_of(result, index):
+            territory.add(index)
+            last = last if record.call.split(".")[0] in _LAYOUT else index  # where it was computed
+            continue
+        if not set(record.inputs) & territory:
+            continue  # another branch
+        if _computes(record.call):
+            result.blamed = index
+            return operation
+        break
+    result.blamed, result.stopped = last, last
+    return operation
+
+
 def _reproduced(result: Alignment, candidates: set[int], besides: frozenset[int] = frozenset()) -> set[int]:
     """The reference records that ``candidates`` (candidate records) hold whole, or that the
     candidate's values (but those ``besides``) hold slice by slice."""
@@ -529,9 +625,10 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     used = ancestors(candidate, candidate.output)  # a value feeding no output reproduces nothing
     matched_r = _reproduced(result, matched_c & used)
     matched_c |= set(result.parts)
+    # a step of a fused operation is verified, not good by itself
+    result.verified = sorted(i for i in matched_c | set(result.steps) if i in used)
     path_c, good_c = _good(candidate, matched_c)
     path_r, good_r = _good(reference, matched_r)
-    result.verified = sorted(i for i in matched_c if i in path_c)
     result.good = good_c
     if result.output_ok:
         return result
@@ -549,7 +646,16 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     }
     result.blamed = next((i for i in bad_c if i not in filled), bad_c[0]) if bad_c else candidate.output
     classes = layout_classes(reference, result.rules)
+    operation = _through_steps(result, bad_c)
     result.counterpart = _counterpart(result, result.blamed, bad_r, classes)
+    if (
+        operation is not None
+        and in_layout(
+            reference.records[operation].value, candidate.records[result.blamed].shape, result.rules
+        )
+        is not None
+    ):
+        result.counterpart = operation
     result.unmasked_scores = _unmasked_scores(candidate, result.blamed)
     if result.unmasked_scores is None:  # a call hiding nothing is to blame, not the inputs it takes
         _reroute(result, bad_r, classes)
@@ -565,7 +671,14 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     elsewhere = _reproduced(result, matched_c & used - on_line, on_line)
     unmatched = sorted(i for i in path_r - elsewhere if reference.records[i].leaf is None)
     if result.rerouted_from is None:  # show the blamed line's result, not its first operation
-        result.shown = max(i for i in [result.blamed, *bad_c] if candidate.records[i].location == line)
+        first = candidate.records[result.blamed]
+        result.shown = max(  # in the same run of the line (its call, its loop iteration)
+            i
+            for i in [result.blamed, *bad_c]
+            if candidate.records[i].location == line
+            and candidate.records[i].calls == first.calls
+            and candidate.records[i].loops == first.loops
+        )
         result.counterpart = _counterpart(result, result.shown, unmatched, classes)
         shown = candidate.records[result.shown].value
         expected = reference.records[result.counterpart].value
@@ -645,33 +758,77 @@ def _unfinished(trace: Trace, buffer: int) -> int | None:
         last = write.index
 
 
+def scale_left_out(alignment: Alignment) -> int | None:
+    """The reference value the blamed value is computed from unscaled, where the value it should
+    have equalled is the reference's scaling of that one (the reference's scale never applied), or
+    where its line takes a value holding a scaled reference value without that scale (the port
+    scales later, in principle, but never does)."""
+    reference, candidate = alignment.reference, alignment.candidate
+    target = reference.records[alignment.counterpart]
+    classes = layout_classes(reference, alignment.rules)
+    if target.index in alignment.scaled and not any(s in alignment.scaled for s in target.inputs):
+        used = {
+            m.reference
+            for s in candidate.records[alignment.blamed].inputs
+            for m in alignment.matches.get(s, [])
+        }
+        found = [
+            s
+            for s in target.inputs
+            if reference.records[s].leaf is None and any(classes[s] == classes[u] for u in used)
+        ]
+        if found:
+            return found[0]
+    sources = line_inputs(candidate, alignment.blamed)
+    unscaled = [
+        m.reference
+        for s in sources
+        for m in alignment.matches.get(s, [])
+        if m.kind == "scale" and m.reference in alignment.scaled
+    ]
+    unscaled += [
+        r for s in sources for r, _, _ in alignment.parts.get(s, []) if (s, r) in alignment.scaled_parts
+    ]
+    return unscaled[0] if unscaled and candidate.records[alignment.blamed].call not in _PRODUCTS else None
+
+
 def blame_location(result: Alignment) -> str:
     """The ``path:line`` to blame for the blamed candidate record. A misrouted value: the line in
     the consuming function that produced it (the call ``linear(params, "W_query", x)`` rather than
-    the helper's body). The first value a helper call computes, when that helper is called once or
-    computes right elsewhere: the call site (its arguments are wrong, not its body)."""
+    the helper's body); a value a residual was not added to: its line in the innermost function
+    the consumer shares (``x = attn(ln_1(x))`` in the block, not the attention's last line). The
+    first value a helper call computes, when that helper is called once or computes right
+    elsewhere, or takes an argument the reference scales first: the call site (its arguments are
+    wrong, not its body)."""
     records = result.candidate.records
     record = records[result.blamed]
     stack = record.stack
     if not stack:
         return record.location
     if result.rerouted_from is not None and records[result.rerouted_from].stack:
-        consumer = records[result.rerouted_from].stack[0]
-        same = [
-            loc
-            for loc, fn in stack
-            if fn == consumer[1] and loc.rsplit(":", 1)[0] == consumer[0].rsplit(":", 1)[0]
-        ]
-        return same[0] if same else stack[0][0]
+        consumers = records[result.rerouted_from].stack
+        for consumer in consumers if result.residual is not None else consumers[:1]:
+            same = [
+                loc
+                for loc, fn in stack
+                if fn == consumer[1] and loc.rsplit(":", 1)[0] == consumer[0].rsplit(":", 1)[0]
+            ]
+            if same:
+                return same[0]
+        return stack[0][0]
     if len(stack) > 1:
         function = stack[0][1]
+        call_of = lambda r: r.calls[: len(r.stack)] if r.calls else r.stack[1:]  # noqa: E731
         calls: dict[tuple, list[Record]] = {}
         for other in records:
             if len(other.stack) > 1 and other.stack[0][1] == function and other.leaf is None:
-                calls.setdefault(other.stack[1:], []).append(other)
-        first_in_call = calls.get(stack[1:], [None])[0] is record
-        elsewhere = [first[0].index in result.good for call, first in calls.items() if call != stack[1:]]
-        if first_in_call and (not elsewhere or any(elsewhere)):
+                calls.setdefault(call_of(other), []).append(other)
+        first_in_call = calls.get(call_of(record), [None])[0] is record
+        elsewhere = [
+            first[0].index in result.good for call, first in calls.items() if call != call_of(record)
+        ]
+        left_out = scale_left_out(result) is not None  # the scale is due before the call
+        if first_in_call and (not elsewhere or any(elsewhere) or left_out):
             return stack[1][0]
     return stack[0][0]
 
@@ -794,14 +951,25 @@ def _used_well(result: Alignment, first: int, found: set[int], found_of) -> bool
 def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
     """Blame the producer of a misrouted input: one holding a reference value of another class than
     every input of the reference value the blamed one should have equalled, or, when one of those
-    inputs is missing and two inputs hold the same reference value, the later computed of the two;
-    unless those numbers also feed a good value (then the consumer picked the wrong variable)."""
+    inputs is missing, the one holding another input's value at its place (by operand position:
+    ``einsum(k, k)`` for ``einsum(q, k)``), else of two inputs holding the same value the later
+    computed; unless those numbers also feed a good value (then the consumer picked the wrong
+    variable), or they are computed once and the value due is computed nowhere, where a step left
+    out between them and their use is to blame: the consumer's (a norm left out), or, where the
+    reference adds another value to them there (a residual left out), the statement that computed
+    them (``residual``). Operands swapped
+    where they are split from one value (``k, q, v = split(qkv)``) blame the split (``swapped``)."""
     candidate, reference = result.candidate, result.reference
     blamed = candidate.records[result.blamed]
-    expected_classes = {classes[s] for s in reference.records[result.counterpart].inputs}
-    found_of = lambda index: {classes[m.reference] for m in result.matches.get(index, [])}  # noqa: E731
-    if not any(found_of(s) & expected_classes for s in blamed.inputs):
+    target = reference.records[result.counterpart]
+    expected = [classes[s] for s in target.inputs]
+    found_of = lambda index: {classes[r] for r in _whole_or_parts(result, index)}  # noqa: E731
+    if not any(found_of(s) & set(expected) for s in blamed.inputs):
         return  # the counterpart is not the blamed value's: nothing to reroute against
+    split = _swapped_split(result, blamed, expected, found_of)
+    if split is not None:
+        result.rerouted_from, result.blamed, result.swapped = result.blamed, split, True
+        return
 
     def origin(index: int, found: set[int]) -> int:
         while True:  # back to the first line that produced these numbers
@@ -817,17 +985,104 @@ def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
     origins = {
         s: origin(s, found_of(s)) for s in blamed.inputs if found_of(s) and candidate.records[s].leaf is None
     }
-    misrouted = [origins[s] for s in origins if not found_of(s) & expected_classes]
+    misrouted = [origins[s] for s in origins if not found_of(s) & set(expected)]
     covered = set().union(*(found_of(s) for s in blamed.inputs))
-    if not misrouted and expected_classes - covered:
+    sums = ("add", "add_")
+    if (
+        target.call in sums
+        and blamed.call not in sums
+        and len(expected) == 2
+        and len(covered & set(expected)) == 1
+    ):
+        result.residual = target.index  # one of a sum's terms taken for the sum: the other never added
+        result.rerouted_from = result.blamed
+        result.blamed = next(origins[s] for s in origins if found_of(s) & set(expected))
+        return
+    if not misrouted and set(expected) - covered:
+        positional = [
+            origins[s]
+            for position, s in enumerate(blamed.inputs)
+            if s in origins and position < len(expected) and expected[position] not in found_of(s)
+        ]
+        if blamed.call.split(".")[0] not in _PRODUCTS or len(blamed.inputs) != len(expected):
+            positional = []  # operands by position: in products alone (a mask's place in a where varies)
         by_value: dict[frozenset[int], list[int]] = {}
         for source, first in origins.items():
             by_value.setdefault(frozenset(found_of(source)), []).append(first)
-        misrouted = [max(firsts) for firsts in by_value.values() if len(set(firsts)) > 1]
+        twice = [max(firsts) for firsts in by_value.values() if len(set(firsts)) > 1]
+        misrouted = positional if len(positional) == 1 else twice
     misrouted = [first for first in misrouted if not _used_well(result, first, found_of(first), found_of)]
-    if misrouted:
-        result.rerouted_from, result.blamed = result.blamed, misrouted[0]
-        result.counterpart = _counterpart(result, misrouted[0], bad_r, classes)
+    if not misrouted:
+        return
+    first = misrouted[0]
+    held = found_of(first)
+    missing = set(expected) - covered
+    elsewhere = [
+        c.index
+        for c in candidate.records
+        if c.leaf is None
+        and (
+            (found_of(c.index) & held and origin(c.index, found_of(c.index)) != first)
+            or found_of(c.index) & missing
+        )
+    ]
+    if not elsewhere:  # computed once, the value due nowhere: a step left out between
+        result.residual = _residual(result, target, first, classes)
+        if result.residual is None:
+            return
+    result.rerouted_from, result.blamed = result.blamed, first
+    result.counterpart = (
+        result.residual if result.residual is not None else _counterpart(result, first, bad_r, classes)
+    )
+
+
+def _residual(result: Alignment, target: Record, first: int, classes: list[int]) -> int | None:
+    """The reference's sum of the value ``first`` holds and another (a residual connection), where
+    ``target`` (the value the consumer should have equalled) takes that sum; None if it takes none."""
+    reference = result.reference.records
+    held = {classes[r] for r in _whole_or_parts(result, first)}
+    for source in target.inputs:
+        record = reference[source]
+        if record.call.split(".")[0] in ("add", "add_") and len(record.inputs) == 2:
+            if any(classes[s] in held for s in record.inputs):
+                return source
+    return None
+
+
+def _swapped_split(result: Alignment, blamed: Record, expected: list[int], found_of) -> int | None:
+    """Where the blamed value takes two operands holding the reference's two operands swapped, and
+    both come by layout changes alone from one value, split from it on one line (``k, q, v =
+    np.split(qkv, 3)``): the first record of that split (the names were bound the wrong way round
+    there); None otherwise (operands computed apart are swapped where they are used)."""
+    computed = [s for s in blamed.inputs if result.candidate.records[s].leaf is None]
+    if len(computed) != 2 or len(expected) != 2 or expected[0] == expected[1]:
+        return None
+    first, second = (found_of(s) for s in computed)
+    if not (expected[1] in first and expected[0] in second and expected[0] not in first):
+        return None
+    chains = [_layout_chain(result.candidate, s) for s in computed]
+    shared = set(chains[0]) & set(chains[1])
+    if not shared:
+        return None
+    root = max(shared)  # the last value both come from; each chain's record before it is split from it
+    children = [chain[chain.index(root) - 1] for chain in chains if chain.index(root) > 0]
+    if len(children) != 2 or children[0] == children[1]:
+        return None
+    locations = {result.candidate.records[c].location for c in children}
+    return min(children) if len(locations) == 1 else None
+
+
+def _layout_chain(trace: Trace, index: int) -> list[int]:
+    """``index`` and the records it comes from by layout changes alone (a split, a reshape, a
+    transpose), back to the first value that computed its numbers, which ends the list."""
+    chain = [index]
+    while True:
+        record = trace.records[index]
+        computed = [s for s in record.inputs if trace.records[s].leaf is None]
+        if record.call.split(".")[0] not in _LAYOUT or len(computed) != 1:
+            return chain
+        index = computed[0]
+        chain.append(index)
 
 
 def _reroute_part(result: Alignment, bad_r: list[int], classes: list[int]) -> None:

@@ -68,17 +68,18 @@ def capture_jax(
 
     import jax
 
+    from parity_tests.locate.run import returned_framework
+
     while isinstance(fn, functools.partial):  # bound arguments (a model, say) are traced like the rest
         fn, args, kwargs = fn.func, (*fn.args, *args), {**fn.keywords, **kwargs}
     nnx = sys.modules.get("flax.nnx")
     if nnx is not None and isinstance(fn, nnx.Module):  # its parameters become the jaxpr's inputs
         fn, args = _call_module, (fn, *args)
     leaves, treedef = jax.tree_util.tree_flatten((tuple(args), kwargs))
-    paths = [
-        jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path((tuple(args), kwargs))[0]
-    ]
+    paths = [p for p, _ in jax.tree_util.tree_flatten_with_path((tuple(args), kwargs))[0]]
     traced = [i for i, leaf in enumerate(leaves) if _is_array(leaf)]
     steps_tree: list[Any] = []
+    returned: list[str | None] = []
 
     def flat_fn(*arrays):
         filled = list(leaves)
@@ -86,6 +87,7 @@ def capture_jax(
             filled[i] = array
         call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, filled)
         output, steps = split_result(fn(*call_args, **call_kwargs))
+        returned.append("jax" if isinstance(output, jax.core.Tracer) else returned_framework(output))
         steps_tree.append(sorted(steps))  # the order jax flattens a dict in
         return output, steps
 
@@ -94,11 +96,14 @@ def capture_jax(
         closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*arrays)
     except Exception as error:  # raised while tracing: nothing is evaluated yet
         raise Raised(error, _eager_trace(fn, args, kwargs, error)) from error
+    except BaseException as error:  # an exit: the port failed at its line
+        raise Raised(error, Trace("jax")) from error
     names = [_leaf_name(paths[i], position) for position, i in enumerate(traced)]
     trace = Trace("jax")
     outs = _run(closed, arrays, names, _Recording(trace, keep_masks))
     n_out = len(jax.tree_util.tree_leaves(out_shape[0]))
     trace.output = outs[0][1]
+    trace.returned = returned[-1] if returned else None
     step_names = steps_tree[-1] if steps_tree else []
     values = [np.asarray(v) for v, _ in outs[n_out:]]
     trace.name_steps({k: v for k, v in zip(step_names, values, strict=True) if k != "output"})
@@ -275,13 +280,26 @@ def _call_module(module: Any, *args: Any, **kwargs: Any) -> Any:
     return module(*args, **kwargs)
 
 
-def _leaf_name(path: str, position: int) -> str:
-    """A traced leaf's name from its path in ``(args, kwargs)``: ``"[0][1]"`` (a positional array)
-    -> ``input1``; ``"[0][0]['W_query.weight']"`` -> ``W_query.weight``; ``"[0][0].query.kernel.value"``
-    (an NNX module's parameter) -> ``query.kernel``."""
-    rest = path.split("]", 2)[-1] if path.startswith("[0]") else path
-    name = rest.strip("[]'\".").removesuffix(".value")
-    return name if name else f"input{position}"
+def _leaf_name(path: tuple[Any, ...], position: int) -> str:
+    """A traced leaf's name from its path in ``(args, kwargs)``: a positional array -> ``input1``;
+    a weight in a dict -> its key (``W_query.weight``), in a nested pytree its keys joined
+    (``layers.0.attn.qkv.kernel``, a linen variable ``params.c_attn.kernel``); an NNX module's
+    parameter -> its path (``query.kernel``)."""
+    if len(path) == 2 and _key(path[0]) == "0":
+        return f"input{_key(path[1])}"
+    keys = []
+    for entry in path[2:] if len(path) > 2 and _key(path[0]) == "0" else path:
+        key = _key(entry)
+        if key != "value":  # an NNX variable's value
+            keys.append(key)
+    return ".".join(keys) if keys else f"input{position}"
+
+
+def _key(entry: Any) -> str:
+    for attribute in ("key", "idx", "name"):
+        if hasattr(entry, attribute):
+            return str(getattr(entry, attribute))
+    return str(entry)
 
 
 def _evaluate(

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from parity_tests.locate.lines import LineTracer
+from parity_tests.locate.run import returned_framework
 from parity_tests.locate.trace import Raised, Trace, split_result
 from parity_tests.locate.traced import Recorder, creating
 
@@ -118,6 +119,7 @@ def capture_numpy(
         except BaseException as error:
             raise Raised(error, trace) from error
         output, steps = split_result(result)
+        trace.returned = returned_framework(output)
         output = output if isinstance(output, np.ndarray) else np.asarray(output)
         trace.output = recorder.index_of(output)
     trace.name_steps({k: v for k, v in steps.items() if k != "output"})

@@ -19,10 +19,12 @@ from parity_tests.locate.align import (
     layout_classes,
     line_records,
     match_values,
+    scale_left_out,
     take_part,
     tolerance_of,
 )
 from parity_tests.locate.causes import axis_names, describe_scale, read_causes
+from parity_tests.locate.expand import stopped_short
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture, framework_of, source_file
@@ -229,6 +231,10 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         expected_dtype=counterpart.dtype,
         actual_dtype=blamed.dtype,
     )
+    if alignment.stopped is not None:
+        step = expected.records[alignment.steps[alignment.stopped][0]]
+        operation = expected.records[step.expands]
+        report.causes.append(stopped_short(operation.call, step.op.split(": ", 1)[-1], operation.location))
     span = _one_op_span(alignment)
     if len(span) > 1:
         report.causes.append(
@@ -238,6 +244,12 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     unmasked = alignment.unmasked_scores  # a fused call's scores, where the reference masks them
     laid_out = in_layout(blamed.value if unmasked is None else unmasked, counterpart.shape, alignment.rules)
     misrouted = [m for m in alignment.matches.get(blamed.index, []) if m.kind == "exact"]
+    if alignment.residual is not None:
+        report.causes.append(_residual_left_out(expected, alignment))
+        misrouted = []
+    elif alignment.swapped:
+        report.causes.append(_swapped(expected, actual, alignment))
+        misrouted = []
     if misrouted:
         other = expected.records[misrouted[0].reference]
         report.causes.append(
@@ -270,7 +282,7 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"({named.location}), as a value this line computed before does: the same slice taken "
             f"again where another {name}'s is due"
         )
-    unscaled = _scale_left_out(alignment)
+    unscaled = scale_left_out(alignment)
     if unscaled is not None and alignment.factors:
         report.causes.append(
             f"scale left out: this is computed from the reference's {_label(expected, unscaled)} as it "
@@ -306,6 +318,33 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
                 found = read_causes(counterpart.value, joined, report.axes, sizes, rtol, atol, masks)
                 _add_new(report, found)
     return report
+
+
+def _residual_left_out(expected: Trace, alignment: Alignment) -> str:
+    """The cause for a value the reference adds another to (a residual connection) used without it."""
+    total = expected.records[alignment.residual]
+    held = {m.reference for m in alignment.matches.get(alignment.blamed, [])}
+    held |= {r for r, _, _ in alignment.parts.get(alignment.blamed, [])}
+    classes = layout_classes(expected, alignment.rules)
+    mine = [s for s in total.inputs if any(classes[s] == classes[h] for h in held)]
+    other = [expected.records[s] for s in total.inputs if s not in mine]
+    added = f" {_label(expected, other[0].index)} ({other[0].location})" if other else " another value"
+    return (
+        f"a residual connection left out: this is a value the reference adds{added} to first "
+        f"({total.location}); yours goes on without the sum"
+    )
+
+
+def _swapped(expected: Trace, actual: Trace, alignment: Alignment) -> str:
+    """The cause for operands split from one value and bound the wrong way round."""
+    consumer = actual.records[alignment.rerouted_from]
+    target = expected.records[alignment.counterpart]
+    names = [_label(expected, s) for s in target.inputs]
+    return (
+        f"operands swapped where they are split from one value: {consumer.location} takes what this "
+        f"line splits off the other way round (the reference's {names[1]} where its {names[0]} is due, "
+        "and the other way round)"
+    )
 
 
 def _scale_after(alignment: Alignment, index: int) -> float | None:
@@ -376,24 +415,3 @@ def _zeroes_entries(value: np.ndarray, source: np.ndarray) -> bool:
         return False
     kept = value != 0
     return bool((~kept & (source != 0)).any()) and np.array_equal(value[kept], source[kept])
-
-
-def _scale_left_out(alignment: Alignment) -> int | None:
-    """The reference value the blamed value is computed from unscaled, where the value it should
-    have equalled is the reference's scaling of that one (the reference's scale never applied)."""
-    reference, candidate = alignment.reference, alignment.candidate
-    target = reference.records[alignment.counterpart]
-    if target.index not in alignment.scaled or any(s in alignment.scaled for s in target.inputs):
-        return None
-    used = {
-        m.reference for s in candidate.records[alignment.blamed].inputs for m in alignment.matches.get(s, [])
-    }
-    classes = layout_classes(reference, alignment.rules)
-    return next(
-        (
-            s
-            for s in target.inputs
-            if reference.records[s].leaf is None and any(classes[s] == classes[u] for u in used)
-        ),
-        None,
-    )

@@ -112,6 +112,8 @@ class LineTracer:
 
     def __init__(self, record: Trace | None = None) -> None:
         self.counts: dict[Any, dict[frozenset[int], int]] = {}  # frame -> loop header -> iteration
+        self.ids: dict[Any, int] = {}  # frame -> the number of its call (a generator's: of its resumption)
+        self.called = 0
         self.last: dict[Any, int] = {}  # frame -> its previous line
         self.trace = record
         self.produced: dict[int, int] = {}  # id(array) -> record index (with ``record``)
@@ -130,6 +132,7 @@ class LineTracer:
     def _call(self, frame: Any, event: str, arg: Any) -> Callable | None:
         if event != "call" or not is_user_file(frame.f_code.co_filename):
             return None
+        self.ids[frame], self.called = self.called, self.called + 1
         if self.trace is not None:
             self._arguments(frame)
         return self._line
@@ -144,7 +147,7 @@ class LineTracer:
             if self.trace is not None:
                 self._after_line(frame)
                 self._returned(frame, arg)
-            for table in (self.counts, self.last, self.before):
+            for table in (self.counts, self.last, self.before, self.ids):
                 table.pop(frame, None)
             return None
         return self._line
@@ -157,6 +160,10 @@ class LineTracer:
                 counts = self.counts.setdefault(frame, {})
                 inside = previous is not None and loop.body[0] <= previous <= loop.body[1]
                 counts[loop.header] = counts.get(loop.header, -1) + 1 if inside else 0
+
+    def call_ids(self, frames: list[Any]) -> tuple[int, ...]:
+        """The number of each frame's call (-1 for a frame entered before the tracer started)."""
+        return tuple(self.ids.get(frame, -1) for frame in frames)
 
     def iterations(self, frames: list[Any]) -> tuple[Loop, ...]:
         """The loops the user's frames among ``frames`` (innermost first) run their lines in,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,11 +14,14 @@ import numpy as np
 
 __all__ = [
     "CustomRule",
+    "Exited",
     "Raised",
     "Record",
     "Trace",
     "cotangent_for",
+    "exits_raise",
     "is_user_file",
+    "model_stack",
     "split_result",
     "user_frames",
     "user_stack",
@@ -31,6 +36,25 @@ _LIBRARY_DIRS = tuple(
     }
 )
 _PARITY_TESTS = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+# the frameworks' own packages: code in other installed packages (transformers' models) is model code
+_FRAMEWORKS = (
+    "torch",
+    "torchgen",
+    "functorch",
+    "numpy",
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "scipy",
+    "ml_dtypes",
+)
+_FRAMEWORK_DIRS = tuple(
+    os.path.join(os.path.realpath(site), name) + os.sep
+    for site in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    for name in _FRAMEWORKS
+)
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 
 
 def user_stack(frames: Any) -> tuple[tuple[str, str], ...]:
@@ -44,6 +68,31 @@ def user_stack(frames: Any) -> tuple[tuple[str, str], ...]:
         if is_user_file(path):
             stack.append((f"{path}:{line}", function))
     return tuple(stack)
+
+
+def model_stack(frames: Any) -> tuple[tuple[str, str], ...]:
+    """``user_stack``, or where the user wrote none of the frames (a reference from an installed
+    package, such as transformers' GPT-2), the frames of model code: any but the standard
+    library's, the frameworks' own (torch, JAX, Flax, NumPy) and ``parity_tests``'."""
+    frames = list(frames)
+    stack = user_stack(frames)
+    if stack:
+        return stack
+    found = []
+    for path, line, function in frames:
+        if _is_checker(path):
+            break
+        if _is_model_file(path):
+            found.append((f"{path}:{line}", function))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_model_file(path: str) -> bool:
+    if path.startswith("<"):
+        return False
+    real = os.path.realpath(path)
+    return not real.startswith(_FRAMEWORK_DIRS) and not real.startswith(_STDLIB) and not _is_checker(path)
 
 
 def user_frames(frames: list[Any]) -> list[Any]:
@@ -76,6 +125,30 @@ def is_user_file(path: str) -> bool:
     return not real.startswith(_LIBRARY_DIRS) and not real.startswith(_PARITY_TESTS)
 
 
+class Exited(BaseException):
+    """``os._exit(code)`` called while a capture ran (``exits_raise``): the process goes on."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"os._exit({code})")
+        self.code = code
+
+
+@contextlib.contextmanager
+def exits_raise() -> Iterator[None]:
+    """While it runs, ``os._exit`` raises ``Exited`` instead of ending the process: a port calling
+    it is a port that failed, at its line (``sys.exit`` raises ``SystemExit`` already)."""
+    original = os._exit
+
+    def exit_(code: int) -> None:
+        raise Exited(code)
+
+    os._exit = exit_
+    try:
+        yield
+    finally:
+        os._exit = original
+
+
 class Raised(Exception):
     """A captured callable raised ``error`` (``type: message`` is this exception's text);
     ``trace`` holds the values it computed before (for JAX, which traces the whole function before
@@ -101,7 +174,10 @@ class Record:
     numbers or booleans (torch: ``scale=`` of ``F.scaled_dot_product_attention``, ``dim=``), empty
     where the capture records none; ``call`` the operation's name in its framework (``op`` is the
     line's source text for NumPy); ``loops`` the loops the user's line ran in (``lines.Loop``:
-    which head, which sequence of the batch).
+    which head, which sequence of the batch); ``calls`` an id of each call of ``stack``'s frames
+    (two calls of a helper from one line in a loop are two calls), empty where the capture has none;
+    ``expands`` the record of the fused operation (``F.layer_norm``) this value is a step of
+    (``expand.steps``): such a value feeds nothing.
     """
 
     index: int
@@ -118,6 +194,8 @@ class Record:
     keywords: dict[str, bool | int | float] = field(default_factory=dict)
     call: str = ""
     loops: tuple[Any, ...] = ()
+    calls: tuple[int, ...] = ()
+    expands: int | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -141,7 +219,8 @@ class Trace:
     A capture with a gradient seed also holds ``cotangents`` (record index -> the gradient of
     ``sum(output * cotangent_for(output, seed))`` with respect to that value, for the floating
     values the output depends on differentiably) and, in JAX, ``custom_rules`` (the index of each
-    record computed inside a custom rule's call -> that call: its values have no cotangent)."""
+    record computed inside a custom rule's call -> that call: its values have no cotangent).
+    ``returned`` is the framework of the value the callable returned (``run.returned_framework``)."""
 
     framework: str
     records: list[Record] = field(default_factory=list)
@@ -150,6 +229,7 @@ class Trace:
     cotangents: dict[int, np.ndarray] = field(default_factory=dict)
     custom_rules: dict[int, CustomRule] = field(default_factory=dict)
     keep_masks: list[np.ndarray] = field(default_factory=list)
+    returned: str | None = None
 
     def add(
         self,

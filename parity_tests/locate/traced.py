@@ -164,6 +164,7 @@ class Recorder:
         index = self.trace.add(text, array, array.dtype.name, "?", sources, stack=stack)
         record = self.trace.records[index]
         record.call, record.loops = call, self.lines.iterations(frames)
+        record.calls = self.lines.call_ids(frames)
         return self._keep(array, index)
 
     def index_of(self, array: np.ndarray) -> int:
