@@ -76,7 +76,12 @@ class Alignment:
     candidate record ``c`` holds, whole or as a slice, where it holds no other reference value;
     ``residual``: the reference's sum (a residual connection) the blamed value should have been
     added into; ``swapped``: the blamed value is a split binding two operands the wrong way round;
-    ``scaled_parts``: ``(candidate record, reference record)`` of the slices held at a scale."""
+    ``scaled_parts``: ``(candidate record, reference record)`` of the slices held at a scale;
+    ``weights``: ``(the reference weight the blamed value takes, the one due there)`` where it takes
+    another layer's weights (``_other_weights``); ``taken``: the value of another variable the
+    blamed one takes (its numbers used right elsewhere); ``repeated[c]``: the slice candidate record
+    ``c`` holds as the same line did in an earlier iteration of its loop (``_repeated``), no longer
+    among its ``parts``."""
 
     reference: Trace
     candidate: Trace
@@ -101,6 +106,9 @@ class Alignment:
     residual: int | None = None
     swapped: bool = False
     scaled_parts: set[tuple[int, int]] = field(default_factory=set)
+    weights: tuple[int, int] | None = None
+    taken: int | None = None
+    repeated: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
 
 
 def _comparable(record: Record) -> bool:
@@ -220,17 +228,29 @@ def _scale_between(reference: _Fingerprint, value: _Fingerprint) -> float | None
 def _reference_scales(
     trace: Trace, rules: dict[int, tuple[int, ...]], prints: dict, side: str = "r"
 ) -> tuple[list[float], set[int]]:
-    """Scales the reference applies (a value ``s`` times its input), or ``H**-0.5`` for the head
-    sizes ``H`` its reshapes show when it applies none (an opaque reference); and the records
-    computed after a scale was applied (the scaling records and what they feed). ``side`` is
-    the trace's key in ``prints``: ``"c"`` reads the candidate's."""
+    """Scales the reference applies on the way to its attention weights (a value ``s`` times its
+    input, that a softmax or a product of two computed values takes a few operations on: the
+    scores' scale or the queries', never GELU's ``0.5 * x``), or ``H**-0.5`` for the head sizes
+    ``H`` its reshapes show when it applies none (an opaque reference); and the records computed
+    after a scale was applied (the scaling records and what they feed). ``side`` is the trace's key
+    in ``prints``: ``"c"`` reads the candidate's."""
     scales, scaling = [], set()
+    consumers: dict[int, list[int]] = {}
+    for record in trace.records:
+        for source in record.inputs:
+            consumers.setdefault(source, []).append(record.index)
+    weights = _weight_derived(trace) | {r.index for r in trace.records if r.leaf is not None}
     for record in trace.records:
         for source in record.inputs:
             r = trace.records[source].value
             if r.shape == record.value.shape and (side, record.index) in prints and r.dtype.kind == "f":
                 s = _scale_between(prints[(side, source)], prints[(side, record.index)])
-                if s is not None and abs(s - 1) > 1e-3 and close(s * r, record.value, 1e-5, 1e-6, True):
+                if (
+                    s is not None
+                    and abs(s - 1) > 1e-3
+                    and close(s * r, record.value, 1e-5, 1e-6, True)
+                    and _feeds_attention(trace, record.index, consumers, weights)
+                ):
                     scales.append(s)
                     scaling.add(record.index)
     if not scales:
@@ -240,6 +260,26 @@ def _reference_scales(
         if record.index in scaling or any(source in scaled for source in record.inputs):
             scaled.add(record.index)
     return scales, scaled
+
+
+def _feeds_attention(trace: Trace, index: int, consumers: dict[int, list[int]], weights: set[int]) -> bool:
+    """Whether record ``index`` goes, within four operations, into a softmax or into a product of
+    two values that are not weights (``q @ k.T``)."""
+    frontier, seen = [index], {index}
+    for _ in range(4):
+        following = []
+        for current in frontier:
+            for consumer in consumers.get(current, []):
+                record = trace.records[consumer]
+                name = record.call.split(".")[0]
+                computed = [s for s in record.inputs if s not in weights]
+                if "softmax" in name or (name in _PRODUCTS and len(computed) >= 2):
+                    return True
+                if consumer not in seen:
+                    seen.add(consumer)
+                    following.append(consumer)
+        frontier = following
+    return False
 
 
 def _legitimate(r: int, c: int, scales) -> list[float]:
@@ -395,12 +435,21 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
     for c in candidate.records:
         if not _comparable(c):
             continue
-        found = matcher.whole(c)
+        found = matcher.whole(c) or _broadcast(c, matcher)
         real = [m for m in found if not step(m.reference)]
         if real:
             result.matches[c.index] = real
         elif c.leaf is None:
             parts = matcher.parts(c)
+            moved = [s for s in c.inputs if candidate.records[s].leaf is None]
+            if (
+                c.call.split(".")[0] in (*_LAYOUT, "stop_gradient")
+                and moved
+                and not any(s in result.matches or s in result.parts or s in result.steps for s in moved)
+            ):
+                parts = []  # a layout change holds what its input holds: nothing here
+            if c.value.size > 1 and (c.value == c.value.flat[0]).all():
+                parts = []  # all ones (a one-hot row's sum) equal any slice of ones: no evidence
             if [p for p in parts if not step(p[0])]:
                 result.parts[c.index] = [p[:3] for p in parts if not step(p[0])]
                 result.scaled_parts |= {(c.index, p[0]) for p in parts if p[3] == "scale"}
@@ -410,6 +459,25 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
         if not real and held:  # a step at another scale is no step of the same computation
             result.steps[c.index] = held
     return result
+
+
+def _broadcast(c: Record, matcher: _Matcher) -> list[Match]:
+    """What a value repeating along some axes holds once (a mask built per batch row, ``(B, 1, T, S)``
+    of one ``(T, S)``): the matches of one of its copies."""
+    value = c.value
+    if value.size < 2 or c.leaf is not None:
+        return []
+    repeated = [
+        a for a in range(value.ndim) if value.shape[a] > 1 and (value == value.take([0], axis=a)).all()
+    ]
+    if not repeated or value.dtype.kind not in "fb":
+        return []
+    once = value[tuple(0 if a in repeated else slice(None) for a in range(value.ndim))]
+    copy = Record(c.index, c.op, once, c.dtype, c.location)
+    matcher.fingerprints[("c", c.index)] = _fingerprint(once)
+    found = matcher.whole(copy)
+    matcher.fingerprints[("c", c.index)] = _fingerprint(value)
+    return found
 
 
 class _Matcher:
@@ -470,8 +538,11 @@ class _Matcher:
             return []
         records = [self.reference.records[r] for r, _, _ in rows]
         found = []
+        reduced = _reduces(c.call)
         for row in self._hits(c, records, table, c.value.size):
             r, axes, indices = rows[row]
+            if reduced and not _reduces(records[row].call) and records[row].expands is None:
+                continue  # a row's maximum is no slice of the scores it was taken over
             part = take_part(records[row].value, axes, indices)
             fr = _Fingerprint(*(field[row].item() for field in table))
             match = _match(c, records[row], self.rules, self.scales, self.fingerprints, part, fr)
@@ -564,6 +635,22 @@ _PRODUCTS = {
 }
 
 
+def _reduces(call: str) -> bool:
+    """Whether an operation reduces over axes (a sum, a maximum, a mean)."""
+    name = call.replace("reduce_", "").split(".")
+    return name[-1] == "reduce" or name[0] in (
+        "max",
+        "min",
+        "sum",
+        "mean",
+        "var",
+        "std",
+        "amax",
+        "amin",
+        "prod",
+    )
+
+
 def _computes(call: str) -> bool:
     """Whether an operation computes new numbers elementwise or by reduction (not a layout change, not
     a product of two values: the kind of operation that finishes a softmax or a norm)."""
@@ -614,9 +701,30 @@ def _reproduced(result: Alignment, candidates: set[int], besides: frozenset[int]
     return whole | _covered(result, besides)
 
 
+def _repeated(result: Alignment) -> None:
+    """An operation in a ``jax.lax.scan`` body whose every iteration holds the same slices of
+    reference values (the first chunk's mask for every chunk): from its second iteration on, the
+    slice is taken again where another is due, and held no more (``repeated``)."""
+    by_line: dict[tuple, list[int]] = {}  # one operation of a line: the runs of one record
+    for index in result.parts:
+        record = result.candidate.records[index]
+        if record.loops and record.loops[-1].target == "scan":  # Python loops: see _reroute_part
+            by_line.setdefault((record.location, record.call, record.shape), []).append(index)
+    for indexes in by_line.values():
+        runs = {result.candidate.records[i].loops for i in indexes}
+        held = {frozenset(result.parts[i]) for i in indexes}
+        if len(runs) < 2 or len(held) != 1:
+            continue
+        part = min(next(iter(held)))
+        for index in sorted(indexes)[1:]:
+            del result.parts[index]
+            result.repeated[index] = part
+
+
 def align(reference: Trace, candidate: Trace) -> Alignment:
     """Match the candidate's values to the reference's and place the first divergence on each side."""
     result = match_values(reference, candidate)
+    _repeated(result)
     out_c, out_r = candidate.records[candidate.output], reference.records[reference.output]
     result.output_ok = out_c.shape == out_r.shape and close(
         out_r.value, out_c.value, *tolerance_of(out_c, out_r)
@@ -657,8 +765,9 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     ):
         result.counterpart = operation
     result.unmasked_scores = _unmasked_scores(candidate, result.blamed)
-    if result.unmasked_scores is None:  # a call hiding nothing is to blame, not the inputs it takes
-        _reroute(result, bad_r, classes)
+    result.weights = _other_weights(result)
+    if result.unmasked_scores is None and result.weights is None:  # a call hiding nothing is to
+        _reroute(result, bad_r, classes)  # blame, not the inputs it takes
     if result.rerouted_from is None and result.unmasked_scores is None:
         _reroute_part(result, bad_r, classes)
     result.shown = result.blamed
@@ -792,6 +901,34 @@ def scale_left_out(alignment: Alignment) -> int | None:
     return unscaled[0] if unscaled and candidate.records[alignment.blamed].call not in _PRODUCTS else None
 
 
+def _unscaled_product(result: Alignment) -> int | None:
+    """Where the port never applies the scale the reference applies to a product (``q @ k.T``, then
+    times ``1/sqrt(head_dim)``), carrying the product on unscaled: the candidate record holding the
+    product, whose statement left the scale out; None otherwise (a scale the reference applies to
+    any other value, left out, shows where its absence first does)."""
+    reference, candidate = result.reference.records, result.candidate
+    path = ancestors(candidate, result.blamed)
+    scaled_exactly = any(
+        m.reference in result.scaled and m.kind != "scale" for c in path for m in result.matches.get(c, [])
+    ) or any(
+        r in result.scaled and (c, r) not in result.scaled_parts
+        for c in path
+        for r, _, _ in result.parts.get(c, [])
+    )
+    unscaled = any(
+        m.reference in result.scaled and m.kind == "scale" for c in path for m in result.matches.get(c, [])
+    ) or any((c, r) in result.scaled_parts for c in path for r, _, _ in result.parts.get(c, []))
+    if scaled_exactly or not unscaled:
+        return None
+    for record in reference:
+        if record.index in result.scaled and not any(s in result.scaled for s in record.inputs):
+            for product in (s for s in record.inputs if reference[s].call.split(".")[0] in _PRODUCTS):
+                holders = [c for c in path if product in _whole_or_parts(result, c)]
+                if holders:
+                    return max(holders)
+    return None
+
+
 def blame_location(result: Alignment) -> str:
     """The ``path:line`` to blame for the blamed candidate record. A misrouted value: the line in
     the consuming function that produced it (the call ``linear(params, "W_query", x)`` rather than
@@ -799,12 +936,22 @@ def blame_location(result: Alignment) -> str:
     the consumer shares (``x = attn(ln_1(x))`` in the block, not the attention's last line). The
     first value a helper call computes, when that helper is called once or computes right
     elsewhere, or takes an argument the reference scales first: the call site (its arguments are
-    wrong, not its body)."""
+    wrong, not its body). A value taking another variable's numbers: its line in the function that
+    computed them (the call passing the wrong argument, not the helper using it). A product the port
+    never scales where the reference does: the line of the product (``_unscaled_product``)."""
     records = result.candidate.records
-    record = records[result.blamed]
+    product = _unscaled_product(result) if result.rerouted_from is None else None
+    record = records[result.blamed if product is None else product]
     stack = record.stack
-    if not stack:
+    if not stack or product is not None:
         return record.location
+    if result.weights is not None:  # another layer's weights: chosen where the helper is called
+        return stack[1][0] if len(stack) > 1 else stack[0][0]
+    if result.taken is not None and result.rerouted_from is None:  # another variable passed to a helper
+        produced = {(fn, loc.rsplit(":", 1)[0]) for loc, fn in records[result.taken].stack}
+        for loc, fn in stack:
+            if (fn, loc.rsplit(":", 1)[0]) in produced:
+                return loc
     if result.rerouted_from is not None and records[result.rerouted_from].stack:
         consumers = records[result.rerouted_from].stack
         for consumer in consumers if result.residual is not None else consumers[:1]:
@@ -1011,8 +1158,10 @@ def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
             by_value.setdefault(frozenset(found_of(source)), []).append(first)
         twice = [max(firsts) for firsts in by_value.values() if len(set(firsts)) > 1]
         misrouted = positional if len(positional) == 1 else twice
-    misrouted = [first for first in misrouted if not _used_well(result, first, found_of(first), found_of)]
+    well = [first for first in misrouted if _used_well(result, first, found_of(first), found_of)]
+    misrouted = [first for first in misrouted if first not in well]
     if not misrouted:
+        result.taken = well[0] if well else None  # the consumer took the wrong variable
         return
     first = misrouted[0]
     held = found_of(first)
@@ -1034,6 +1183,33 @@ def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
     result.counterpart = (
         result.residual if result.residual is not None else _counterpart(result, first, bad_r, classes)
     )
+
+
+def _other_weights(result: Alignment) -> tuple[int, int] | None:
+    """``(held, due)``: the blamed value takes a weight holding the reference's weight ``held`` where
+    the reference operation it should have equalled (or whose step it should have held) takes
+    another of that shape, ``due`` (a norm's weight from the first norm for the second); None
+    otherwise."""
+    candidate, reference = result.candidate, result.reference.records
+    target = reference[result.counterpart]
+    target = reference[target.expands] if target.expands is not None else target
+    due = [
+        s
+        for s in target.inputs
+        if reference[s].leaf not in (None, "constant") and not reference[s].leaf.startswith("input")
+    ]
+    for source in candidate.records[result.blamed].inputs:
+        record = candidate.records[source]
+        if record.leaf is None or record.leaf == "constant" or record.leaf.startswith("input"):
+            continue
+        held = [
+            m.reference for m in result.matches.get(source, []) if reference[m.reference].leaf is not None
+        ]
+        if held and not set(held) & set(due):
+            same = [s for s in due if reference[s].shape == record.shape]
+            if same:
+                return held[0], same[0]
+    return None
 
 
 def _residual(result: Alignment, target: Record, first: int, classes: list[int]) -> int | None:

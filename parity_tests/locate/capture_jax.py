@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from parity_tests.locate.lines import Loop
 from parity_tests.locate.trace import CustomRule, Raised, Trace, cotangent_for, split_result, user_stack
 
 __all__ = ["capture_jax"]
@@ -188,6 +189,7 @@ class _Recorder:
 
     def __init__(self, keep_masks: Sequence[np.ndarray] | None) -> None:
         self.keep_masks, self.random = list(keep_masks or []), set()
+        self.loops: list[Loop] = []  # the scan iterations under way
 
     def plain(self, name: str, values: list, sources: tuple[int, ...], stack: tuple) -> list[tuple[Any, int]]:
         random = name in _RANDOM or any(i in self.random for i in sources)
@@ -226,7 +228,9 @@ class _Recording(_Recorder):
         dtype = str(value.dtype)
         key = jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
         data = jax.random.key_data(value) if key else value
-        return value, self.trace.add(op, np.asarray(data), dtype, location, sources, leaf=leaf, stack=stack)
+        index = self.trace.add(op, np.asarray(data), dtype, location, sources, leaf=leaf, stack=stack)
+        self.trace.records[index].loops = tuple(self.loops)
+        return value, index
 
     def custom_call(self, eqn: Any, invals: list, outs: list, first: int) -> list:
         return outs
@@ -359,9 +363,14 @@ def _scan(
     consts, carry, xs = invals[:n_consts], invals[n_consts : n_consts + n_carry], invals[n_consts + n_carry :]
     ys: list[list[tuple[Any, int]]] = []
     steps = range(length - 1, -1, -1) if params["reverse"] else range(length)
+    line = int(stack[0][0].rsplit(":", 1)[1]) if stack else 0
     for step in steps:
         x_slices = [(value[step], index) for value, index in xs]
-        outs = _call(params["jaxpr"], [*consts, *carry, *x_slices], recorder, stack)
+        recorder.loops.append(Loop(line, "scan", step))
+        try:
+            outs = _call(params["jaxpr"], [*consts, *carry, *x_slices], recorder, stack)
+        finally:
+            recorder.loops.pop()
         carry, y = outs[:n_carry], outs[n_carry:]
         ys.append(y)
     if params["reverse"]:

@@ -244,6 +244,12 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     unmasked = alignment.unmasked_scores  # a fused call's scores, where the reference masks them
     laid_out = in_layout(blamed.value if unmasked is None else unmasked, counterpart.shape, alignment.rules)
     misrouted = [m for m in alignment.matches.get(blamed.index, []) if m.kind == "exact"]
+    if alignment.weights is not None:
+        held, due = (expected.records[i] for i in alignment.weights)
+        report.causes.append(
+            f"another layer's weights: this takes the reference's {held.leaf} where it uses {due.leaf} "
+            f"({counterpart.location})"
+        )
     if alignment.residual is not None:
         report.causes.append(_residual_left_out(expected, alignment))
         misrouted = []
@@ -269,8 +275,9 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"computed but not used: {unused[0].location} ({unused[0].op}) equals the reference's "
             f"{_label(expected, counterpart.index)}, but the output is not computed from it"
         )
-    if alignment.rerouted_from is not None and blamed.index in alignment.parts:
-        r, axes, indices = alignment.parts[blamed.index][0]
+    again = alignment.repeated.get(blamed.index)
+    if again is not None or (alignment.rerouted_from is not None and blamed.index in alignment.parts):
+        r, axes, indices = again or alignment.parts[blamed.index][0]
         other = expected.records[r]
         names = axis_names(other.shape, sizes)
         slice_name = ", ".join(f"{names[a]} {i}" for a, i in zip(axes, indices, strict=True))
