@@ -35,6 +35,7 @@ __all__ = [
     "line_inputs",
     "line_records",
     "match_values",
+    "once",
     "scale_left_out",
     "take_part",
     "tolerance_of",
@@ -380,6 +381,15 @@ def _good(trace: Trace, matched: set[int]) -> tuple[set[int], set[int]]:
     return on_path, good
 
 
+def _data_dependent(trace: Trace) -> set[int]:
+    """The records computed from the inputs (not from weights and constants alone)."""
+    found: set[int] = set()
+    for record in trace.records:
+        if (record.leaf or "").startswith("input") or any(s in found for s in record.inputs):
+            found.add(record.index)
+    return found
+
+
 def _weight_derived(trace: Trace) -> set[int]:
     """Records computed from weights alone (a kernel transposed, a fused weight split): a layout
     choice of the port, checked where the weights are used, never blamed by themselves."""
@@ -459,6 +469,18 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
         if not real and held:  # a step at another scale is no step of the same computation
             result.steps[c.index] = held
     return result
+
+
+def once(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``value``, or where it has more entries than ``shape`` holds and repeats along some axes (a
+    mask broadcast over the batch), one copy of it."""
+    if value.size == math.prod(shape) or value.size < 2:
+        return value
+    repeated = [
+        a for a in range(value.ndim) if value.shape[a] > 1 and (value == value.take([0], axis=a)).all()
+    ]
+    copy = value[tuple(0 if a in repeated else slice(None) for a in range(value.ndim))]
+    return copy if copy.size == math.prod(shape) else value
 
 
 def _broadcast(c: Record, matcher: _Matcher) -> list[Match]:
@@ -742,7 +764,8 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         return result
     bad_c = sorted(path_c - good_c)
     bad_r = sorted(path_r - good_r)
-    result.diverging = bad_r[0] if bad_r else reference.output
+    on_data = _data_dependent(reference)  # a mask built from positions alone parts from no data
+    result.diverging = next((r for r in bad_r if r in on_data), bad_r[0]) if bad_r else reference.output
     filled = {  # an array's value before a write into part of it of wrong numbers computed from others
         record.inputs[0]  # (not a mask's fill: -inf written where a mask says, whatever came before)
         for record in candidate.records
@@ -780,17 +803,10 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     elsewhere = _reproduced(result, matched_c & used - on_line, on_line)
     unmatched = sorted(i for i in path_r - elsewhere if reference.records[i].leaf is None)
     if result.rerouted_from is None:  # show the blamed line's result, not its first operation
-        first = candidate.records[result.blamed]
-        result.shown = max(  # in the same run of the line (its call, its loop iteration)
-            i
-            for i in [result.blamed, *bad_c]
-            if candidate.records[i].location == line
-            and candidate.records[i].calls == first.calls
-            and candidate.records[i].loops == first.loops
-        )
+        result.shown = _statement_end(candidate, result.blamed, set(bad_c))
         result.counterpart = _counterpart(result, result.shown, unmatched, classes)
         shown = candidate.records[result.shown].value
-        expected = reference.records[result.counterpart].value
+        expected = once(reference.records[result.counterpart].value, shown.shape)
         if (
             in_layout(expected, shown.shape, result.rules) is None
             or (expected.dtype == bool) != (shown.dtype == bool)  # a mask for a float value
@@ -901,6 +917,23 @@ def scale_left_out(alignment: Alignment) -> int | None:
     return unscaled[0] if unscaled and candidate.records[alignment.blamed].call not in _PRODUCTS else None
 
 
+def _statement_end(trace: Trace, index: int, bad: set[int]) -> int:
+    """The last of ``bad`` computed by the same run of record ``index``'s statement: the records
+    after it while the statement runs (its line in their stack: helpers it calls included), in its
+    call and loop iteration."""
+    first = trace.records[index]
+    last = index
+    for record in trace.records[index + 1 :]:
+        if not any(location == first.location for location, _ in record.stack) and record.location != "?":
+            break
+        same = (
+            record.location == first.location and record.calls == first.calls and record.loops == first.loops
+        )
+        if same and record.index in bad:
+            last = record.index
+    return last
+
+
 def _unscaled_product(result: Alignment) -> int | None:
     """Where the port never applies the scale the reference applies to a product (``q @ k.T``, then
     times ``1/sqrt(head_dim)``), carrying the product on unscaled: the candidate record holding the
@@ -1008,8 +1041,15 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     compatible = [
         r
         for r in bad_r
-        if in_layout(result.reference.records[r].value, record.shape, result.rules) is not None
+        if in_layout(once(result.reference.records[r].value, record.shape), record.shape, result.rules)
+        is not None
     ]
+    alike = [
+        r
+        for r in compatible
+        if (result.reference.records[r].value.dtype == bool) == (record.value.dtype == bool)
+    ]
+    compatible = alike or compatible  # a float mask is held against the float mask, not the boolean
     if not compatible:
         if blamed == result.candidate.output:
             return result.reference.output

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from parity_tests.locate.activation import activation_cause
 from parity_tests.locate.align import (
     Alignment,
     align,
@@ -19,6 +20,7 @@ from parity_tests.locate.align import (
     layout_classes,
     line_records,
     match_values,
+    once,
     scale_left_out,
     take_part,
     tolerance_of,
@@ -114,8 +116,11 @@ def sizes_of(reference: Trace, rules: dict[int, tuple[int, ...]]) -> dict[str, i
 
 
 def _label(trace: Trace, index: int) -> str:
+    """A reference value's name: its step, else its operation and the module computing it."""
     record = trace.records[index]
-    return record.step or record.op
+    if record.step:
+        return record.step
+    return f"{record.op} in {record.module}" if record.module else record.op
 
 
 def _one_op_span(alignment: Alignment) -> list[str]:
@@ -214,6 +219,11 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         counterpart = Record(
             counterpart.index, counterpart.op, value, counterpart.dtype, counterpart.location
         )
+    elif once(counterpart.value, blamed.shape) is not counterpart.value:  # one copy of a broadcast
+        value = once(counterpart.value, blamed.shape)
+        counterpart = Record(
+            counterpart.index, counterpart.op, value, counterpart.dtype, counterpart.location
+        )
     named = [r for r in expected.records[diverging.index :] if r.step] if expected.steps else []
     first = named[0].step if named else diverging.op
     rtol, atol = tolerance_of(blamed, counterpart)
@@ -244,6 +254,11 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     unmasked = alignment.unmasked_scores  # a fused call's scores, where the reference masks them
     laid_out = in_layout(blamed.value if unmasked is None else unmasked, counterpart.shape, alignment.rules)
     misrouted = [m for m in alignment.matches.get(blamed.index, []) if m.kind == "exact"]
+    activation = activation_cause(alignment)
+    if activation is not None:
+        report.causes.append(activation)
+    if alignment.taken is not None:
+        report.causes.append(_taken(expected, actual, alignment))
     if alignment.weights is not None:
         held, due = (expected.records[i] for i in alignment.weights)
         report.causes.append(
@@ -307,7 +322,7 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         if alignment.unwritten is not None:
             buffer = actual.records[alignment.unwritten]
             report.causes.append(_never_written(a == buffer.value.flat[0], report.axes, buffer.location))
-        masks = _masks(actual)
+        masks = _masks(actual, {counterpart.shape[-2:], diverging.shape[-2:]})
         fix = "pass is_causal=True or a mask" if unmasked is None else "pass is_causal=True or attn_mask"
         report.causes += read_causes(
             counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks,
@@ -325,6 +340,26 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
                 found = read_causes(counterpart.value, joined, report.axes, sizes, rtol, atol, masks)
                 _add_new(report, found)
     return report
+
+
+def _taken(expected: Trace, actual: Trace, alignment: Alignment) -> str:
+    """The cause for a value computed from another variable than the one due (its numbers are
+    used right elsewhere)."""
+    held = [m.reference for m in alignment.matches.get(alignment.taken, [])]
+    held += [r for r, _, _ in alignment.parts.get(alignment.taken, [])]
+    target = expected.records[alignment.counterpart]
+    classes = layout_classes(expected, alignment.rules)
+    covered = set()
+    for source in actual.records[alignment.blamed].inputs:
+        covered |= {classes[m.reference] for m in alignment.matches.get(source, [])}
+        covered |= {classes[r] for r, _, _ in alignment.parts.get(source, [])}
+    due = [s for s in target.inputs if expected.records[s].leaf is None and classes[s] not in covered]
+    what = f" where its {_label(expected, due[0])} is due" if due else ""
+    other = f"the reference's {_label(expected, held[0])}" if held else "another value"
+    return (
+        f"another variable: this takes {other} ({actual.records[alignment.taken].location}){what}, "
+        "a value used right elsewhere"
+    )
 
 
 def _residual_left_out(expected: Trace, alignment: Alignment) -> str:
@@ -400,13 +435,16 @@ def _never_written(unwritten: np.ndarray, axes: list[str], location: str) -> str
     )
 
 
-def _masks(trace: Trace) -> bool:
-    """Whether a value on the way to the trace's output hides entries (-inf, a fill at or below
-    -1e4), is a boolean mask, or is one of its inputs with some entries zeroed and the others
-    unchanged (weights times ``np.tril(np.ones(...))``; not ``x - x.max()``, zero at the maxima,
-    which changes the others)."""
+def _masks(trace: Trace, scores: set[tuple[int, ...]]) -> bool:
+    """Whether a value on the way to the trace's output, over the (query, key) axes of ``scores``
+    (the last two axes of the values compared), hides entries (-inf, a fill at or below -1e4), is a boolean
+    mask, or is one of its inputs with some entries zeroed and the others unchanged (weights times
+    ``np.tril(np.ones(...))``; not ``x - x.max()``, zero at the maxima, which changes the others).
+    Values over other axes (a gather's index check over the tokens) hide no scores."""
     for index in ancestors(trace, trace.output):
         value = trace.records[index].value
+        if value.ndim < 2 or value.shape[-2:] not in scores:
+            continue
         if value.dtype == bool or hides(value):
             return True
         if value.dtype.kind == "f" and any(
