@@ -442,6 +442,8 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
     matcher = _Matcher(reference, rules, scales, fingerprints)
     result = Alignment(reference, candidate, rules, scaled=scaled, factors=factors if scaled else [])
     step = lambda r: reference.records[r].expands is not None  # noqa: E731
+    weights = _weight_derived(candidate)  # a kernel transposed: never held in parts
+    numpy = candidate.framework == "numpy"
     for c in candidate.records:
         if not _comparable(c):
             continue
@@ -449,8 +451,8 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
         real = [m for m in found if not step(m.reference)]
         if real:
             result.matches[c.index] = real
-        elif c.leaf is None:
-            parts = matcher.parts(c)
+        elif c.leaf is None and c.index not in weights and c.value.size > 1 and (c.loops or numpy):
+            parts = matcher.parts(c)  # a slice is one run of a loop (a head, a sequence, a chunk)
             moved = [s for s in c.inputs if candidate.records[s].leaf is None]
             if (
                 c.call.split(".")[0] in (*_LAYOUT, "stop_gradient")
@@ -502,6 +504,20 @@ def _broadcast(c: Record, matcher: _Matcher) -> list[Match]:
     return found
 
 
+@dataclass
+class _Table:
+    """Reference values (or slices of them) of one size, for ``_Matcher``: their fingerprints
+    field by field (``_Fingerprint``'s order) and what each row's comparison needs, as arrays."""
+
+    records: list[Record]
+    fields: tuple[np.ndarray, ...]
+    kinds: np.ndarray  # dtype kinds
+    dtypes: np.ndarray  # index of each row's dtype name in ``names``
+    names: list[str]
+    in_scaled: np.ndarray
+    rows: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)  # slices
+
+
 class _Matcher:
     """Which reference values (or slices of them) a candidate value holds: the fingerprints of every
     reference value of a size, and of every slice of a value along some axes, in one table per size,
@@ -513,23 +529,34 @@ class _Matcher:
         for r in reference.records:
             if _comparable(r):
                 self.by_size.setdefault(r.value.size, []).append(r)
-        self.tables: dict[int, tuple] = {}  # size -> (records, table)
-        self.slices: dict[int, tuple] = {}  # slice size -> (rows, table): rows (record, axes, indices)
+        self.tables: dict[int, _Table] = {}  # whole values by size
+        self.slices: dict[int, _Table] = {}  # slices by size
 
-    def _hits(self, c: Record, records: list[Record], table: tuple, size: int) -> np.ndarray:
-        kinds = np.array([r.value.dtype.kind for r in records])
-        tolerance = {d: tolerance_of(c, r) for d, r in {r.dtype: r for r in records}.items()}
-        rtol = np.array([tolerance[r.dtype][0] for r in records])
-        atol = np.array([tolerance[r.dtype][1] for r in records])
-        factors, scaled, scaled_c = self.scales
+    def _table(self, records: list[Record], fields: tuple[np.ndarray, ...], rows=None) -> _Table:
+        names = sorted({r.dtype for r in records})
+        return _Table(
+            records,
+            fields,
+            np.array([r.value.dtype.kind for r in records]),
+            np.array([names.index(r.dtype) for r in records], dtype=int),
+            names,
+            np.array([r.index in self.scales[1] for r in records], dtype=bool),
+            rows or [],
+        )
+
+    def _hits(self, c: Record, table: _Table, size: int) -> np.ndarray:
+        tolerances = [tolerance_of(c, Record(0, "", np.zeros(0), name, "")) for name in table.names]
+        rtol = np.array([t[0] for t in tolerances])[table.dtypes]
+        atol = np.array([t[1] for t in tolerances])[table.dtypes]
+        factors, _, scaled_c = self.scales
         width = max(len(factors), 1)
         forward = np.array(list(factors) + [np.nan] * (width - len(factors)))
-        inverse = 1 / forward
-        in_scaled = np.array([r.index in scaled for r in records], dtype=bool)
-        legit = np.where(in_scaled[:, None], inverse[None, :], forward[None, :])
-        some = np.full(len(records), bool(factors)) & ~(in_scaled & (c.index in scaled_c))
+        legit = np.where(table.in_scaled[:, None], 1 / forward[None, :], forward[None, :])
+        some = np.full(len(table.records), bool(factors)) & ~(table.in_scaled & (c.index in scaled_c))
         fc = self.fingerprints[("c", c.index)]
-        hits = _worth_comparing(fc, table, size, c.value.dtype.kind, kinds, (rtol, atol), (legit, some))
+        hits = _worth_comparing(
+            fc, table.fields, size, c.value.dtype.kind, table.kinds, (rtol, atol), (legit, some)
+        )
         return np.flatnonzero(hits)
 
     def whole(self, c: Record) -> list[Match]:
@@ -538,16 +565,16 @@ class _Matcher:
             return []
         if size not in self.tables:
             records = self.by_size[size]
-            fields = [self.fingerprints[("r", r.index)] for r in records]
+            prints = [self.fingerprints[("r", r.index)] for r in records]
             columns = zip(
-                *((f.nan, f.posinf, f.neginf, f.low, f.total, f.largest, f.largest_kept) for f in fields),
+                *((f.nan, f.posinf, f.neginf, f.low, f.total, f.largest, f.largest_kept) for f in prints),
                 strict=True,
             )
-            self.tables[size] = (records, tuple(np.array(column) for column in columns))
-        records, table = self.tables[size]
+            self.tables[size] = self._table(records, tuple(np.array(column) for column in columns))
+        table = self.tables[size]
         found = [
-            _match(c, records[row], self.rules, self.scales, self.fingerprints)
-            for row in self._hits(c, records, table, size)
+            _match(c, table.records[row], self.rules, self.scales, self.fingerprints)
+            for row in self._hits(c, table, size)
         ]
         return [m for m in found if m is not None]
 
@@ -555,32 +582,32 @@ class _Matcher:
         """``(reference record, axes, indices, kind)`` for each slice (one index along one axis, or along
         two: a loop over batch and heads, of a computed reference value ``n`` times ``c``'s size)
         that ``c`` holds."""
-        rows, table = self._slice_table(c.value.size)
-        if not rows:
+        table = self._slice_table(c.value.size)
+        if table is None:
             return []
-        records = [self.reference.records[r] for r, _, _ in rows]
         found = []
         reduced = _reduces(c.call)
-        for row in self._hits(c, records, table, c.value.size):
-            r, axes, indices = rows[row]
-            if reduced and not _reduces(records[row].call) and records[row].expands is None:
+        for row in self._hits(c, table, c.value.size):
+            r, axes, indices = table.rows[row]
+            record = table.records[row]
+            if reduced and not _reduces(record.call) and record.expands is None:
                 continue  # a row's maximum is no slice of the scores it was taken over
-            part = take_part(records[row].value, axes, indices)
-            fr = _Fingerprint(*(field[row].item() for field in table))
-            match = _match(c, records[row], self.rules, self.scales, self.fingerprints, part, fr)
+            part = take_part(record.value, axes, indices)
+            fr = _Fingerprint(*(column[row].item() for column in table.fields))
+            match = _match(c, record, self.rules, self.scales, self.fingerprints, part, fr)
             if match is not None:
                 found.append((r, axes, indices, match.kind))
         return found
 
-    def _slice_table(self, size: int) -> tuple[list, tuple]:
+    def _slice_table(self, size: int) -> _Table | None:
         """Every slice of ``size`` entries of a computed reference value, along one or two axes."""
         if size not in self.slices:
-            rows, tables = [], []
-            for whole, records in self.by_size.items():
+            rows, records, tables = [], [], []
+            for whole, candidates in self.by_size.items():
                 n = whole // max(size, 1)
                 if n < 2 or whole != n * size:
                     continue
-                for r in records:
+                for r in candidates:
                     if r.leaf is not None:
                         continue
                     for axes in _slicings(r.shape, n):
@@ -588,10 +615,9 @@ class _Matcher:
                         moved = np.moveaxis(r.value, axes, tuple(range(len(axes))))
                         tables.append(_table(moved.reshape(n, -1)))
                         rows += [(r.index, axes, tuple(int(i) for i in idx)) for idx in np.ndindex(shape)]
-            self.slices[size] = (
-                rows,
-                tuple(np.concatenate(column) for column in zip(*tables, strict=True)) if tables else (),
-            )
+                        records += [r] * n
+            fields = tuple(np.concatenate(column) for column in zip(*tables, strict=True)) if tables else ()
+            self.slices[size] = self._table(records, fields, rows) if rows else None
         return self.slices[size]
 
 
@@ -602,8 +628,13 @@ def take_part(value: np.ndarray, axes: tuple[int, ...], indices: tuple[int, ...]
     return value
 
 
+_MOST_RUNS = 512  # a loop over more than this many slices (a model's features) is no port's
+
+
 def _slicings(shape: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
     """The axes (one, or two: a loop over batch and heads) whose sizes multiply to ``n``."""
+    if n > _MOST_RUNS:
+        return []
     single = [(a,) for a, size in enumerate(shape) if size == n]
     pairs = [
         (a, b)

@@ -228,7 +228,8 @@ class _Recording(_Recorder):
         dtype = str(value.dtype)
         key = jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
         data = jax.random.key_data(value) if key else value
-        index = self.trace.add(op, np.asarray(data), dtype, location, sources, leaf=leaf, stack=stack)
+        data = np.asarray(data)  # JAX arrays are never updated: no copy
+        index = self.trace.add(op, data, dtype, location, sources, leaf=leaf, stack=stack, copy=False)
         self.trace.records[index].loops = tuple(self.loops)
         return value, index
 

@@ -119,8 +119,14 @@ def capture_torch(
         if key not in produced:
             leaf = names.get(key, "constant")
             produced[key] = trace.add(
-                "leaf", _numpy(tensor), _dtype(tensor), "?", leaf=leaf, stack=_user_stack()
-            )
+                "leaf",
+                _numpy(tensor),
+                _dtype(tensor),
+                "?",
+                leaf=leaf,
+                stack=_user_stack(),
+                copy=leaf == "constant",
+            )  # a weight is read, not updated: no copy
             alive.append(tensor)
             hook(produced[key], tensor)
         return produced[key]
@@ -204,7 +210,7 @@ def capture_torch(
 
     def expand(name, op, inputs, sources, args, kwargs) -> None:
         """The steps of fused operation ``name`` (record ``op``): values of the trace feeding nothing."""
-        tensors = [_numpy(t).astype(np.float64) if t.is_floating_point() else _numpy(t) for t in inputs]
+        tensors = [_numpy(t) for t in inputs]  # in their own precision: a float32 product as torch's
         record = trace.records[op]
         for step, value, of in fused.steps(name, tensors, args, kwargs):
             index = trace.add(

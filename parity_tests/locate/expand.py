@@ -90,11 +90,14 @@ EXPANDED: dict[str, Callable[[list[np.ndarray], Sequence[Any], dict[str, Any]], 
 
 def steps(name: str, tensors: list[np.ndarray], args: Sequence[Any], kwargs: dict[str, Any]) -> list[Step]:
     """The steps of fused operation ``name`` (a key of ``EXPANDED``) on its tensor inputs
-    ``tensors`` (in float64) and its other arguments; empty for any other operation, or where the
+    ``tensors`` (the products in their precision, elementwise steps in float64) and its other
+    arguments; empty for any other operation, or where the
     arguments are not understood."""
     expand = EXPANDED.get(name)
     if expand is None or not tensors:
         return []
+    if name not in ("linear", "addmm"):  # elementwise: exact in float64
+        tensors = [t.astype(np.float64) if t.dtype.kind == "f" else t for t in tensors]
     try:
         with np.errstate(all="ignore"):
             return expand(tensors, args, kwargs)

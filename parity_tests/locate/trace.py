@@ -242,8 +242,11 @@ class Trace:
         leaf: str | None = None,
         stack: tuple[tuple[str, str], ...] = (),
         keywords: dict[str, bool | int | float] | None = None,
+        copy: bool = True,
     ) -> int:
-        array = np.array(value)  # a copy: later in-place updates must not change it
+        """Record ``value`` (a copy: later in-place updates must not change it; without ``copy``, a
+        value nothing updates, such as a JAX array or a weight, as it is) and return its index."""
+        array = np.array(value) if copy else np.asarray(value)
         if array.dtype.name in ("bfloat16", "float16"):  # compared in float64; stored as float32
             array = array.astype(np.float32)
         index = len(self.records)
