@@ -749,9 +749,19 @@ def _through_steps(result: Alignment, bad_c: list[int]) -> int | None:
 
 def _reproduced(result: Alignment, candidates: set[int], besides: frozenset[int] = frozenset()) -> set[int]:
     """The reference records that ``candidates`` (candidate records) hold whole, or that the
-    candidate's values (but those ``besides``) hold slice by slice."""
-    whole = {m.reference for c in candidates for m in result.matches.get(c, [])}
-    return whole | _covered(result, besides)
+    candidate's values (but those ``besides``) hold slice by slice, and those only rearranged
+    (``view``, ``transpose``: every number kept) into such records."""
+    found = {m.reference for c in candidates for m in result.matches.get(c, [])} | _covered(result, besides)
+    records = result.reference.records
+    for record in reversed(records):  # a value only rearranged into one held is held too: the
+        if record.index in found and record.call in _REARRANGE and record.inputs:  # keys a loop over
+            source = records[record.inputs[0]]  # heads holds one head at a time, after ``view``
+            if source.leaf is None and source.value.size == record.value.size:
+                found.add(source.index)
+    return found
+
+
+_REARRANGE = {"view", "reshape", "transpose", "permute", "contiguous", "swapaxes", "moveaxis", "flatten"}
 
 
 def _repeated(result: Alignment) -> None:

@@ -240,6 +240,8 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         atol=atol,
         expected_dtype=counterpart.dtype,
         actual_dtype=blamed.dtype,
+        candidate_loops=", ".join(str(loop) for loop in actual.records[alignment.blamed].loops),
+        reference_module=diverging.module or None,
     )
     if alignment.stopped is not None:
         step = expected.records[alignment.steps[alignment.stopped][0]]
