@@ -12,10 +12,17 @@ from tests.ports.model_bugs import MODEL_BUGS
 from tests.ports.models import MODEL_PORTS, SOURCES
 
 # Planted bugs the checker does not locate on their statement (or without the cause named in the
-# bug), by name, with what it reports instead. Empty: every planted bug is located. A bug listed
-# here is an expected failure (strict): the test fails when it starts being located, so that the
-# entry is removed, and a bug not listed fails when it regresses.
-EXPECTED_MISSES: dict[str, str] = {}
+# bug), by name, with what it reports instead. A bug listed here is an expected failure (strict): the
+# test fails when it starts being located, so that the entry is removed, and a bug not listed fails
+# when it regresses.
+EXPECTED_MISSES = {
+    "linen_mask_inverted": (
+        "blamed on the jnp.where using the mask (line 16), not on the mask's line (15): the inverted "
+        "mask holds the reference's masked_fill mask exactly (True: hidden) and is found equal to it; "
+        "the where then uses it as True: kept. The numbers alone do not say which of the two lines is "
+        "wrong (nnx_mask_inverted, the same mismatch made in the where, is rightly blamed on the where)"
+    ),
+}
 
 
 def source_file(port: str) -> str:

@@ -326,9 +326,10 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             report.causes.append(_never_written(a == buffer.value.flat[0], report.axes, buffer.location))
         masks = _masks(actual, {counterpart.shape[-2:], diverging.shape[-2:]})
         fix = "pass is_causal=True or a mask" if unmasked is None else "pass is_causal=True or attn_mask"
+        hides = (_hides(expected, counterpart.index), _hides(actual, blamed.index))
         report.causes += read_causes(
             counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks,
-            _scale_after(alignment, counterpart.index), fix,
+            _scale_after(alignment, counterpart.index), fix, hides,
         )  # fmt: skip
         skipped = _skipped_step(alignment)
         if skipped is not None:  # the line's value where the reference computes the diverging one
@@ -454,6 +455,40 @@ def _masks(trace: Trace, scores: set[tuple[int, ...]]) -> bool:
         ):
             return True
     return False
+
+
+def _hides(trace: Trace, index: int) -> bool | None:
+    """Whether boolean record ``index`` hides entries where True (``masked_fill(mask, -inf)``) or
+    where False (``where(mask, scores, -inf)``), as the first float value computed from it that is
+    -inf or very negative exactly where it (or its negation) says shows; through the boolean values
+    computed from it (``broadcast_in_dim``, ``~``); None where it is no boolean or its use does not show."""
+    if trace.records[index].value.dtype != bool:
+        return None
+    sense = {index: True}  # boolean records -> equal to the mask (True) or to its negation (False)
+    for record in trace.records[index + 1 :]:
+        sources = [s for s in record.inputs if s in sense]
+        if not sources or record.leaf is not None:
+            continue
+        value, mask = record.value, trace.records[sources[0]].value
+        try:
+            mask = np.broadcast_to(mask, value.shape)
+        except ValueError:
+            continue
+        if value.dtype == bool:
+            if np.array_equal(value, mask) or np.array_equal(value, ~mask):
+                sense[record.index] = sense[sources[0]] == np.array_equal(value, mask)
+            continue
+        if value.dtype.kind != "f" or mask.all() or not mask.any():
+            continue
+        hidden = ~np.isfinite(value) | (value <= _VERY_NEGATIVE_FILL)
+        if np.array_equal(hidden, mask):
+            return sense[sources[0]]
+        if np.array_equal(hidden, ~mask):
+            return not sense[sources[0]]
+    return None
+
+
+_VERY_NEGATIVE_FILL = -1e4
 
 
 def _zeroes_entries(value: np.ndarray, source: np.ndarray) -> bool:

@@ -286,7 +286,21 @@ MODEL_BUGS = [
         "linen_block",
         "causal = jnp.tril(jnp.ones((t, t), dtype=bool))",
         "causal = jnp.triu(jnp.ones((t, t), dtype=bool))",
-        None,
+        "mask transposed",
+    ),
+    B(
+        "linen_mask_hides_the_diagonal",
+        "linen_block",
+        "causal = jnp.tril(jnp.ones((t, t), dtype=bool))",
+        "causal = jnp.tril(jnp.ones((t, t), dtype=bool), -1)",
+        "off by one: the diagonal (each token itself) is hidden too",
+    ),
+    B(
+        "linen_mask_inverted",
+        "linen_block",
+        "causal = jnp.tril(jnp.ones((t, t), dtype=bool))",
+        "causal = ~jnp.tril(jnp.ones((t, t), dtype=bool))",
+        "mask inverted",
     ),
     B(
         "linen_queries_keys_swapped",
