@@ -312,7 +312,12 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"scale left out: this is computed from the reference's {_label(expected, unscaled)} as it "
             f"is, where the reference scales it by {describe_scale(alignment.factors[0], sizes)} first"
         )
-    if laid_out is not None and laid_out.dtype.kind in "fb" and counterpart.value.dtype.kind in "fb":
+    if (
+        laid_out is not None
+        and laid_out.dtype.kind in "fb"
+        and counterpart.value.dtype.kind in "fb"
+        and (laid_out.dtype == bool) == (counterpart.value.dtype == bool)  # not a mask for a float value
+    ):
         e, a = counterpart.value.astype(np.float64), laid_out.astype(np.float64)
         report.axes = axis_names(counterpart.shape, sizes)
         error = np.abs(np.nan_to_num(a - e, nan=np.inf, posinf=np.inf, neginf=np.inf))
