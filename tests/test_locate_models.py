@@ -96,3 +96,21 @@ def test_the_report_names_the_loops_and_the_reference_module(tmp_path):
     at = text.index(f"    in loop: {report.candidate_loops}")
     assert text[at - 1] == f"  candidate: {report.candidate_location}  ({report.candidate_op})"
     assert text[at + 1].startswith("  reference: ") and text[at + 1].endswith(" in transformer.h.0.attn)")
+
+
+@pytest.mark.parametrize(
+    ("name", "first", "module"),
+    [
+        ("np_softmax_over_queries_in_helper", "softmax", "transformer.h.0.attn"),  # not the bool mask
+        ("np_norm_std_for_variance", "layer_norm", "transformer.h.0.ln_1"),  # not the positions' arange
+        ("np_projection_weight_transposed", "view", "transformer.h.0.attn.c_proj"),  # nor the ids' view
+        ("chunk_softmax_over_queries", "softmax", "attn"),  # not the mask buffer's slice
+    ],
+)
+def test_the_first_divergence_is_a_value_not_a_mask_nor_token_ids(name, first, module, tmp_path):
+    """The reference side of the report: the value the port's numbers part from, not a mask the
+    port holds in another form nor the token ids and positions it indexes with."""
+    bug = next(b for b in MODEL_BUGS if b.name == name)
+    source, _ = planted(bug)
+    report = run_model(bug.port, source, tmp_path)
+    assert (report.first_divergence, report.reference_module) == (first, module), f"\n{report}"

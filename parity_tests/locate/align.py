@@ -381,6 +381,15 @@ def _good(trace: Trace, matched: set[int]) -> tuple[set[int], set[int]]:
     return on_path, good
 
 
+def _parting(value: np.ndarray) -> bool:
+    """Whether a value may be where the reference's and a port's values part: floats, but not a
+    mask (zeros and one very negative or infinite fill alone)."""
+    if value.dtype.kind != "f":
+        return False
+    hidden = ~np.isfinite(value) | (value <= _VERY_NEGATIVE)
+    return not (hidden.any() and (value[~hidden] == 0).all() and len(np.unique(value[hidden])) == 1)
+
+
 def _data_dependent(trace: Trace) -> set[int]:
     """The records computed from the inputs (not from weights and constants alone)."""
     found: set[int] = set()
@@ -806,7 +815,12 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     bad_c = sorted(path_c - good_c)
     bad_r = sorted(path_r - good_r)
     on_data = _data_dependent(reference)  # a mask built from positions alone parts from no data
-    result.diverging = next((r for r in bad_r if r in on_data), bad_r[0]) if bad_r else reference.output
+    # neither a mask (a port may hold it in another form: additive, inverted, per sequence) nor
+    # integers (token ids, positions: indices a port may never hold as arrays) are where the values
+    # part; a mask is where a mask bug's counterpart is (below)
+    values = [r for r in bad_r if r in on_data and _parting(reference.records[r].value)]
+    first = next((r for r in bad_r if r in on_data), bad_r[0]) if bad_r else reference.output
+    result.diverging = values[0] if values else first
     filled = {  # an array's value before a write into part of it of wrong numbers computed from others
         record.inputs[0]  # (not a mask's fill: -inf written where a mask says, whatever came before)
         for record in candidate.records
@@ -866,8 +880,11 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         ]
         result.counterpart = (written or [_counterpart(result, unfinished, unmatched, classes)])[0]
         result.diverging = result.counterpart
-    if result.counterpart in path_r and result.counterpart < result.diverging:
-        result.diverging = result.counterpart
+    kinds = {
+        _parting(v.value) for v in (reference.records[result.counterpart], candidate.records[result.shown])
+    }
+    if result.counterpart in path_r and result.counterpart < result.diverging and len(kinds) == 1:
+        result.diverging = result.counterpart  # (not a mask found for a value the port computes)
     if result.unmasked_scores is not None:  # the mask the call never applied: the first value hiding entries
         masked = [i for i in sorted(path_r) if i >= result.diverging and hides(reference.records[i].value)]
         if masked:
