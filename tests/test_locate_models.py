@@ -65,6 +65,8 @@ def test_planted_model_bug_is_located_on_its_line(bug, seed, tmp_path):
     assert report.candidate_location == f"{tmp_path / source_file(bug.port)}.py:{line}", f"\n{report}"
     if bug.cause is not None:
         assert any(bug.cause in cause for cause in report.causes), f"no cause with {bug.cause!r}:\n{report}"
+    if bug.port == "numpy_gpt2":  # the statement blamed, as written (not a helper's line it calls)
+        assert report.candidate_op == bug.planted, f"\n{report}"
     if report.worst_index is not None:  # never a float value's entry set against a mask's
         assert (report.expected_dtype == "bool") == (report.actual_dtype == "bool"), f"\n{report}"
 

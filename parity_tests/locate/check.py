@@ -3,6 +3,7 @@ and report the first line where the candidate diverges."""
 
 from __future__ import annotations
 
+import linecache
 import os
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -228,12 +229,13 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     first = named[0].step if named else diverging.op
     rtol, atol = tolerance_of(blamed, counterpart)
     sizes = sizes_of(expected, alignment.rules)
+    location = blame_location(alignment)
     report = LocateReport(
         False,
         first,
-        blame_location(alignment),
+        location,
         diverging.location,
-        blamed.op,
+        blamed.op if location == blamed.location else _source_text(location, blamed.op),
         diverging.op,
         verified=verified,
         rtol=rtol,
@@ -460,6 +462,15 @@ def _masks(trace: Trace, scores: set[tuple[int, ...]]) -> bool:
         ):
             return True
     return False
+
+
+def _source_text(location: str, default: str) -> str:
+    """The source text of ``path:line`` (the line blamed where the value shown was computed in a
+    helper it calls), else ``default``."""
+    path, _, line = location.rpartition(":")
+    linecache.checkcache(path)  # the file as it is now, not as an earlier run read it
+    text = linecache.getline(path, int(line)).strip() if line.isdigit() else ""
+    return text or default
 
 
 def _hides(trace: Trace, index: int) -> bool | None:
