@@ -150,3 +150,24 @@ MODEL_PORTS = {
     "linen_block_chunked": (mingpt_block, hidden_states, functools.partial(linen_block, chunk=1)),
 }
 SOURCES = {"jax_gpt2_jit": "jax_gpt2", "linen_block_chunked": "linen_block"}  # ports sharing a file
+
+
+def torch_gpt(module, reference):
+    """The minGPT-style torch GPT as a port of transformers' GPT-2: its ``nn.Linear`` weights are
+    the transposes of GPT-2's ``Conv1D`` ones, the other names GPT-2's less ``transformer.``."""
+    import torch
+
+    model = module.GPT(VOCAB, CONTEXT, WIDTH, HEADS, LAYERS).eval()
+    conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    state = {}
+    for name, value in reference.state_dict().items():
+        if name.startswith("transformer."):
+            state[name.removeprefix("transformer.")] = value.T if name.endswith(conv1d) else value
+    state["lm_head.weight"] = state["wte.weight"]
+    with torch.no_grad():
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {n for n, _ in model.named_buffers()}, (missing, unexpected)
+    return model, None
+
+
+MODEL_PORTS["torch_mingpt"] = (hf_gpt2, token_ids, torch_gpt)
