@@ -1238,7 +1238,8 @@ def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
         and blamed.call not in sums
         and len(expected) == 2
         and len(covered & set(expected)) == 1
-    ):
+        and all(_parting(result.reference.records[e].value) for e in set(expected) - covered)
+    ):  # (the term left out no additive mask: a port may apply that by masked_fill or where)
         result.residual = target.index  # one of a sum's terms taken for the sum: the other never added
         result.rerouted_from = result.blamed
         result.blamed = next(origins[s] for s in origins if found_of(s) & set(expected))

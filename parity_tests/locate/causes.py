@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-__all__ = ["axis_names", "describe_scale", "read_causes"]
+__all__ = ["axis_names", "describe_scale", "mask_causes", "read_causes"]
 
 
 def axis_names(shape: tuple[int, ...], sizes: dict[str, int]) -> tuple[str, ...]:
@@ -105,7 +105,7 @@ def _off_by(offset: int) -> str:
     return f"causal mask off by {'one' if abs(offset) <= 1 else abs(offset)}: {where}"
 
 
-def _mask_causes(expected: np.ndarray, actual: np.ndarray) -> list[str]:
+def mask_causes(expected: np.ndarray, actual: np.ndarray) -> list[str]:
     """What two boolean masks that hide where True (the reference's, the candidate's) show."""
     if np.array_equal(expected, ~actual):
         return ["mask inverted: the positions hidden are those the reference keeps"]
@@ -175,7 +175,7 @@ def read_causes(
         if expected.shape == actual.shape and expected.ndim >= 2:
             e, a = expected.astype(bool), actual.astype(bool)
             if None not in hides:  # both masks as "True: hidden"
-                return _mask_causes(e if hides[0] else ~e, a if hides[1] else ~a)
+                return mask_causes(e if hides[0] else ~e, a if hides[1] else ~a)
             diagonal = np.broadcast_to(np.eye(*e.shape[-2:], dtype=bool), e.shape)
             if np.array_equal(e, ~a):
                 causes.append("mask inverted: True here means the opposite of the reference's mask")

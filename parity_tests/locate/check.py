@@ -26,7 +26,7 @@ from parity_tests.locate.align import (
     take_part,
     tolerance_of,
 )
-from parity_tests.locate.causes import axis_names, describe_scale, read_causes
+from parity_tests.locate.causes import axis_names, describe_scale, mask_causes, read_causes
 from parity_tests.locate.expand import stopped_short
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
@@ -278,7 +278,8 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     if misrouted:
         other = expected.records[misrouted[0].reference]
         report.causes.append(
-            f"this value equals the reference's {_label(expected, other.index)} "
+            _mask_sense(expected, actual, other, report.candidate_location)
+            or f"this value equals the reference's {_label(expected, other.index)} "
             f"({other.location}): taken from the wrong variable or weights"
         )
     used = ancestors(actual, actual.output)
@@ -471,6 +472,29 @@ def _source_text(location: str, default: str) -> str:
     linecache.checkcache(path)  # the file as it is now, not as an earlier run read it
     text = linecache.getline(path, int(line)).strip() if line.isdigit() else ""
     return text or default
+
+
+def _mask_sense(expected: Trace, actual: Trace, mask: Record, location: str) -> str | None:
+    """What a boolean mask of the candidate's blamed line shows against the reference's boolean
+    ``mask`` its line holds, each in the sense its use shows (``_hides``): a mask holding the
+    reference's numbers but used the other way is inverted; None where nothing shows."""
+    reference_hides = _hides(expected, mask.index)
+    if reference_hides is None:
+        return None
+    due = mask.value if reference_hides else ~mask.value
+    for record in actual.records:
+        if record.location != location or record.value.dtype != bool:
+            continue
+        hides = _hides(actual, record.index)
+        if hides is None:
+            continue
+        try:
+            ours, theirs = np.broadcast_arrays(record.value if hides else ~record.value, due)
+        except ValueError:
+            continue
+        if theirs.ndim >= 2 and (found := mask_causes(theirs, ours)):
+            return found[0]
+    return None
 
 
 def _hides(trace: Trace, index: int) -> bool | None:
