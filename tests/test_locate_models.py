@@ -27,10 +27,6 @@ EXPECTED_MISSES = {
         "blamed on the Block's line calling self.act(...) (55), not on the line inside the user's "
         "TanhGELU.forward (16); the cause (exact GELU for the tanh form) is given"
     ),
-    "torch_attention_residual_missing": (
-        "blamed on the attention's last line, self.c_proj(y) (39), not on the Block's line leaving "
-        "the sum out (54); the cause (a residual left out) is given"
-    ),
 }
 
 

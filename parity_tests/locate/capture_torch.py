@@ -40,7 +40,8 @@ def _user_stack() -> tuple[tuple[str, str], ...]:
     reference from an installed package: ``model_stack``)."""
     frames, frame = [], sys._getframe(2)
     while frame is not None:
-        frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        # the qualified name: two modules' ``forward`` in one file are two functions
+        frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_qualname))
         frame = frame.f_back
     return model_stack(frames)
 
