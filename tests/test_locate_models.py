@@ -23,10 +23,6 @@ EXPECTED_MISSES = {
         "the where then uses it as True: kept. The numbers alone do not say which of the two lines is "
         "wrong (nnx_mask_inverted, the same mismatch made in the where, is rightly blamed on the where)"
     ),
-    "torch_gelu_erf": (
-        "blamed on the Block's line calling self.act(...) (55), not on the line inside the user's "
-        "TanhGELU.forward (16); the cause (exact GELU for the tanh form) is given"
-    ),
 }
 
 

@@ -1056,7 +1056,9 @@ def blame_location(result: Alignment) -> str:
         return stack[0][0]
     if len(stack) > 1:
         function = stack[0][1]
-        call_of = lambda r: r.calls[: len(r.stack)] if r.calls else r.stack[1:]  # noqa: E731
+        # a call: its frames' call ids, else its callers' lines and its torch module (one line in
+        # a loop over blocks calls each block's GELU module)
+        call_of = lambda r: r.calls[: len(r.stack)] if r.calls else (r.stack[1:], r.module)  # noqa: E731
         calls: dict[tuple, list[Record]] = {}
         for other in records:
             if len(other.stack) > 1 and other.stack[0][1] == function and other.leaf is None:
