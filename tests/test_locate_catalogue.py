@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from parity_tests.locate import locate
-from tests.ports.catalogue import BUGS, HERE, PORTS, WITHOUT_PARAMS, inputs, load, plant, reference
+from tests.ports.catalogue import BUGS, HERE, PORTS, WITHOUT_PARAMS, Bug, inputs, load, plant, reference
 from torch_ref import to_params
 
 
@@ -61,3 +61,32 @@ def test_a_bug_swapping_axes_of_equal_size_is_located_on_its_line(name, tmp_path
     report = run_port(bug.port, source, tmp_path, colliding_inputs())
     assert not report.ok
     assert report.candidate_location == f"{tmp_path / bug.port}.py:{line}", f"\n{report}"
+
+
+def test_the_report_names_the_loop_and_the_reference_module(tmp_path):
+    """A wrong bias on the queries of one head, in a loop over heads: the report names the
+    iteration (``i = 1``, the second head) and the torch module computing the reference value
+    (``W_query``, not the keys computed before it, which the loop holds one head at a time)."""
+    bug = Bug(
+        "np_loop_query_bias_of_the_first_head_only",
+        "numpy_loop_heads",
+        "q = x @ wq[rows].T + bq[rows]",
+        "q = x @ wq[rows].T + bq[rows] * (i == 0)",
+    )
+    source, line = plant(bug)
+    report = run_port(bug.port, source, tmp_path)
+    assert report.candidate_location == f"{tmp_path / bug.port}.py:{line}", f"\n{report}"
+    loop = f"i = 1 (line {source.splitlines().index('    for i in range(num_heads):') + 1})"
+    assert (report.candidate_loops, report.reference_module) == (loop, "W_query"), f"\n{report}"
+    assert report.first_divergence == "queries"
+    text = str(report).splitlines()
+    at = text.index(f"    in loop: {loop}")
+    assert text[at - 1].startswith(f"  candidate: {report.candidate_location}")
+    assert text[at + 1].startswith("  reference: ") and text[at + 1].endswith("(linear in W_query)")
+
+    from rich.console import Console
+
+    console = Console(width=300, record=True)
+    console.print(report)
+    rendered = console.export_text()
+    assert "in loop" in rendered and loop in rendered and "linear in W_query" in rendered

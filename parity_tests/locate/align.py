@@ -14,7 +14,6 @@ weights, operands swapped), the line that produced the misrouted value is blamed
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -33,8 +32,11 @@ __all__ = [
     "close",
     "hides",
     "layout_classes",
+    "line_inputs",
     "line_records",
     "match_values",
+    "once",
+    "scale_left_out",
     "take_part",
     "tolerance_of",
 ]
@@ -69,7 +71,18 @@ class Alignment:
     writes never covered it, the shown value being what the last write made of it; ``unmasked_scores``:
     where the blamed value is a fused attention call hiding nothing (torch's
     ``scaled_dot_product_attention`` without ``is_causal`` or a mask), the scores it computed inside,
-    set against the reference's first masked value (``counterpart``)."""
+    set against the reference's first masked value (``counterpart``); ``stopped``: the step of a
+    fused reference operation the blamed value equals, where the operation's result is due
+    (``_through_steps``); ``steps[c]``: the steps of fused reference operations (``Record.expands``)
+    candidate record ``c`` holds, whole or as a slice, where it holds no other reference value;
+    ``residual``: the reference's sum (a residual connection) the blamed value should have been
+    added into; ``swapped``: the blamed value is a split binding two operands the wrong way round;
+    ``scaled_parts``: ``(candidate record, reference record)`` of the slices held at a scale;
+    ``weights``: ``(the reference weight the blamed value takes, the one due there)`` where it takes
+    another layer's weights (``_other_weights``); ``taken``: the value of another variable the
+    blamed one takes (its numbers used right elsewhere); ``repeated[c]``: the slice candidate record
+    ``c`` holds as the same line did in an earlier iteration of its loop (``_repeated``), no longer
+    among its ``parts``."""
 
     reference: Trace
     candidate: Trace
@@ -89,6 +102,14 @@ class Alignment:
     counterpart_part: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     unwritten: int | None = None
     unmasked_scores: np.ndarray | None = None
+    stopped: int | None = None
+    steps: dict[int, list[int]] = field(default_factory=dict)
+    residual: int | None = None
+    swapped: bool = False
+    scaled_parts: set[tuple[int, int]] = field(default_factory=set)
+    weights: tuple[int, int] | None = None
+    taken: int | None = None
+    repeated: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
 
 
 def _comparable(record: Record) -> bool:
@@ -139,20 +160,62 @@ class _Fingerprint:
 
 
 def _fingerprint(value: np.ndarray) -> _Fingerprint:
-    v = value if value.dtype.kind == "f" else value.astype(np.float64)
+    row = _table(value.reshape(1, -1))
+    return _Fingerprint(*(field[0].item() for field in row))
+
+
+def _table(rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The fingerprint of each row of a 2-D array, field by field (``_Fingerprint``'s order)."""
+    v = rows if rows.dtype.kind == "f" else rows.astype(np.float64)
     finite = np.isfinite(v)
-    f = v[finite]
     low = v <= _VERY_NEGATIVE
-    kept = np.abs(v[finite & ~low])
-    return _Fingerprint(
-        int(np.isnan(v).sum()),
-        int((v == np.inf).sum()),
-        int((v == -np.inf).sum()),
-        int(low.sum()),
-        float(f.sum(dtype=np.float64)) if f.size else 0.0,
-        float(np.abs(f).max()) if f.size else 0.0,
-        float(kept.max()) if kept.size else 0.0,
+    magnitude = np.where(finite, np.abs(v), 0.0)
+    empty = v.shape[1] == 0
+    return (
+        np.isnan(v).sum(1),
+        (v == np.inf).sum(1),
+        (v == -np.inf).sum(1),
+        low.sum(1),
+        np.where(finite, v, 0.0).sum(1, dtype=np.float64),
+        np.zeros(len(v)) if empty else magnitude.max(1).astype(np.float64),
+        np.zeros(len(v)) if empty else np.where(low, 0.0, magnitude).max(1).astype(np.float64),
     )
+
+
+def _worth_comparing(
+    fc: _Fingerprint,
+    table: tuple[np.ndarray, ...],
+    size: int,
+    c_kind: str,
+    r_kinds: np.ndarray,
+    tolerances: tuple[np.ndarray, np.ndarray],
+    legit: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """The rows of ``table`` (reference values or slices of ``size`` entries, of dtype kinds
+    ``r_kinds``) whose fingerprint lets candidate fingerprint ``fc`` hold them: ``_match``'s test,
+    for all rows at once. ``tolerances``: each row's ``(rtol, atol)``; ``legit``: each row's
+    legitimate scales (a 2-D array, NaN-padded) and whether it has any."""
+    nan, posinf, neginf, low, total, largest, largest_kept = table
+    rtol, atol = tolerances
+    bound = atol + rtol * largest
+    hit = (
+        (nan == fc.nan) & (posinf == fc.posinf) & (neginf == fc.neginf)
+        & (np.abs(fc.largest - largest) <= bound)
+        & (np.abs(fc.total - total) <= size * bound + 1e-9)
+    )  # fmt: skip
+    if c_kind == "b":
+        return hit | (r_kinds == "b") | (r_kinds == "f")
+    if c_kind == "f":
+        floating = (r_kinds == "f") & (low == fc.low)
+        hit |= floating & (fc.low > 0)
+        factors, some = legit
+        if some.any():
+            near = (
+                np.abs(fc.largest_kept - factors * largest_kept[:, None])
+                <= 1e-3 * fc.largest_kept + atol[:, None]
+            )
+            hit |= floating & some & near.any(axis=1)
+    return hit
 
 
 def _scale_between(reference: _Fingerprint, value: _Fingerprint) -> float | None:
@@ -166,17 +229,29 @@ def _scale_between(reference: _Fingerprint, value: _Fingerprint) -> float | None
 def _reference_scales(
     trace: Trace, rules: dict[int, tuple[int, ...]], prints: dict, side: str = "r"
 ) -> tuple[list[float], set[int]]:
-    """Scales the reference applies (a value ``s`` times its input), or ``H**-0.5`` for the head
-    sizes ``H`` its reshapes show when it applies none (an opaque reference); and the records
-    computed after a scale was applied (the scaling records and what they feed). ``side`` is
-    the trace's key in ``prints``: ``"c"`` reads the candidate's."""
+    """Scales the reference applies on the way to its attention weights (a value ``s`` times its
+    input, that a softmax or a product of two computed values takes a few operations on: the
+    scores' scale or the queries', never GELU's ``0.5 * x``), or ``H**-0.5`` for the head sizes
+    ``H`` its reshapes show when it applies none (an opaque reference); and the records computed
+    after a scale was applied (the scaling records and what they feed). ``side`` is the trace's key
+    in ``prints``: ``"c"`` reads the candidate's."""
     scales, scaling = [], set()
+    consumers: dict[int, list[int]] = {}
+    for record in trace.records:
+        for source in record.inputs:
+            consumers.setdefault(source, []).append(record.index)
+    weights = _weight_derived(trace) | {r.index for r in trace.records if r.leaf is not None}
     for record in trace.records:
         for source in record.inputs:
             r = trace.records[source].value
             if r.shape == record.value.shape and (side, record.index) in prints and r.dtype.kind == "f":
                 s = _scale_between(prints[(side, source)], prints[(side, record.index)])
-                if s is not None and abs(s - 1) > 1e-3 and close(s * r, record.value, 1e-5, 1e-6, True):
+                if (
+                    s is not None
+                    and abs(s - 1) > 1e-3
+                    and close(s * r, record.value, 1e-5, 1e-6, True)
+                    and _feeds_attention(trace, record.index, consumers, weights)
+                ):
                     scales.append(s)
                     scaling.add(record.index)
     if not scales:
@@ -188,25 +263,58 @@ def _reference_scales(
     return scales, scaled
 
 
-def _match(c: Record, r: Record, rules, scales, fingerprints, part: np.ndarray | None = None) -> Match | None:
+def _feeds_attention(trace: Trace, index: int, consumers: dict[int, list[int]], weights: set[int]) -> bool:
+    """Whether record ``index`` goes, within four operations, into a softmax or into a product of
+    two values that are not weights (``q @ k.T``)."""
+    frontier, seen = [index], {index}
+    for _ in range(4):
+        following = []
+        for current in frontier:
+            for consumer in consumers.get(current, []):
+                record = trace.records[consumer]
+                name = record.call.split(".")[0]
+                computed = [s for s in record.inputs if s not in weights]
+                if "softmax" in name or (name in _PRODUCTS and len(computed) >= 2):
+                    return True
+                if consumer not in seen:
+                    seen.add(consumer)
+                    following.append(consumer)
+        frontier = following
+    return False
+
+
+def _legitimate(r: int, c: int, scales) -> list[float]:
+    """The scales a candidate value ``c`` may hold reference value ``r`` at (see ``_match``)."""
+    factors, scaled, scaled_c = scales
+    if r in scaled:
+        return [] if c in scaled_c else [1 / f for f in factors]
+    return factors
+
+
+def _match(
+    c: Record,
+    r: Record,
+    rules,
+    scales,
+    fingerprints,
+    part: np.ndarray | None = None,
+    fr: _Fingerprint | None = None,
+) -> Match | None:
     """How candidate record ``c`` holds reference record ``r``'s numbers, if it does. The
     fingerprints decide which comparisons are worth making; the comparisons decide. ``scales``
     is ``(factors, scaled, scaled_c)``: a candidate value may hold ``r`` times a factor where
     ``r`` is computed before the reference's scale (the candidate scales earlier), or divided by
     it where ``r`` is among ``scaled`` and ``c`` is not among ``scaled_c`` (the candidate scales
     later: it has not scaled yet), never scaled twice. With ``part`` (a slice of ``r``'s value),
-    whether ``c`` holds that part."""
-    factors, scaled, scaled_c = scales
-    if r.index in scaled:
-        scales = [] if c.index in scaled_c else [1 / f for f in factors]
-    else:
-        scales = factors
+    whether ``c`` holds that part (``fr`` its fingerprint)."""
+    scales = _legitimate(r.index, c.index, scales)
     value = r.value if part is None else part
     if c.value.size != value.size or not _comparable(r):
         return None
     rtol, atol = tolerance_of(c, r)
     fc = fingerprints[("c", c.index)]
-    fr = fingerprints[("r", r.index)] if part is None else _fingerprint(part)
+    if fr is None:
+        fr = fingerprints[("r", r.index)] if part is None else _fingerprint(part)
     bound = atol + rtol * fr.largest
     exact = (
         (fc.nan, fc.posinf, fc.neginf) == (fr.nan, fr.posinf, fr.neginf)
@@ -273,6 +381,24 @@ def _good(trace: Trace, matched: set[int]) -> tuple[set[int], set[int]]:
     return on_path, good
 
 
+def _parting(value: np.ndarray) -> bool:
+    """Whether a value may be where the reference's and a port's values part: floats, but not a
+    mask (zeros and one very negative or infinite fill alone)."""
+    if value.dtype.kind != "f":
+        return False
+    hidden = ~np.isfinite(value) | (value <= _VERY_NEGATIVE)
+    return not (hidden.any() and (value[~hidden] == 0).all() and len(np.unique(value[hidden])) == 1)
+
+
+def _data_dependent(trace: Trace) -> set[int]:
+    """The records computed from the inputs (not from weights and constants alone)."""
+    found: set[int] = set()
+    for record in trace.records:
+        if (record.leaf or "").startswith("input") or any(s in found for s in record.inputs):
+            found.add(record.index)
+    return found
+
+
 def _weight_derived(trace: Trace) -> set[int]:
     """Records computed from weights alone (a kernel transposed, a fused weight split): a layout
     choice of the port, checked where the weights are used, never blamed by themselves."""
@@ -322,21 +448,186 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
     fingerprints.update({("c", c.index): _fingerprint(c.value) for c in candidate.records if _comparable(c)})
     factors, scaled = _reference_scales(reference, rules, fingerprints)
     scales = (factors, scaled, _reference_scales(candidate, rules, fingerprints, "c")[1])
-    by_size: dict[int, list[Record]] = {}
-    for r in reference.records:
-        by_size.setdefault(r.value.size, []).append(r)
+    matcher = _Matcher(reference, rules, scales, fingerprints)
     result = Alignment(reference, candidate, rules, scaled=scaled, factors=factors if scaled else [])
+    step = lambda r: reference.records[r].expands is not None  # noqa: E731
+    weights = _weight_derived(candidate)  # a kernel transposed: never held in parts
+    numpy = candidate.framework == "numpy"
     for c in candidate.records:
         if not _comparable(c):
             continue
-        found = [m for r in by_size.get(c.value.size, []) if (m := _match(c, r, rules, scales, fingerprints))]
-        if found:
-            result.matches[c.index] = found
-        elif c.leaf is None:
-            parts = _parts(c, reference, rules, scales, fingerprints)
-            if parts:
-                result.parts[c.index] = parts
+        found = matcher.whole(c) or _broadcast(c, matcher)
+        real = [m for m in found if not step(m.reference)]
+        if real:
+            result.matches[c.index] = real
+        elif c.leaf is None and c.index not in weights and c.value.size > 1 and (c.loops or numpy):
+            parts = matcher.parts(c)  # a slice is one run of a loop (a head, a sequence, a chunk)
+            moved = [s for s in c.inputs if candidate.records[s].leaf is None]
+            if (
+                c.call.split(".")[0] in (*_LAYOUT, "stop_gradient")
+                and moved
+                and not any(s in result.matches or s in result.parts or s in result.steps for s in moved)
+            ):
+                parts = []  # a layout change holds what its input holds: nothing here
+            if c.value.size > 1 and (c.value == c.value.flat[0]).all():
+                parts = []  # all ones (a one-hot row's sum) equal any slice of ones: no evidence
+            if [p for p in parts if not step(p[0])]:
+                result.parts[c.index] = [p[:3] for p in parts if not step(p[0])]
+                result.scaled_parts |= {(c.index, p[0]) for p in parts if p[3] == "scale"}
+            elif [p for p in parts if step(p[0]) and p[3] != "scale"]:
+                result.steps[c.index] = [p[0] for p in parts if step(p[0]) and p[3] != "scale"]
+        held = [m.reference for m in found if step(m.reference) and m.kind != "scale"]
+        if not real and held:  # a step at another scale is no step of the same computation
+            result.steps[c.index] = held
     return result
+
+
+def once(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``value``, or where it has more entries than ``shape`` holds and repeats along some axes (a
+    mask broadcast over the batch), one copy of it."""
+    if value.size == math.prod(shape) or value.size < 2:
+        return value
+    repeated = [
+        a for a in range(value.ndim) if value.shape[a] > 1 and (value == value.take([0], axis=a)).all()
+    ]
+    copy = value[tuple(0 if a in repeated else slice(None) for a in range(value.ndim))]
+    return copy if copy.size == math.prod(shape) else value
+
+
+def _broadcast(c: Record, matcher: _Matcher) -> list[Match]:
+    """What a value repeating along some axes holds once (a mask built per batch row, ``(B, 1, T, S)``
+    of one ``(T, S)``): the matches of one of its copies."""
+    value = c.value
+    if value.size < 2 or c.leaf is not None:
+        return []
+    repeated = [
+        a for a in range(value.ndim) if value.shape[a] > 1 and (value == value.take([0], axis=a)).all()
+    ]
+    if not repeated or value.dtype.kind not in "fb":
+        return []
+    once = value[tuple(0 if a in repeated else slice(None) for a in range(value.ndim))]
+    copy = Record(c.index, c.op, once, c.dtype, c.location)
+    matcher.fingerprints[("c", c.index)] = _fingerprint(once)
+    found = matcher.whole(copy)
+    matcher.fingerprints[("c", c.index)] = _fingerprint(value)
+    return found
+
+
+@dataclass
+class _Table:
+    """Reference values (or slices of them) of one size, for ``_Matcher``: their fingerprints
+    field by field (``_Fingerprint``'s order) and what each row's comparison needs, as arrays."""
+
+    records: list[Record]
+    fields: tuple[np.ndarray, ...]
+    kinds: np.ndarray  # dtype kinds
+    dtypes: np.ndarray  # index of each row's dtype name in ``names``
+    names: list[str]
+    in_scaled: np.ndarray
+    rows: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)  # slices
+
+
+class _Matcher:
+    """Which reference values (or slices of them) a candidate value holds: the fingerprints of every
+    reference value of a size, and of every slice of a value along some axes, in one table per size,
+    so that only the pairs whose fingerprints agree are compared."""
+
+    def __init__(self, reference: Trace, rules, scales, fingerprints) -> None:
+        self.reference, self.rules, self.scales, self.fingerprints = reference, rules, scales, fingerprints
+        self.by_size: dict[int, list[Record]] = {}
+        for r in reference.records:
+            if _comparable(r):
+                self.by_size.setdefault(r.value.size, []).append(r)
+        self.tables: dict[int, _Table] = {}  # whole values by size
+        self.slices: dict[int, _Table] = {}  # slices by size
+
+    def _table(self, records: list[Record], fields: tuple[np.ndarray, ...], rows=None) -> _Table:
+        names = sorted({r.dtype for r in records})
+        return _Table(
+            records,
+            fields,
+            np.array([r.value.dtype.kind for r in records]),
+            np.array([names.index(r.dtype) for r in records], dtype=int),
+            names,
+            np.array([r.index in self.scales[1] for r in records], dtype=bool),
+            rows or [],
+        )
+
+    def _hits(self, c: Record, table: _Table, size: int) -> np.ndarray:
+        tolerances = [tolerance_of(c, Record(0, "", np.zeros(0), name, "")) for name in table.names]
+        rtol = np.array([t[0] for t in tolerances])[table.dtypes]
+        atol = np.array([t[1] for t in tolerances])[table.dtypes]
+        factors, _, scaled_c = self.scales
+        width = max(len(factors), 1)
+        forward = np.array(list(factors) + [np.nan] * (width - len(factors)))
+        legit = np.where(table.in_scaled[:, None], 1 / forward[None, :], forward[None, :])
+        some = np.full(len(table.records), bool(factors)) & ~(table.in_scaled & (c.index in scaled_c))
+        fc = self.fingerprints[("c", c.index)]
+        hits = _worth_comparing(
+            fc, table.fields, size, c.value.dtype.kind, table.kinds, (rtol, atol), (legit, some)
+        )
+        return np.flatnonzero(hits)
+
+    def whole(self, c: Record) -> list[Match]:
+        size = c.value.size
+        if size not in self.by_size:
+            return []
+        if size not in self.tables:
+            records = self.by_size[size]
+            prints = [self.fingerprints[("r", r.index)] for r in records]
+            columns = zip(
+                *((f.nan, f.posinf, f.neginf, f.low, f.total, f.largest, f.largest_kept) for f in prints),
+                strict=True,
+            )
+            self.tables[size] = self._table(records, tuple(np.array(column) for column in columns))
+        table = self.tables[size]
+        found = [
+            _match(c, table.records[row], self.rules, self.scales, self.fingerprints)
+            for row in self._hits(c, table, size)
+        ]
+        return [m for m in found if m is not None]
+
+    def parts(self, c: Record) -> list[tuple[int, tuple, tuple, str]]:
+        """``(reference record, axes, indices, kind)`` for each slice (one index along one axis, or along
+        two: a loop over batch and heads, of a computed reference value ``n`` times ``c``'s size)
+        that ``c`` holds."""
+        table = self._slice_table(c.value.size)
+        if table is None:
+            return []
+        found = []
+        reduced = _reduces(c.call)
+        for row in self._hits(c, table, c.value.size):
+            r, axes, indices = table.rows[row]
+            record = table.records[row]
+            if reduced and not _reduces(record.call) and record.expands is None:
+                continue  # a row's maximum is no slice of the scores it was taken over
+            part = take_part(record.value, axes, indices)
+            fr = _Fingerprint(*(column[row].item() for column in table.fields))
+            match = _match(c, record, self.rules, self.scales, self.fingerprints, part, fr)
+            if match is not None:
+                found.append((r, axes, indices, match.kind))
+        return found
+
+    def _slice_table(self, size: int) -> _Table | None:
+        """Every slice of ``size`` entries of a computed reference value, along one or two axes."""
+        if size not in self.slices:
+            rows, records, tables = [], [], []
+            for whole, candidates in self.by_size.items():
+                n = whole // max(size, 1)
+                if n < 2 or whole != n * size:
+                    continue
+                for r in candidates:
+                    if r.leaf is not None:
+                        continue
+                    for axes in _slicings(r.shape, n):
+                        shape = tuple(r.shape[a] for a in axes)
+                        moved = np.moveaxis(r.value, axes, tuple(range(len(axes))))
+                        tables.append(_table(moved.reshape(n, -1)))
+                        rows += [(r.index, axes, tuple(int(i) for i in idx)) for idx in np.ndindex(shape)]
+                        records += [r] * n
+            fields = tuple(np.concatenate(column) for column in zip(*tables, strict=True)) if tables else ()
+            self.slices[size] = self._table(records, fields, rows) if rows else None
+        return self.slices[size]
 
 
 def take_part(value: np.ndarray, axes: tuple[int, ...], indices: tuple[int, ...]) -> np.ndarray:
@@ -346,8 +637,13 @@ def take_part(value: np.ndarray, axes: tuple[int, ...], indices: tuple[int, ...]
     return value
 
 
+_MOST_RUNS = 512  # a loop over more than this many slices (a model's features) is no port's
+
+
 def _slicings(shape: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
     """The axes (one, or two: a loop over batch and heads) whose sizes multiply to ``n``."""
+    if n > _MOST_RUNS:
+        return []
     single = [(a,) for a, size in enumerate(shape) if size == n]
     pairs = [
         (a, b)
@@ -358,53 +654,173 @@ def _slicings(shape: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
     return single + pairs
 
 
-def _parts(c: Record, reference: Trace, rules, scales, fingerprints) -> list[tuple[int, tuple, tuple]]:
-    """``(reference record, axes, indices)`` for each slice (one index along one axis, or along two:
-    a loop over batch and heads, of a computed reference value ``n`` times ``c``'s size) that ``c``
-    holds."""
-    found = []
-    for r in reference.records:
-        n = r.value.size // max(c.value.size, 1)
-        if r.leaf is not None or n < 2 or r.value.size != n * c.value.size or not _comparable(r):
-            continue
-        for axes in _slicings(r.shape, n):
-            for indices in itertools.product(*(range(r.shape[a]) for a in axes)):
-                part = take_part(r.value, axes, indices)
-                if _match(c, r, rules, scales, fingerprints, part) is not None:
-                    found.append((r.index, axes, indices))
-    return found
-
-
-def _covered(result: Alignment) -> set[int]:
-    """The reference records whose every slice along some axes some candidate value holds."""
+def _covered(result: Alignment, besides: frozenset[int] = frozenset()) -> set[int]:
+    """The reference records whose every slice along some axes some candidate value holds (one not
+    among ``besides``)."""
     seen: dict[tuple[int, tuple], set[tuple]] = {}
-    for parts in result.parts.values():
-        for r, axes, indices in parts:
+    for c, parts in result.parts.items():
+        for r, axes, indices in parts if c not in besides else ():
             seen.setdefault((r, axes), set()).add(indices)
     shape = lambda r: result.reference.records[r].shape  # noqa: E731
     return {r for (r, axes), found in seen.items() if len(found) == math.prod(shape(r)[a] for a in axes)}
 
 
+def _whole_or_parts(result: Alignment, index: int) -> list[int]:
+    """The reference records candidate record ``index`` holds, whole or as a slice."""
+    whole = [m.reference for m in result.matches.get(index, [])]
+    return whole + [r for r, _, _ in result.parts.get(index, [])]
+
+
+def _steps_of(result: Alignment, index: int) -> set[int]:
+    """The fused reference operations (their records) a step of which candidate record ``index``
+    holds."""
+    return {result.reference.records[r].expands for r in result.steps.get(index, [])}
+
+
+_LAYOUT = {  # operations that only move, select or copy numbers, in NumPy, JAX and torch
+    "reshape", "transpose", "swapaxes", "squeeze", "expand_dims", "ravel", "flatten", "getitem", "split",
+    "stack", "concatenate", "hstack", "vstack", "moveaxis", "broadcast_in_dim", "slice", "dynamic_slice",
+    "gather", "copy", "convert_element_type", "view", "permute", "contiguous", "unsqueeze", "__getitem__",
+    "astype", "array", "asarray", "setitem", "rev", "pad",
+}  # fmt: skip
+_PRODUCTS = {
+    "matmul",
+    "dot",
+    "einsum",
+    "tensordot",
+    "dot_general",
+    "bmm",
+    "linear",
+    "addmm",
+    "inner",
+    "outer",
+}
+
+
+def _reduces(call: str) -> bool:
+    """Whether an operation reduces over axes (a sum, a maximum, a mean)."""
+    name = call.replace("reduce_", "").split(".")
+    return name[-1] == "reduce" or name[0] in (
+        "max",
+        "min",
+        "sum",
+        "mean",
+        "var",
+        "std",
+        "amax",
+        "amin",
+        "prod",
+    )
+
+
+def _computes(call: str) -> bool:
+    """Whether an operation computes new numbers elementwise or by reduction (not a layout change, not
+    a product of two values: the kind of operation that finishes a softmax or a norm)."""
+    name = call.split(".")[0]
+    return name not in _LAYOUT and name not in _PRODUCTS
+
+
+def _through_steps(result: Alignment, bad_c: list[int]) -> int | None:
+    """Where the first wrong value holds a step of a fused reference operation (the row maximum of
+    a softmax written over lines), check the lines going on from it one by one: blame the first value
+    that holds no step of the operation and computes from the operation's values (its inputs or the
+    steps held), a completion gone wrong; where those values go on to be reshaped or multiplied with
+    another instead, the last value holding a step stops short (``stopped``). Returns the operation's
+    record (the value the blamed one should equal), or None where the first wrong value holds no step."""
+    candidate, reference = result.candidate, result.reference
+    first = result.blamed
+    operations = _steps_of(result, first)
+    if not operations:
+        return None
+    operation = min(operations)
+    taken = set(reference.records[operation].inputs)
+    territory = {first} | {
+        c for c in set(result.matches) | set(result.parts) if set(_whole_or_parts(result, c)) & taken
+    }
+    last = first
+    for index in bad_c:
+        record = candidate.records[index]
+        if index <= first:
+            continue
+        if operation in _steps_of(result, index):
+            territory.add(index)
+            last = last if record.call.split(".")[0] in _LAYOUT else index  # where it was computed
+            continue
+        if not set(record.inputs) & territory:
+            continue  # another branch
+        if _computes(record.call):
+            result.blamed = index
+            return operation
+        break
+    result.blamed, result.stopped = last, last
+    return operation
+
+
+def _reproduced(result: Alignment, candidates: set[int], besides: frozenset[int] = frozenset()) -> set[int]:
+    """The reference records that ``candidates`` (candidate records) hold whole, or that the
+    candidate's values (but those ``besides``) hold slice by slice, and those only rearranged
+    (``view``, ``transpose``: every number kept) into such records."""
+    found = {m.reference for c in candidates for m in result.matches.get(c, [])} | _covered(result, besides)
+    records = result.reference.records
+    for record in reversed(records):  # a value only rearranged into one held is held too: the
+        if record.index in found and record.call in _REARRANGE and record.inputs:  # keys a loop over
+            source = records[record.inputs[0]]  # heads holds one head at a time, after ``view``
+            if source.leaf is None and source.value.size == record.value.size:
+                found.add(source.index)
+    return found
+
+
+_REARRANGE = {"view", "reshape", "transpose", "permute", "contiguous", "swapaxes", "moveaxis", "flatten"}
+
+
+def _repeated(result: Alignment) -> None:
+    """An operation in a ``jax.lax.scan`` body whose every iteration holds the same slices of
+    reference values (the first chunk's mask for every chunk): from its second iteration on, the
+    slice is taken again where another is due, and held no more (``repeated``)."""
+    by_line: dict[tuple, list[int]] = {}  # one operation of a line: the runs of one record
+    for index in result.parts:
+        record = result.candidate.records[index]
+        if record.loops and record.loops[-1].target == "scan":  # Python loops: see _reroute_part
+            by_line.setdefault((record.location, record.call, record.shape), []).append(index)
+    for indexes in by_line.values():
+        runs = {result.candidate.records[i].loops for i in indexes}
+        held = {frozenset(result.parts[i]) for i in indexes}
+        if len(runs) < 2 or len(held) != 1:
+            continue
+        part = min(next(iter(held)))
+        for index in sorted(indexes)[1:]:
+            del result.parts[index]
+            result.repeated[index] = part
+
+
 def align(reference: Trace, candidate: Trace) -> Alignment:
     """Match the candidate's values to the reference's and place the first divergence on each side."""
     result = match_values(reference, candidate)
+    _repeated(result)
     out_c, out_r = candidate.records[candidate.output], reference.records[reference.output]
     result.output_ok = out_c.shape == out_r.shape and close(
         out_r.value, out_c.value, *tolerance_of(out_c, out_r)
     )
     matched_c = {c for c, found in result.matches.items() if candidate.records[c].leaf is None}
     used = ancestors(candidate, candidate.output)  # a value feeding no output reproduces nothing
-    matched_r = {m.reference for c in matched_c & used for m in result.matches[c]} | _covered(result)
+    matched_r = _reproduced(result, matched_c & used)
     matched_c |= set(result.parts)
+    # a step of a fused operation is verified, not good by itself
+    result.verified = sorted(i for i in matched_c | set(result.steps) if i in used)
     path_c, good_c = _good(candidate, matched_c)
     path_r, good_r = _good(reference, matched_r)
-    result.verified = sorted(i for i in matched_c if i in path_c)
     result.good = good_c
     if result.output_ok:
         return result
     bad_c = sorted(path_c - good_c)
     bad_r = sorted(path_r - good_r)
-    result.diverging = bad_r[0] if bad_r else reference.output
+    on_data = _data_dependent(reference)  # a mask built from positions alone parts from no data
+    # neither a mask (a port may hold it in another form: additive, inverted, per sequence) nor
+    # integers (token ids, positions: indices a port may never hold as arrays) are where the values
+    # part; a mask is where a mask bug's counterpart is (below)
+    values = [r for r in bad_r if r in on_data and _parting(reference.records[r].value)]
+    first = next((r for r in bad_r if r in on_data), bad_r[0]) if bad_r else reference.output
+    result.diverging = values[0] if values else first
     filled = {  # an array's value before a write into part of it of wrong numbers computed from others
         record.inputs[0]  # (not a mask's fill: -inf written where a mask says, whatever came before)
         for record in candidate.records
@@ -416,20 +832,36 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     }
     result.blamed = next((i for i in bad_c if i not in filled), bad_c[0]) if bad_c else candidate.output
     classes = layout_classes(reference, result.rules)
+    operation = _through_steps(result, bad_c)
     result.counterpart = _counterpart(result, result.blamed, bad_r, classes)
+    if (
+        operation is not None
+        and in_layout(
+            reference.records[operation].value, candidate.records[result.blamed].shape, result.rules
+        )
+        is not None
+    ):
+        result.counterpart = operation
     result.unmasked_scores = _unmasked_scores(candidate, result.blamed)
-    if result.unmasked_scores is None:  # a call hiding nothing is to blame, not the inputs it takes
-        _reroute(result, bad_r, classes)
+    result.weights = _other_weights(result)
+    if result.unmasked_scores is None and result.weights is None:  # a call hiding nothing is to
+        _reroute(result, bad_r, classes)  # blame, not the inputs it takes
     if result.rerouted_from is None and result.unmasked_scores is None:
         _reroute_part(result, bad_r, classes)
     result.shown = result.blamed
-    unmatched = sorted(i for i in path_r - matched_r if reference.records[i].leaf is None)
+    line = candidate.records[result.blamed].location
+    # a NumPy statement is one step: what the blamed line's own sub-expressions reproduce, its value
+    # may still be held against (``s = q @ k.T / hd`` is the scores, scaled wrong)
+    on_line = frozenset(
+        r.index for r in candidate.records if r.location == line and candidate.framework == "numpy"
+    )
+    elsewhere = _reproduced(result, matched_c & used - on_line, on_line)
+    unmatched = sorted(i for i in path_r - elsewhere if reference.records[i].leaf is None)
     if result.rerouted_from is None:  # show the blamed line's result, not its first operation
-        line = candidate.records[result.blamed].location
-        result.shown = max(i for i in [result.blamed, *bad_c] if candidate.records[i].location == line)
+        result.shown = _statement_end(candidate, result.blamed, set(bad_c))
         result.counterpart = _counterpart(result, result.shown, unmatched, classes)
         shown = candidate.records[result.shown].value
-        expected = reference.records[result.counterpart].value
+        expected = once(reference.records[result.counterpart].value, shown.shape)
         if (
             in_layout(expected, shown.shape, result.rules) is None
             or (expected.dtype == bool) != (shown.dtype == bool)  # a mask for a float value
@@ -448,8 +880,11 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         ]
         result.counterpart = (written or [_counterpart(result, unfinished, unmatched, classes)])[0]
         result.diverging = result.counterpart
-    if result.counterpart in path_r and result.counterpart < result.diverging:
-        result.diverging = result.counterpart
+    kinds = {
+        _parting(v.value) for v in (reference.records[result.counterpart], candidate.records[result.shown])
+    }
+    if result.counterpart in path_r and result.counterpart < result.diverging and len(kinds) == 1:
+        result.diverging = result.counterpart  # (not a mask found for a value the port computes)
     if result.unmasked_scores is not None:  # the mask the call never applied: the first value hiding entries
         masked = [i for i in sorted(path_r) if i >= result.diverging and hides(reference.records[i].value)]
         if masked:
@@ -506,39 +941,141 @@ def _unfinished(trace: Trace, buffer: int) -> int | None:
         last = write.index
 
 
+def scale_left_out(alignment: Alignment) -> int | None:
+    """The reference value the blamed value is computed from unscaled, where the value it should
+    have equalled is the reference's scaling of that one (the reference's scale never applied), or
+    where its line takes a value holding a scaled reference value without that scale (the port
+    scales later, in principle, but never does)."""
+    reference, candidate = alignment.reference, alignment.candidate
+    target = reference.records[alignment.counterpart]
+    classes = layout_classes(reference, alignment.rules)
+    if target.index in alignment.scaled and not any(s in alignment.scaled for s in target.inputs):
+        used = {
+            m.reference
+            for s in candidate.records[alignment.blamed].inputs
+            for m in alignment.matches.get(s, [])
+        }
+        found = [
+            s
+            for s in target.inputs
+            if reference.records[s].leaf is None and any(classes[s] == classes[u] for u in used)
+        ]
+        if found:
+            return found[0]
+    sources = line_inputs(candidate, alignment.blamed)
+    unscaled = [
+        m.reference
+        for s in sources
+        for m in alignment.matches.get(s, [])
+        if m.kind == "scale" and m.reference in alignment.scaled
+    ]
+    unscaled += [
+        r for s in sources for r, _, _ in alignment.parts.get(s, []) if (s, r) in alignment.scaled_parts
+    ]
+    return unscaled[0] if unscaled and candidate.records[alignment.blamed].call not in _PRODUCTS else None
+
+
+def _statement_end(trace: Trace, index: int, bad: set[int]) -> int:
+    """The last of ``bad`` computed by the same run of record ``index``'s statement: the records
+    after it while the statement runs (its line in their stack: helpers it calls included), in its
+    call and loop iteration."""
+    first = trace.records[index]
+    last = index
+    for record in trace.records[index + 1 :]:
+        if not any(location == first.location for location, _ in record.stack) and record.location != "?":
+            break
+        same = (
+            record.location == first.location and record.calls == first.calls and record.loops == first.loops
+        )
+        if same and record.index in bad:
+            last = record.index
+    return last
+
+
+def _unscaled_product(result: Alignment) -> int | None:
+    """Where the port never applies the scale the reference applies to a product (``q @ k.T``, then
+    times ``1/sqrt(head_dim)``), carrying the product on unscaled: the candidate record holding the
+    product, whose statement left the scale out; None otherwise (a scale the reference applies to
+    any other value, left out, shows where its absence first does)."""
+    reference, candidate = result.reference.records, result.candidate
+    path = ancestors(candidate, result.blamed)
+    scaled_exactly = any(
+        m.reference in result.scaled and m.kind != "scale" for c in path for m in result.matches.get(c, [])
+    ) or any(
+        r in result.scaled and (c, r) not in result.scaled_parts
+        for c in path
+        for r, _, _ in result.parts.get(c, [])
+    )
+    unscaled = any(
+        m.reference in result.scaled and m.kind == "scale" for c in path for m in result.matches.get(c, [])
+    ) or any((c, r) in result.scaled_parts for c in path for r, _, _ in result.parts.get(c, []))
+    if scaled_exactly or not unscaled:
+        return None
+    for record in reference:
+        if record.index in result.scaled and not any(s in result.scaled for s in record.inputs):
+            for product in (s for s in record.inputs if reference[s].call.split(".")[0] in _PRODUCTS):
+                holders = [c for c in path if product in _whole_or_parts(result, c)]
+                if holders:
+                    return max(holders)
+    return None
+
+
 def blame_location(result: Alignment) -> str:
     """The ``path:line`` to blame for the blamed candidate record. A misrouted value: the line in
     the consuming function that produced it (the call ``linear(params, "W_query", x)`` rather than
-    the helper's body). The first value a helper call computes, when that helper is called once or
-    computes right elsewhere: the call site (its arguments are wrong, not its body)."""
+    the helper's body); a value a residual was not added to: its line in the innermost function
+    the consumer shares (``x = attn(ln_1(x))`` in the block, not the attention's last line). The
+    first value a helper call computes, when that helper is called once or computes right
+    elsewhere, or takes an argument the reference scales first: the call site (its arguments are
+    wrong, not its body). A value taking another variable's numbers: its line in the function that
+    computed them (the call passing the wrong argument, not the helper using it). A product the port
+    never scales where the reference does: the line of the product (``_unscaled_product``)."""
     records = result.candidate.records
-    record = records[result.blamed]
+    product = _unscaled_product(result) if result.rerouted_from is None else None
+    record = records[result.blamed if product is None else product]
     stack = record.stack
-    if not stack:
+    if not stack or product is not None:
         return record.location
+    if result.weights is not None:  # another layer's weights: chosen where the helper is called
+        return stack[1][0] if len(stack) > 1 else stack[0][0]
+    if result.taken is not None and result.rerouted_from is None:  # another variable passed to a helper
+        produced = {(fn, loc.rsplit(":", 1)[0]) for loc, fn in records[result.taken].stack}
+        for loc, fn in stack:
+            if (fn, loc.rsplit(":", 1)[0]) in produced:
+                return loc
     if result.rerouted_from is not None and records[result.rerouted_from].stack:
-        consumer = records[result.rerouted_from].stack[0]
-        same = [
-            loc
-            for loc, fn in stack
-            if fn == consumer[1] and loc.rsplit(":", 1)[0] == consumer[0].rsplit(":", 1)[0]
-        ]
-        return same[0] if same else stack[0][0]
+        consumers = records[result.rerouted_from].stack
+        for consumer in consumers if result.residual is not None else consumers[:1]:
+            same = [
+                loc
+                for loc, fn in stack
+                if fn == consumer[1] and loc.rsplit(":", 1)[0] == consumer[0].rsplit(":", 1)[0]
+            ]
+            if same:
+                return same[0]
+        return stack[0][0]
     if len(stack) > 1:
         function = stack[0][1]
+        # a call: its frames' call ids, else its callers' lines and its torch module (one line in
+        # a loop over blocks calls each block's GELU module)
+        call_of = lambda r: r.calls[: len(r.stack)] if r.calls else (r.stack[1:], r.module)  # noqa: E731
         calls: dict[tuple, list[Record]] = {}
         for other in records:
             if len(other.stack) > 1 and other.stack[0][1] == function and other.leaf is None:
-                calls.setdefault(other.stack[1:], []).append(other)
-        first_in_call = calls.get(stack[1:], [None])[0] is record
-        elsewhere = [first[0].index in result.good for call, first in calls.items() if call != stack[1:]]
-        if first_in_call and (not elsewhere or any(elsewhere)):
+                calls.setdefault(call_of(other), []).append(other)
+        first_in_call = calls.get(call_of(record), [None])[0] is record
+        elsewhere = [
+            first[0].index in result.good for call, first in calls.items() if call != call_of(record)
+        ]
+        left_out = scale_left_out(result) is not None  # the scale is due before the call
+        if first_in_call and (not elsewhere or any(elsewhere) or left_out):
             return stack[1][0]
     return stack[0][0]
 
 
 def _input_classes(result: Alignment, record: Record, classes: list[int]) -> set[int]:
-    return {classes[m.reference] for s in record.inputs for m in result.matches.get(s, [])}
+    sources = line_inputs(result.candidate, record.index)
+    return {classes[m.reference] for s in sources for m in result.matches.get(s, [])}
 
 
 def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list[int]) -> int:
@@ -548,11 +1085,12 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     it, whatever values before it were found equal), for any other the reference value its line
     holds in its layout (``_held_by_line``: a dropout left on, set against the values it drops),
     else the first diverging reference value. A value computed from one that holds a reference value
-    unscaled (the candidate scales later) should equal that value."""
+    unscaled (the candidate scales later) should equal that value. The values a value is computed
+    from are those its line takes from other lines (``line_inputs``)."""
     record = result.candidate.records[blamed]
     unscaled = [
         m.reference
-        for source in record.inputs
+        for source in line_inputs(result.candidate, blamed)
         for m in result.matches.get(source, [])
         if m.kind == "scale"
         and m.reference in result.scaled
@@ -563,8 +1101,15 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     compatible = [
         r
         for r in bad_r
-        if in_layout(result.reference.records[r].value, record.shape, result.rules) is not None
+        if in_layout(once(result.reference.records[r].value, record.shape), record.shape, result.rules)
+        is not None
     ]
+    alike = [
+        r
+        for r in compatible
+        if (result.reference.records[r].value.dtype == bool) == (record.value.dtype == bool)
+    ]
+    compatible = alike or compatible  # a float mask is held against the float mask, not the boolean
     if not compatible:
         if blamed == result.candidate.output:
             return result.reference.output
@@ -575,7 +1120,8 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     chosen = result.reference.records[compatible[shared.index(max(shared))]]
     own = [result.candidate.records[s].value for s in record.inputs]
     reshuffle = (
-        len(own) == 1
+        record.written is None  # a write filling the whole array copies, it does not reorder
+        and len(own) == 1
         and own[0].size == record.value.size
         and np.array_equal(np.sort(own[0], axis=None), np.sort(record.value, axis=None), equal_nan=True)
     )
@@ -590,6 +1136,17 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
         ):
             return source
     return chosen.index
+
+
+def line_inputs(trace: Trace, index: int) -> list[int]:
+    """The values record ``index`` is computed from: for NumPy, whose statements are the steps of
+    a port, the inputs of its line up to it that come from other lines (the values a statement
+    takes, whatever sub-expressions it computes on the way); else its own inputs."""
+    if trace.framework != "numpy":
+        return list(trace.records[index].inputs)
+    line = line_records(trace, index)
+    own = {r.index for r in line}
+    return list(dict.fromkeys(s for r in line for s in r.inputs if s not in own))
 
 
 def line_records(trace: Trace, index: int) -> list[Record]:
@@ -641,14 +1198,25 @@ def _used_well(result: Alignment, first: int, found: set[int], found_of) -> bool
 def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
     """Blame the producer of a misrouted input: one holding a reference value of another class than
     every input of the reference value the blamed one should have equalled, or, when one of those
-    inputs is missing and two inputs hold the same reference value, the later computed of the two;
-    unless those numbers also feed a good value (then the consumer picked the wrong variable)."""
+    inputs is missing, the one holding another input's value at its place (by operand position:
+    ``einsum(k, k)`` for ``einsum(q, k)``), else of two inputs holding the same value the later
+    computed; unless those numbers also feed a good value (then the consumer picked the wrong
+    variable), or they are computed once and the value due is computed nowhere, where a step left
+    out between them and their use is to blame: the consumer's (a norm left out), or, where the
+    reference adds another value to them there (a residual left out), the statement that computed
+    them (``residual``). Operands swapped
+    where they are split from one value (``k, q, v = split(qkv)``) blame the split (``swapped``)."""
     candidate, reference = result.candidate, result.reference
     blamed = candidate.records[result.blamed]
-    expected_classes = {classes[s] for s in reference.records[result.counterpart].inputs}
-    found_of = lambda index: {classes[m.reference] for m in result.matches.get(index, [])}  # noqa: E731
-    if not any(found_of(s) & expected_classes for s in blamed.inputs):
+    target = reference.records[result.counterpart]
+    expected = [classes[s] for s in target.inputs]
+    found_of = lambda index: {classes[r] for r in _whole_or_parts(result, index)}  # noqa: E731
+    if not any(found_of(s) & set(expected) for s in blamed.inputs):
         return  # the counterpart is not the blamed value's: nothing to reroute against
+    split = _swapped_split(result, blamed, expected, found_of)
+    if split is not None:
+        result.rerouted_from, result.blamed, result.swapped = result.blamed, split, True
+        return
 
     def origin(index: int, found: set[int]) -> int:
         while True:  # back to the first line that produced these numbers
@@ -664,17 +1232,134 @@ def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
     origins = {
         s: origin(s, found_of(s)) for s in blamed.inputs if found_of(s) and candidate.records[s].leaf is None
     }
-    misrouted = [origins[s] for s in origins if not found_of(s) & expected_classes]
+    misrouted = [origins[s] for s in origins if not found_of(s) & set(expected)]
     covered = set().union(*(found_of(s) for s in blamed.inputs))
-    if not misrouted and expected_classes - covered:
+    sums = ("add", "add_")
+    if (
+        target.call in sums
+        and blamed.call not in sums
+        and len(expected) == 2
+        and len(covered & set(expected)) == 1
+        and all(_parting(result.reference.records[e].value) for e in set(expected) - covered)
+    ):  # (the term left out no additive mask: a port may apply that by masked_fill or where)
+        result.residual = target.index  # one of a sum's terms taken for the sum: the other never added
+        result.rerouted_from = result.blamed
+        result.blamed = next(origins[s] for s in origins if found_of(s) & set(expected))
+        return
+    if not misrouted and set(expected) - covered:
+        positional = [
+            origins[s]
+            for position, s in enumerate(blamed.inputs)
+            if s in origins and position < len(expected) and expected[position] not in found_of(s)
+        ]
+        if blamed.call.split(".")[0] not in _PRODUCTS or len(blamed.inputs) != len(expected):
+            positional = []  # operands by position: in products alone (a mask's place in a where varies)
         by_value: dict[frozenset[int], list[int]] = {}
         for source, first in origins.items():
             by_value.setdefault(frozenset(found_of(source)), []).append(first)
-        misrouted = [max(firsts) for firsts in by_value.values() if len(set(firsts)) > 1]
-    misrouted = [first for first in misrouted if not _used_well(result, first, found_of(first), found_of)]
-    if misrouted:
-        result.rerouted_from, result.blamed = result.blamed, misrouted[0]
-        result.counterpart = _counterpart(result, misrouted[0], bad_r, classes)
+        twice = [max(firsts) for firsts in by_value.values() if len(set(firsts)) > 1]
+        misrouted = positional if len(positional) == 1 else twice
+    well = [first for first in misrouted if _used_well(result, first, found_of(first), found_of)]
+    misrouted = [first for first in misrouted if first not in well]
+    if not misrouted:
+        result.taken = well[0] if well else None  # the consumer took the wrong variable
+        return
+    first = misrouted[0]
+    held = found_of(first)
+    missing = set(expected) - covered
+    elsewhere = [
+        c.index
+        for c in candidate.records
+        if c.leaf is None
+        and (
+            (found_of(c.index) & held and origin(c.index, found_of(c.index)) != first)
+            or found_of(c.index) & missing
+        )
+    ]
+    if not elsewhere:  # computed once, the value due nowhere: a step left out between
+        result.residual = _residual(result, target, first, classes)
+        if result.residual is None:
+            return
+    result.rerouted_from, result.blamed = result.blamed, first
+    result.counterpart = (
+        result.residual if result.residual is not None else _counterpart(result, first, bad_r, classes)
+    )
+
+
+def _other_weights(result: Alignment) -> tuple[int, int] | None:
+    """``(held, due)``: the blamed value takes a weight holding the reference's weight ``held`` where
+    the reference operation it should have equalled (or whose step it should have held) takes
+    another of that shape, ``due`` (a norm's weight from the first norm for the second); None
+    otherwise."""
+    candidate, reference = result.candidate, result.reference.records
+    target = reference[result.counterpart]
+    target = reference[target.expands] if target.expands is not None else target
+    due = [
+        s
+        for s in target.inputs
+        if reference[s].leaf not in (None, "constant") and not reference[s].leaf.startswith("input")
+    ]
+    for source in candidate.records[result.blamed].inputs:
+        record = candidate.records[source]
+        if record.leaf is None or record.leaf == "constant" or record.leaf.startswith("input"):
+            continue
+        held = [
+            m.reference for m in result.matches.get(source, []) if reference[m.reference].leaf is not None
+        ]
+        if held and not set(held) & set(due):
+            same = [s for s in due if reference[s].shape == record.shape]
+            if same:
+                return held[0], same[0]
+    return None
+
+
+def _residual(result: Alignment, target: Record, first: int, classes: list[int]) -> int | None:
+    """The reference's sum of the value ``first`` holds and another (a residual connection), where
+    ``target`` (the value the consumer should have equalled) takes that sum; None if it takes none."""
+    reference = result.reference.records
+    held = {classes[r] for r in _whole_or_parts(result, first)}
+    for source in target.inputs:
+        record = reference[source]
+        if record.call.split(".")[0] in ("add", "add_") and len(record.inputs) == 2:
+            if any(classes[s] in held for s in record.inputs):
+                return source
+    return None
+
+
+def _swapped_split(result: Alignment, blamed: Record, expected: list[int], found_of) -> int | None:
+    """Where the blamed value takes two operands holding the reference's two operands swapped, and
+    both come by layout changes alone from one value, split from it on one line (``k, q, v =
+    np.split(qkv, 3)``): the first record of that split (the names were bound the wrong way round
+    there); None otherwise (operands computed apart are swapped where they are used)."""
+    computed = [s for s in blamed.inputs if result.candidate.records[s].leaf is None]
+    if len(computed) != 2 or len(expected) != 2 or expected[0] == expected[1]:
+        return None
+    first, second = (found_of(s) for s in computed)
+    if not (expected[1] in first and expected[0] in second and expected[0] not in first):
+        return None
+    chains = [_layout_chain(result.candidate, s) for s in computed]
+    shared = set(chains[0]) & set(chains[1])
+    if not shared:
+        return None
+    root = max(shared)  # the last value both come from; each chain's record before it is split from it
+    children = [chain[chain.index(root) - 1] for chain in chains if chain.index(root) > 0]
+    if len(children) != 2 or children[0] == children[1]:
+        return None
+    locations = {result.candidate.records[c].location for c in children}
+    return min(children) if len(locations) == 1 else None
+
+
+def _layout_chain(trace: Trace, index: int) -> list[int]:
+    """``index`` and the records it comes from by layout changes alone (a split, a reshape, a
+    transpose), back to the first value that computed its numbers, which ends the list."""
+    chain = [index]
+    while True:
+        record = trace.records[index]
+        computed = [s for s in record.inputs if trace.records[s].leaf is None]
+        if record.call.split(".")[0] not in _LAYOUT or len(computed) != 1:
+            return chain
+        index = computed[0]
+        chain.append(index)
 
 
 def _reroute_part(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
@@ -708,7 +1393,7 @@ def _part_counterpart(
     the line's own): among the unmatched reference values with a slice of its layout, the one
     computed from most of the values those inputs hold parts of."""
     record = result.candidate.records[shown]
-    held = [p for s in record.inputs for p in result.parts.get(s, [])]
+    held = [p for s in line_inputs(result.candidate, shown) for p in result.parts.get(s, [])]
     if not held:
         line = line_records(result.candidate, shown)
         taken = {s for r in line for s in r.inputs} - {r.index for r in line}

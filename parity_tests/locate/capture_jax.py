@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from parity_tests.locate.lines import Loop
 from parity_tests.locate.trace import CustomRule, Raised, Trace, cotangent_for, split_result, user_stack
 
 __all__ = ["capture_jax"]
@@ -68,17 +69,18 @@ def capture_jax(
 
     import jax
 
+    from parity_tests.locate.run import returned_framework
+
     while isinstance(fn, functools.partial):  # bound arguments (a model, say) are traced like the rest
         fn, args, kwargs = fn.func, (*fn.args, *args), {**fn.keywords, **kwargs}
     nnx = sys.modules.get("flax.nnx")
     if nnx is not None and isinstance(fn, nnx.Module):  # its parameters become the jaxpr's inputs
         fn, args = _call_module, (fn, *args)
     leaves, treedef = jax.tree_util.tree_flatten((tuple(args), kwargs))
-    paths = [
-        jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path((tuple(args), kwargs))[0]
-    ]
+    paths = [p for p, _ in jax.tree_util.tree_flatten_with_path((tuple(args), kwargs))[0]]
     traced = [i for i, leaf in enumerate(leaves) if _is_array(leaf)]
     steps_tree: list[Any] = []
+    returned: list[str | None] = []
 
     def flat_fn(*arrays):
         filled = list(leaves)
@@ -86,6 +88,7 @@ def capture_jax(
             filled[i] = array
         call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, filled)
         output, steps = split_result(fn(*call_args, **call_kwargs))
+        returned.append("jax" if isinstance(output, jax.core.Tracer) else returned_framework(output))
         steps_tree.append(sorted(steps))  # the order jax flattens a dict in
         return output, steps
 
@@ -94,11 +97,14 @@ def capture_jax(
         closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*arrays)
     except Exception as error:  # raised while tracing: nothing is evaluated yet
         raise Raised(error, _eager_trace(fn, args, kwargs, error)) from error
+    except BaseException as error:  # an exit: the port failed at its line
+        raise Raised(error, Trace("jax")) from error
     names = [_leaf_name(paths[i], position) for position, i in enumerate(traced)]
     trace = Trace("jax")
     outs = _run(closed, arrays, names, _Recording(trace, keep_masks))
     n_out = len(jax.tree_util.tree_leaves(out_shape[0]))
     trace.output = outs[0][1]
+    trace.returned = returned[-1] if returned else None
     step_names = steps_tree[-1] if steps_tree else []
     values = [np.asarray(v) for v, _ in outs[n_out:]]
     trace.name_steps({k: v for k, v in zip(step_names, values, strict=True) if k != "output"})
@@ -111,21 +117,31 @@ def _eager_trace(
     fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], error: Exception
 ) -> Trace:
     """The values ``fn`` computed before raising ``error`` while traced: ``fn`` run again eagerly
-    (``jax.disable_jit``), its lines' arrays recorded as a NumPy function's are. Kept only where that
-    run raises the same (type and text), so that they are the values the traced run would have had;
-    else (an error of tracing alone, such as a traced value in a Python ``if``) an empty trace:
-    nothing was evaluated."""
+    (``jax.disable_jit``), the arrays each of its lines binds recorded (``LineTracer``). Kept only
+    where that run raises the same (type and text), so that they are the values the traced run would
+    have had; else (an error of tracing alone, such as a traced value in a Python ``if``) an empty
+    trace: nothing was evaluated."""
     import jax
 
-    from parity_tests.locate.capture_numpy import capture_numpy
+    from parity_tests.locate.lines import LineTracer
 
+    trace = Trace("jax")
+    tracer = LineTracer(record=trace)
+    tracer.is_array = lambda value: isinstance(value, (jax.Array, np.ndarray))
+    for position, arg in enumerate(args):
+        for key, value in arg.items() if isinstance(arg, dict) else ():
+            if tracer.is_array(value):
+                tracer.produced[id(value)] = trace.add("input", value, str(value.dtype), "input", leaf=key)
+        if tracer.is_array(arg):
+            tracer.produced[id(arg)] = trace.add(
+                "input", arg, str(arg.dtype), "input", leaf=f"input{position}"
+            )
     try:
-        with jax.disable_jit():
-            capture_numpy(fn, args, kwargs)
-    except Raised as eager:
-        if type(eager.error) is type(error) and str(eager.error) == str(error):
-            eager.trace.framework = "jax"
-            return eager.trace
+        with jax.disable_jit(), tracer:
+            fn(*args, **kwargs)
+    except Exception as eager:
+        if type(eager) is type(error) and str(eager) == str(error):
+            return trace
     return Trace("jax")
 
 
@@ -173,6 +189,7 @@ class _Recorder:
 
     def __init__(self, keep_masks: Sequence[np.ndarray] | None) -> None:
         self.keep_masks, self.random = list(keep_masks or []), set()
+        self.loops: list[Loop] = []  # the scan iterations under way
 
     def plain(self, name: str, values: list, sources: tuple[int, ...], stack: tuple) -> list[tuple[Any, int]]:
         random = name in _RANDOM or any(i in self.random for i in sources)
@@ -211,7 +228,10 @@ class _Recording(_Recorder):
         dtype = str(value.dtype)
         key = jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
         data = jax.random.key_data(value) if key else value
-        return value, self.trace.add(op, np.asarray(data), dtype, location, sources, leaf=leaf, stack=stack)
+        data = np.asarray(data)  # JAX arrays are never updated: no copy
+        index = self.trace.add(op, data, dtype, location, sources, leaf=leaf, stack=stack, copy=False)
+        self.trace.records[index].loops = tuple(self.loops)
+        return value, index
 
     def custom_call(self, eqn: Any, invals: list, outs: list, first: int) -> list:
         return outs
@@ -265,13 +285,26 @@ def _call_module(module: Any, *args: Any, **kwargs: Any) -> Any:
     return module(*args, **kwargs)
 
 
-def _leaf_name(path: str, position: int) -> str:
-    """A traced leaf's name from its path in ``(args, kwargs)``: ``"[0][1]"`` (a positional array)
-    -> ``input1``; ``"[0][0]['W_query.weight']"`` -> ``W_query.weight``; ``"[0][0].query.kernel.value"``
-    (an NNX module's parameter) -> ``query.kernel``."""
-    rest = path.split("]", 2)[-1] if path.startswith("[0]") else path
-    name = rest.strip("[]'\".").removesuffix(".value")
-    return name if name else f"input{position}"
+def _leaf_name(path: tuple[Any, ...], position: int) -> str:
+    """A traced leaf's name from its path in ``(args, kwargs)``: a positional array -> ``input1``;
+    a weight in a dict -> its key (``W_query.weight``), in a nested pytree its keys joined
+    (``layers.0.attn.qkv.kernel``, a linen variable ``params.c_attn.kernel``); an NNX module's
+    parameter -> its path (``query.kernel``)."""
+    if len(path) == 2 and _key(path[0]) == "0":
+        return f"input{_key(path[1])}"
+    keys = []
+    for entry in path[2:] if len(path) > 2 and _key(path[0]) == "0" else path:
+        key = _key(entry)
+        if key != "value":  # an NNX variable's value
+            keys.append(key)
+    return ".".join(keys) if keys else f"input{position}"
+
+
+def _key(entry: Any) -> str:
+    for attribute in ("key", "idx", "name"):
+        if hasattr(entry, attribute):
+            return str(getattr(entry, attribute))
+    return str(entry)
 
 
 def _evaluate(
@@ -331,9 +364,14 @@ def _scan(
     consts, carry, xs = invals[:n_consts], invals[n_consts : n_consts + n_carry], invals[n_consts + n_carry :]
     ys: list[list[tuple[Any, int]]] = []
     steps = range(length - 1, -1, -1) if params["reverse"] else range(length)
+    line = int(stack[0][0].rsplit(":", 1)[1]) if stack else 0
     for step in steps:
         x_slices = [(value[step], index) for value, index in xs]
-        outs = _call(params["jaxpr"], [*consts, *carry, *x_slices], recorder, stack)
+        recorder.loops.append(Loop(line, "scan", step))
+        try:
+            outs = _call(params["jaxpr"], [*consts, *carry, *x_slices], recorder, stack)
+        finally:
+            recorder.loops.pop()
         carry, y = outs[:n_carry], outs[n_carry:]
         ys.append(y)
     if params["reverse"]:

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.trace import Raised, Trace, cotangent_for, split_result, user_stack
+from parity_tests.locate import expand as fused
+from parity_tests.locate.trace import Raised, Trace, cotangent_for, model_stack, split_result
 
 __all__ = ["capture_torch", "torch_module_of"]
 
@@ -35,12 +36,14 @@ def torch_module_of(fn: Any) -> Any:
 
 
 def _user_stack() -> tuple[tuple[str, str], ...]:
-    """The user's frames calling the current op, innermost first."""
+    """The user's frames calling the current op, innermost first (or the model code's, for a
+    reference from an installed package: ``model_stack``)."""
     frames, frame = [], sys._getframe(2)
     while frame is not None:
-        frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        # the qualified name: two modules' ``forward`` in one file are two functions
+        frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_qualname))
         frame = frame.f_back
-    return user_stack(frames)
+    return model_stack(frames)
 
 
 def _dtype(tensor: Any) -> str:
@@ -99,6 +102,8 @@ def capture_torch(
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_flatten
 
+    from parity_tests.locate.run import returned_framework
+
     trace = Trace("torch")
     produced: dict[int, int] = {}  # id(tensor) -> record index
     alive: list[Any] = []  # keeps every recorded tensor alive so that ids stay unique
@@ -115,8 +120,14 @@ def capture_torch(
         if key not in produced:
             leaf = names.get(key, "constant")
             produced[key] = trace.add(
-                "leaf", _numpy(tensor), _dtype(tensor), "?", leaf=leaf, stack=_user_stack()
-            )
+                "leaf",
+                _numpy(tensor),
+                _dtype(tensor),
+                "?",
+                leaf=leaf,
+                stack=_user_stack(),
+                copy=leaf == "constant",
+            )  # a weight is read, not updated: no copy
             alive.append(tensor)
             hook(produced[key], tensor)
         return produced[key]
@@ -194,7 +205,20 @@ def capture_torch(
                 )
                 alive.append(tensor)
                 hook(produced[id(tensor)], tensor)
+            if name in fused.EXPANDED and len(outputs) == 1 and id(outputs[0]) in produced:
+                expand(name, produced[id(outputs[0])], inputs, sources, args, kwargs)
             return result
+
+    def expand(name, op, inputs, sources, args, kwargs) -> None:
+        """The steps of fused operation ``name`` (record ``op``): values of the trace feeding nothing."""
+        tensors = [_numpy(t) for t in inputs]  # in their own precision: a float32 product as torch's
+        record = trace.records[op]
+        for step, value, of in fused.steps(name, tensors, args, kwargs):
+            index = trace.add(
+                f"{name}: {step}", value.astype(record.value.dtype), record.dtype, "?",
+                tuple(sources[i] for i in of), record.module, stack=record.stack,
+            )  # fmt: skip
+            trace.records[index].expands = op
 
     def enter(mod, _inputs):
         module_stack.append(module_names.get(id(mod), type(mod).__name__))
@@ -208,12 +232,15 @@ def capture_torch(
     try:
         with torch.set_grad_enabled(differentiate), Recorder():
             result = fn(*args, **kwargs)
-    except Exception as error:
+    except BaseException as error:  # an exit too: the port failed at its line
         raise Raised(error, trace) from error
     finally:
         for handle in handles:
             handle.remove()
     output, steps = split_result(result)
+    trace.returned = returned_framework(output)
+    if not isinstance(output, torch.Tensor):
+        output = torch.as_tensor(np.asarray(output))
     trace.output = index_of(output)
     if differentiate and output.requires_grad:
         cotangent = torch.from_numpy(cotangent_for(output, gradient_seed)).to(output.dtype)

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-__all__ = ["axis_names", "describe_scale", "read_causes"]
+__all__ = ["axis_names", "describe_scale", "mask_causes", "read_causes"]
 
 
 def axis_names(shape: tuple[int, ...], sizes: dict[str, int]) -> tuple[str, ...]:
@@ -109,6 +109,21 @@ def _off_by(offset: int) -> str:
     return f"causal mask off by {'one' if abs(offset) <= 1 else abs(offset)}: {where}"
 
 
+def mask_causes(expected: np.ndarray, actual: np.ndarray) -> list[str]:
+    """What two boolean masks that hide where True (the reference's, the candidate's) show."""
+    if np.array_equal(expected, ~actual):
+        return ["mask inverted: the positions hidden are those the reference keeps"]
+    if expected.shape[-1] == expected.shape[-2] and np.array_equal(np.swapaxes(expected, -1, -2), actual):
+        return [
+            "mask transposed: the keys hidden are those on the other side of the diagonal "
+            "(triu where tril is due, or query and key axes swapped)"
+        ]
+    offset = _one_diagonal(expected ^ actual)
+    if offset is None:
+        return []
+    return [f"{_off_by(offset)} {'is hidden too' if (actual & ~expected).any() else 'is not hidden'}"]
+
+
 def _dropped(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float) -> str | None:
     """What a dropout left on shows: ``actual`` is ``expected`` with some of its nonzero entries
     zeroed and the others scaled by one ``1/(1 - p)`` above 1; None when it is not."""
@@ -146,6 +161,7 @@ def read_causes(
     masks: bool = False,
     reference_scale: float | None = None,
     causal_fix: str = "pass is_causal=True or a mask",
+    hides: tuple[bool | None, bool | None] = (None, None),
 ) -> list[str]:
     """Causes that the numbers show: ``actual`` is ``expected`` with entries dropped, transposed,
     scaled, masked the other way, shifted by a bias, normalised over another axis, or the same
@@ -154,11 +170,16 @@ def read_causes(
     applied" is not said: its value is compared before its mask or after its exp);
     ``reference_scale``: the scale the reference applies after ``expected`` (see
     ``_describe_factor``); ``causal_fix``: how the missing causal mask is passed, in the words of the
-    port's framework."""
+    port's framework; ``hides``: for two boolean masks, whether True hides an entry in the
+    reference's and in the candidate's (as their uses show: ``masked_fill(mask, -inf)`` hides where
+    True, ``where(mask, scores, -inf)`` where False), None where unknown: then the masks are
+    compared in either sense."""
     causes = []
     if expected.dtype == bool or actual.dtype == bool or expected.shape != actual.shape:
         if expected.shape == actual.shape and expected.ndim >= 2:
             e, a = expected.astype(bool), actual.astype(bool)
+            if None not in hides:  # both masks as "True: hidden"
+                return mask_causes(e if hides[0] else ~e, a if hides[1] else ~a)
             diagonal = np.broadcast_to(np.eye(*e.shape[-2:], dtype=bool), e.shape)
             if np.array_equal(e, ~a):
                 causes.append("mask inverted: True here means the opposite of the reference's mask")

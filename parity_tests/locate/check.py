@@ -3,6 +3,7 @@ and report the first line where the candidate diverges."""
 
 from __future__ import annotations
 
+import linecache
 import os
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from parity_tests.locate.activation import activation_cause
 from parity_tests.locate.align import (
     Alignment,
     align,
@@ -19,10 +21,13 @@ from parity_tests.locate.align import (
     layout_classes,
     line_records,
     match_values,
+    once,
+    scale_left_out,
     take_part,
     tolerance_of,
 )
-from parity_tests.locate.causes import axis_names, describe_scale, read_causes
+from parity_tests.locate.causes import axis_names, describe_scale, mask_causes, read_causes
+from parity_tests.locate.expand import stopped_short
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture, framework_of, source_file
@@ -112,8 +117,11 @@ def sizes_of(reference: Trace, rules: dict[int, tuple[int, ...]]) -> dict[str, i
 
 
 def _label(trace: Trace, index: int) -> str:
+    """A reference value's name: its step, else its operation and the module computing it."""
     record = trace.records[index]
-    return record.step or record.op
+    if record.step:
+        return record.step
+    return f"{record.op} in {record.module}" if record.module else record.op
 
 
 def _one_op_span(alignment: Alignment) -> list[str]:
@@ -212,23 +220,35 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         counterpart = Record(
             counterpart.index, counterpart.op, value, counterpart.dtype, counterpart.location
         )
+    elif once(counterpart.value, blamed.shape) is not counterpart.value:  # one copy of a broadcast
+        value = once(counterpart.value, blamed.shape)
+        counterpart = Record(
+            counterpart.index, counterpart.op, value, counterpart.dtype, counterpart.location
+        )
     named = [r for r in expected.records[diverging.index :] if r.step] if expected.steps else []
     first = named[0].step if named else diverging.op
     rtol, atol = tolerance_of(blamed, counterpart)
     sizes = sizes_of(expected, alignment.rules)
+    location = blame_location(alignment)
     report = LocateReport(
         False,
         first,
-        blame_location(alignment),
+        location,
         diverging.location,
-        blamed.op,
+        blamed.op if location == blamed.location else _source_text(location, blamed.op),
         diverging.op,
         verified=verified,
         rtol=rtol,
         atol=atol,
         expected_dtype=counterpart.dtype,
         actual_dtype=blamed.dtype,
+        candidate_loops=", ".join(str(loop) for loop in actual.records[alignment.blamed].loops),
+        reference_module=diverging.module or None,
     )
+    if alignment.stopped is not None:
+        step = expected.records[alignment.steps[alignment.stopped][0]]
+        operation = expected.records[step.expands]
+        report.causes.append(stopped_short(operation.call, step.op.split(": ", 1)[-1], operation.location))
     span = _one_op_span(alignment)
     if len(span) > 1:
         report.causes.append(
@@ -238,10 +258,28 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     unmasked = alignment.unmasked_scores  # a fused call's scores, where the reference masks them
     laid_out = in_layout(blamed.value if unmasked is None else unmasked, counterpart.shape, alignment.rules)
     misrouted = [m for m in alignment.matches.get(blamed.index, []) if m.kind == "exact"]
+    activation = activation_cause(alignment)
+    if activation is not None:
+        report.causes.append(activation)
+    if alignment.taken is not None:
+        report.causes.append(_taken(expected, actual, alignment))
+    if alignment.weights is not None:
+        held, due = (expected.records[i] for i in alignment.weights)
+        report.causes.append(
+            f"another layer's weights: this takes the reference's {held.leaf} where it uses {due.leaf} "
+            f"({counterpart.location})"
+        )
+    if alignment.residual is not None:
+        report.causes.append(_residual_left_out(expected, alignment))
+        misrouted = []
+    elif alignment.swapped:
+        report.causes.append(_swapped(expected, actual, alignment))
+        misrouted = []
     if misrouted:
         other = expected.records[misrouted[0].reference]
         report.causes.append(
-            f"this value equals the reference's {_label(expected, other.index)} "
+            _mask_sense(expected, actual, other, report.candidate_location)
+            or f"this value equals the reference's {_label(expected, other.index)} "
             f"({other.location}): taken from the wrong variable or weights"
         )
     used = ancestors(actual, actual.output)
@@ -257,8 +295,9 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"computed but not used: {unused[0].location} ({unused[0].op}) equals the reference's "
             f"{_label(expected, counterpart.index)}, but the output is not computed from it"
         )
-    if alignment.rerouted_from is not None and blamed.index in alignment.parts:
-        r, axes, indices = alignment.parts[blamed.index][0]
+    again = alignment.repeated.get(blamed.index)
+    if again is not None or (alignment.rerouted_from is not None and blamed.index in alignment.parts):
+        r, axes, indices = again or alignment.parts[blamed.index][0]
         other = expected.records[r]
         names = axis_names(other.shape, sizes)
         slice_name = ", ".join(f"{names[a]} {i}" for a, i in zip(axes, indices, strict=True))
@@ -270,13 +309,18 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"({named.location}), as a value this line computed before does: the same slice taken "
             f"again where another {name}'s is due"
         )
-    unscaled = _scale_left_out(alignment)
+    unscaled = scale_left_out(alignment)
     if unscaled is not None and alignment.factors:
         report.causes.append(
             f"scale left out: this is computed from the reference's {_label(expected, unscaled)} as it "
             f"is, where the reference scales it by {describe_scale(alignment.factors[0], sizes)} first"
         )
-    if laid_out is not None and laid_out.dtype.kind in "fb" and counterpart.value.dtype.kind in "fb":
+    if (
+        laid_out is not None
+        and laid_out.dtype.kind in "fb"
+        and counterpart.value.dtype.kind in "fb"
+        and (laid_out.dtype == bool) == (counterpart.value.dtype == bool)  # not a mask for a float value
+    ):
         e, a = counterpart.value.astype(np.float64), laid_out.astype(np.float64)
         report.axes = axis_names(counterpart.shape, sizes)
         error = np.abs(np.nan_to_num(a - e, nan=np.inf, posinf=np.inf, neginf=np.inf))
@@ -288,11 +332,12 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         if alignment.unwritten is not None:
             buffer = actual.records[alignment.unwritten]
             report.causes.append(_never_written(a == buffer.value.flat[0], report.axes, buffer.location))
-        masks = _masks(actual)
+        masks = _masks(actual, {counterpart.shape[-2:], diverging.shape[-2:]})
         fix = "pass is_causal=True or a mask" if unmasked is None else "pass is_causal=True or attn_mask"
+        hides = (_hides(expected, counterpart.index), _hides(actual, blamed.index))
         report.causes += read_causes(
             counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks,
-            _scale_after(alignment, counterpart.index), fix,
+            _scale_after(alignment, counterpart.index), fix, hides,
         )  # fmt: skip
         skipped = _skipped_step(alignment)
         if skipped is not None:  # the line's value where the reference computes the diverging one
@@ -306,6 +351,53 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
                 found = read_causes(counterpart.value, joined, report.axes, sizes, rtol, atol, masks)
                 _add_new(report, found)
     return report
+
+
+def _taken(expected: Trace, actual: Trace, alignment: Alignment) -> str:
+    """The cause for a value computed from another variable than the one due (its numbers are
+    used right elsewhere)."""
+    held = [m.reference for m in alignment.matches.get(alignment.taken, [])]
+    held += [r for r, _, _ in alignment.parts.get(alignment.taken, [])]
+    target = expected.records[alignment.counterpart]
+    classes = layout_classes(expected, alignment.rules)
+    covered = set()
+    for source in actual.records[alignment.blamed].inputs:
+        covered |= {classes[m.reference] for m in alignment.matches.get(source, [])}
+        covered |= {classes[r] for r, _, _ in alignment.parts.get(source, [])}
+    due = [s for s in target.inputs if expected.records[s].leaf is None and classes[s] not in covered]
+    what = f" where its {_label(expected, due[0])} is due" if due else ""
+    other = f"the reference's {_label(expected, held[0])}" if held else "another value"
+    return (
+        f"another variable: this takes {other} ({actual.records[alignment.taken].location}){what}, "
+        "a value used right elsewhere"
+    )
+
+
+def _residual_left_out(expected: Trace, alignment: Alignment) -> str:
+    """The cause for a value the reference adds another to (a residual connection) used without it."""
+    total = expected.records[alignment.residual]
+    held = {m.reference for m in alignment.matches.get(alignment.blamed, [])}
+    held |= {r for r, _, _ in alignment.parts.get(alignment.blamed, [])}
+    classes = layout_classes(expected, alignment.rules)
+    mine = [s for s in total.inputs if any(classes[s] == classes[h] for h in held)]
+    other = [expected.records[s] for s in total.inputs if s not in mine]
+    added = f" {_label(expected, other[0].index)} ({other[0].location})" if other else " another value"
+    return (
+        f"a residual connection left out: this is a value the reference adds{added} to first "
+        f"({total.location}); yours goes on without the sum"
+    )
+
+
+def _swapped(expected: Trace, actual: Trace, alignment: Alignment) -> str:
+    """The cause for operands split from one value and bound the wrong way round."""
+    consumer = actual.records[alignment.rerouted_from]
+    target = expected.records[alignment.counterpart]
+    names = [_label(expected, s) for s in target.inputs]
+    return (
+        f"operands swapped where they are split from one value: {consumer.location} takes what this "
+        f"line splits off the other way round (the reference's {names[1]} where its {names[0]} is due, "
+        "and the other way round)"
+    )
 
 
 def _scale_after(alignment: Alignment, index: int) -> float | None:
@@ -354,13 +446,16 @@ def _never_written(unwritten: np.ndarray, axes: list[str], location: str) -> str
     )
 
 
-def _masks(trace: Trace) -> bool:
-    """Whether a value on the way to the trace's output hides entries (-inf, a fill at or below
-    -1e4), is a boolean mask, or is one of its inputs with some entries zeroed and the others
-    unchanged (weights times ``np.tril(np.ones(...))``; not ``x - x.max()``, zero at the maxima,
-    which changes the others)."""
+def _masks(trace: Trace, scores: set[tuple[int, ...]]) -> bool:
+    """Whether a value on the way to the trace's output, over the (query, key) axes of ``scores``
+    (the last two axes of the values compared), hides entries (-inf, a fill at or below -1e4), is a boolean
+    mask, or is one of its inputs with some entries zeroed and the others unchanged (weights times
+    ``np.tril(np.ones(...))``; not ``x - x.max()``, zero at the maxima, which changes the others).
+    Values over other axes (a gather's index check over the tokens) hide no scores."""
     for index in ancestors(trace, trace.output):
         value = trace.records[index].value
+        if value.ndim < 2 or value.shape[-2:] not in scores:
+            continue
         if value.dtype == bool or hides(value):
             return True
         if value.dtype.kind == "f" and any(
@@ -370,30 +465,75 @@ def _masks(trace: Trace) -> bool:
     return False
 
 
+def _source_text(location: str, default: str) -> str:
+    """The source text of ``path:line`` (the line blamed where the value shown was computed in a
+    helper it calls), else ``default``."""
+    path, _, line = location.rpartition(":")
+    linecache.checkcache(path)  # the file as it is now, not as an earlier run read it
+    text = linecache.getline(path, int(line)).strip() if line.isdigit() else ""
+    return text or default
+
+
+def _mask_sense(expected: Trace, actual: Trace, mask: Record, location: str) -> str | None:
+    """What a boolean mask of the candidate's blamed line shows against the reference's boolean
+    ``mask`` its line holds, each in the sense its use shows (``_hides``): a mask holding the
+    reference's numbers but used the other way is inverted; None where nothing shows."""
+    reference_hides = _hides(expected, mask.index)
+    if reference_hides is None:
+        return None
+    due = mask.value if reference_hides else ~mask.value
+    for record in actual.records:
+        if record.location != location or record.value.dtype != bool:
+            continue
+        hides = _hides(actual, record.index)
+        if hides is None:
+            continue
+        try:
+            ours, theirs = np.broadcast_arrays(record.value if hides else ~record.value, due)
+        except ValueError:
+            continue
+        if theirs.ndim >= 2 and (found := mask_causes(theirs, ours)):
+            return found[0]
+    return None
+
+
+def _hides(trace: Trace, index: int) -> bool | None:
+    """Whether boolean record ``index`` hides entries where True (``masked_fill(mask, -inf)``) or
+    where False (``where(mask, scores, -inf)``), as the first float value computed from it that is
+    -inf or very negative exactly where it (or its negation) says shows; through the boolean values
+    computed from it (``broadcast_in_dim``, ``~``); None where it is no boolean or its use does not show."""
+    if trace.records[index].value.dtype != bool:
+        return None
+    sense = {index: True}  # boolean records -> equal to the mask (True) or to its negation (False)
+    for record in trace.records[index + 1 :]:
+        sources = [s for s in record.inputs if s in sense]
+        if not sources or record.leaf is not None:
+            continue
+        value, mask = record.value, trace.records[sources[0]].value
+        try:
+            mask = np.broadcast_to(mask, value.shape)
+        except ValueError:
+            continue
+        if value.dtype == bool:
+            if np.array_equal(value, mask) or np.array_equal(value, ~mask):
+                sense[record.index] = sense[sources[0]] == np.array_equal(value, mask)
+            continue
+        if value.dtype.kind != "f" or mask.all() or not mask.any():
+            continue
+        hidden = ~np.isfinite(value) | (value <= _VERY_NEGATIVE_FILL)
+        if np.array_equal(hidden, mask):
+            return sense[sources[0]]
+        if np.array_equal(hidden, ~mask):
+            return not sense[sources[0]]
+    return None
+
+
+_VERY_NEGATIVE_FILL = -1e4
+
+
 def _zeroes_entries(value: np.ndarray, source: np.ndarray) -> bool:
     """Whether ``value`` is ``source`` with some of its nonzero entries set to 0, the rest as they were."""
     if source.shape != value.shape:
         return False
     kept = value != 0
     return bool((~kept & (source != 0)).any()) and np.array_equal(value[kept], source[kept])
-
-
-def _scale_left_out(alignment: Alignment) -> int | None:
-    """The reference value the blamed value is computed from unscaled, where the value it should
-    have equalled is the reference's scaling of that one (the reference's scale never applied)."""
-    reference, candidate = alignment.reference, alignment.candidate
-    target = reference.records[alignment.counterpart]
-    if target.index not in alignment.scaled or any(s in alignment.scaled for s in target.inputs):
-        return None
-    used = {
-        m.reference for s in candidate.records[alignment.blamed].inputs for m in alignment.matches.get(s, [])
-    }
-    classes = layout_classes(reference, alignment.rules)
-    return next(
-        (
-            s
-            for s in target.inputs
-            if reference.records[s].leaf is None and any(classes[s] == classes[u] for u in used)
-        ),
-        None,
-    )

@@ -28,7 +28,11 @@ class LocateReport:
     what the numbers show. ``expected_value``/``actual_value`` hold the two diverging tensors (in
     the reference's layout when the candidate's can be laid out so) for ``write_heatmap``.
     ``raised`` (``type: message``): the candidate raised, at ``candidate_location`` (whose source
-    text is ``candidate_op``); then there is no reference location, worst entry nor heatmap."""
+    text is ``candidate_op``); then there is no reference location, worst entry nor heatmap.
+    ``candidate_loops``: the loop iterations the candidate's line ran in when it went wrong, part of
+    its location (``h = 1 (line 12)``: the head; ``ids #1 (line 30)``: the second sequence of a
+    comprehension; ``scan #2 (line 40)``: a ``jax.lax.scan``'s third step), empty outside loops;
+    ``reference_module``: the torch module computing the reference value, where known."""
 
     ok: bool
     first_divergence: str | None = None
@@ -49,6 +53,8 @@ class LocateReport:
     expected_value: Any = None
     actual_value: Any = None
     raised: str | None = None
+    candidate_loops: str = ""
+    reference_module: str | None = None
 
     def __str__(self) -> str:
         lines = [f"verified equal: {len(self.verified)} lines"]
@@ -57,8 +63,11 @@ class LocateReport:
             return "\n".join([*lines, "ok: the outputs match"])
         lines.append(f"first divergence: {self.first_divergence}")
         lines.append(f"  candidate: {self.candidate_location}  ({self.candidate_op})")
+        if self.candidate_loops:
+            lines.append(f"    in loop: {self.candidate_loops}")
         if self.raised is None:
-            lines.append(f"  reference: {self.reference_location}  ({self.reference_op})")
+            module = f" in {self.reference_module}" if self.reference_module else ""
+            lines.append(f"  reference: {self.reference_location}  ({self.reference_op}{module})")
         if self.worst_index is not None:
             where = ", ".join(f"{a}={i}" for a, i in zip(self.axes, self.worst_index, strict=False))
             lines.append(
@@ -90,11 +99,12 @@ class LocateReport:
             "candidate",
             f"{escape(str(self.candidate_location))}  [dim]{escape(str(self.candidate_op))}[/dim]",
         )
+        if self.candidate_loops:
+            table.add_row("in loop", escape(self.candidate_loops))
         if self.raised is None:
-            table.add_row(
-                "reference",
-                f"{escape(str(self.reference_location))}  [dim]{escape(str(self.reference_op))}[/dim]",
-            )
+            module = f" in {self.reference_module}" if self.reference_module else ""
+            op = escape(f"{self.reference_op}{module}")
+            table.add_row("reference", f"{escape(str(self.reference_location))}  [dim]{op}[/dim]")
         if self.worst_index is not None:
             where = ", ".join(f"{a}={i}" for a, i in zip(self.axes, self.worst_index, strict=False))
             table.add_row(

@@ -5,14 +5,14 @@ from __future__ import annotations
 import inspect
 import sys
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.trace import Trace
+from parity_tests.locate.trace import Raised, Trace, exits_raise
 
-__all__ = ["capture", "framework_of", "source_file", "to_numpy"]
+__all__ = ["capture", "framework_of", "returned_framework", "source_file", "to_numpy"]
 
 
 def _unwrap_chain(fn: Any) -> list[Any]:
@@ -38,18 +38,27 @@ def _global_names(code: Any) -> set[str]:
 
 
 def framework_of(fn: Any) -> str:
-    """``"torch"``, ``"jax"`` or ``"numpy"``: what ``fn`` computes with (torch modules, jitted
-    callables and NNX modules by type; plain functions by the modules their code reads)."""
+    """``"torch"``, ``"jax"`` or ``"numpy"``: what ``fn`` computes with, as far as can be told
+    without running it (torch modules, jitted callables, NNX and linen modules by type; plain
+    functions by the modules their code reads; ``"numpy"`` when none). ``capture`` then checks
+    the guess against the values ``fn`` returns."""
+    return _guess(fn)[0]
+
+
+def _guess(fn: Any) -> tuple[str, bool]:
+    """``(framework, certain)``: certain for modules and jitted callables by type and for code
+    reading torch or JAX names; a guess (NumPy) otherwise, a wrapper calling code elsewhere
+    included."""
     from parity_tests.locate.capture_torch import torch_module_of
 
     if torch_module_of(fn) is not None:
-        return "torch"
+        return "torch", True
     nnx = sys.modules.get("flax.nnx")
     for layer in _unwrap_chain(fn):
         if hasattr(layer, "lower") or type(layer).__module__.split(".")[0] in ("flax", "jax"):
-            return "jax"
-        if nnx is not None and isinstance(layer, nnx.Module):
-            return "jax"
+            return "jax", True
+        if (nnx is not None and isinstance(layer, nnx.Module)) or _linen_module(layer) is not None:
+            return "jax", True
     target = _unwrap_chain(fn)[-1]
     function = target if inspect.isfunction(target) else getattr(type(target).__call__, "__func__", None)
     function = function or type(target).__call__
@@ -62,10 +71,28 @@ def framework_of(fn: Any) -> str:
         )
     roots = {name.split(".")[0] for name in used}
     if "torch" in roots:
-        return "torch"
+        return "torch", True
     if roots & {"jax", "flax", "jaxlib", "jax_attn"}:
+        return "jax", True
+    return "numpy", False
+
+
+def _linen_module(value: Any) -> Any:
+    """The Flax linen module ``value`` is (outside ``apply``), or None."""
+    linen = sys.modules.get("flax.linen")
+    if linen is None or not isinstance(value, linen.Module) or value.scope is not None:
+        return None
+    return value
+
+
+def returned_framework(value: Any) -> str | None:
+    """The framework of an array a callable returned: ``"torch"``, ``"jax"``, ``"numpy"``, or None."""
+    module = type(value).__module__.split(".")[0]
+    if module == "torch":
+        return "torch"
+    if module in ("jax", "jaxlib"):
         return "jax"
-    return "numpy"
+    return "numpy" if isinstance(value, np.ndarray) else None
 
 
 def source_file(fn: Any) -> str | None:
@@ -96,10 +123,18 @@ def _holds_weights(fn: Any) -> bool:
     ``functools.partial``. A function (plain, jitted or decorated, a method) takes the weights first."""
     from parity_tests.locate.capture_torch import torch_module_of
 
-    return torch_module_of(fn) is not None or not inspect.isroutine(_unwrap_chain(fn)[-1])
+    target = _unwrap_chain(fn)[-1]
+    if _linen_module(target) is not None:  # called through ``apply``, its variables first
+        return False
+    return torch_module_of(fn) is not None or not inspect.isroutine(target)
 
 
 def _convert(value: Any, framework: str, dtype: Any) -> Any:
+    """An array (or a pytree of them: the weights) in ``framework``, floating ones in ``dtype``."""
+    if isinstance(value, dict):
+        return {k: _convert(v, framework, dtype) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_convert(v, framework, dtype) for v in value)
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):
         return value
     array = to_numpy(value)
@@ -154,7 +189,7 @@ def _takes_return_steps(fn: Any) -> bool:
 def capture(
     fn: Callable[..., Any],
     inputs: Sequence[Any],
-    params: Mapping[str, Any] | None = None,
+    params: Any = None,
     framework: str | None = None,
     train: bool = False,
     gradient_seed: int | None = None,
@@ -168,12 +203,48 @@ def capture(
     keep-masks, ``Trace.keep_masks``) replace a JAX callable's random keep-masks, or are drawn by the
     NumPy ``Generator`` passed to a NumPy callable (``kept_high``: which draws keep, see
     ``capture_numpy``). An exception ``fn`` raises comes as ``Raised`` (the exception, and the values
-    ``fn`` computed before it)."""
+    ``fn`` computed before it), an exit too (``sys.exit``, ``os._exit``, a ``KeyboardInterrupt``).
+
+    ``framework`` (``"numpy"``, ``"jax"``, ``"torch"``) overrides the detection: without it, a callable
+    that is not a module or jitted and reads no torch or JAX name is run as NumPy first, then again in
+    the framework of the value it returns, or in JAX or torch when NumPy's arrays make it raise.
+    ``params`` may be a pytree (nested dicts and lists of arrays, a linen module's variables): it goes
+    first to a function, and a linen module is called as ``module.apply(params, *inputs)``."""
+    certain = framework is not None
+    if framework is None:
+        framework, certain = _guess(fn)
+    run = (inputs, params, train, gradient_seed, keep_masks, kept_high)
+    try:
+        trace = _capture(fn, framework, *run)
+    except Raised as raised:
+        if certain or not isinstance(raised.error, Exception):
+            raise
+        for other in ("jax", "torch"):  # a wrapper of code elsewhere, refusing NumPy's arrays
+            if other in sys.modules:
+                try:
+                    return _capture(fn, other, *run)
+                except Raised:
+                    continue
+        raise
+    if not certain and trace.returned not in (None, framework):  # it computes with what it returns
+        return _capture(fn, trace.returned, *run)
+    return trace
+
+
+def _capture(
+    fn: Callable[..., Any],
+    framework: str,
+    inputs: Sequence[Any],
+    params: Any,
+    train: bool,
+    gradient_seed: int | None,
+    keep_masks: Sequence[Any] | None,
+    kept_high: bool,
+) -> Trace:
     from parity_tests.locate.capture_jax import capture_jax
     from parity_tests.locate.capture_numpy import capture_numpy
     from parity_tests.locate.capture_torch import capture_torch, torch_module_of
 
-    framework = framework or framework_of(fn)
     if gradient_seed is not None and framework == "numpy":
         raise TypeError(
             f"capture: {getattr(fn, '__name__', type(fn).__name__)} computes with NumPy, which has no "
@@ -182,7 +253,10 @@ def capture(
     dtype = _dtype_of(fn, framework, inputs)
     args = [_convert(v, framework, dtype) for v in inputs]
     if params is not None and not _holds_weights(fn):
-        args.insert(0, {k: _convert(v, framework, dtype) for k, v in params.items()})
+        args.insert(0, _convert(params, framework, dtype))
+    linen = _linen_module(_unwrap_chain(fn)[-1])
+    if linen is not None:
+        fn = _applied(fn, linen)
     kwargs = {"return_steps": True} if _takes_return_steps(fn) else {}
     capture_fn = {"torch": capture_torch, "jax": capture_jax, "numpy": capture_numpy}[framework]
     module = torch_module_of(fn)
@@ -190,7 +264,7 @@ def capture(
     if module is not None and not train:
         module.eval()
     try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):  # a buggy port may well make NaN
+        with warnings.catch_warnings(), np.errstate(all="ignore"), exits_raise():
             warnings.simplefilter("ignore")
             if framework == "jax" and keep_masks:
                 return capture_jax(fn, args, kwargs, gradient_seed, keep_masks)
@@ -202,3 +276,13 @@ def capture(
     finally:
         if module is not None:
             module.train(was_training)
+
+
+def _applied(fn: Any, module: Any) -> Any:
+    """A linen module (maybe inside a ``functools.partial``) as the function ``module.apply``:
+    its variables (the weights) come first."""
+    import functools
+
+    if isinstance(fn, functools.partial):
+        return functools.partial(module.apply, *fn.args, **fn.keywords)
+    return module.apply

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,12 +14,16 @@ import numpy as np
 
 __all__ = [
     "CustomRule",
+    "Exited",
     "Raised",
     "Record",
     "Trace",
     "cotangent_for",
+    "exits_raise",
     "is_user_file",
+    "model_stack",
     "split_result",
+    "user_frames",
     "user_stack",
 ]
 
@@ -29,6 +36,25 @@ _LIBRARY_DIRS = tuple(
     }
 )
 _PARITY_TESTS = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+# the frameworks' own packages: code in other installed packages (transformers' models) is model code
+_FRAMEWORKS = (
+    "torch",
+    "torchgen",
+    "functorch",
+    "numpy",
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "scipy",
+    "ml_dtypes",
+)
+_FRAMEWORK_DIRS = tuple(
+    os.path.join(os.path.realpath(site), name) + os.sep
+    for site in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    for name in _FRAMEWORKS
+)
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 
 
 def user_stack(frames: Any) -> tuple[tuple[str, str], ...]:
@@ -37,13 +63,59 @@ def user_stack(frames: Any) -> tuple[tuple[str, str], ...]:
     port's."""
     stack = []
     for path, line, function in frames:
-        if os.path.realpath(path).startswith(_PARITY_TESTS):
+        if _is_checker(path):
             break
         if is_user_file(path):
             stack.append((f"{path}:{line}", function))
     return tuple(stack)
 
 
+def model_stack(frames: Any) -> tuple[tuple[str, str], ...]:
+    """``user_stack``, or where the user wrote none of the frames (a reference from an installed
+    package, such as transformers' GPT-2), the frames of model code: any but the standard
+    library's, the frameworks' own (torch, JAX, Flax, NumPy) and ``parity_tests``'."""
+    frames = list(frames)
+    stack = user_stack(frames)
+    if stack:
+        return stack
+    found = []
+    for path, line, function in frames:
+        if _is_checker(path):
+            break
+        if _is_model_file(path):
+            found.append((f"{path}:{line}", function))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_model_file(path: str) -> bool:
+    if path.startswith("<"):
+        return False
+    real = os.path.realpath(path)
+    return not real.startswith(_FRAMEWORK_DIRS) and not real.startswith(_STDLIB) and not _is_checker(path)
+
+
+def user_frames(frames: list[Any]) -> list[Any]:
+    """The user's frames among ``frames`` (frame objects, innermost first): from the first one in
+    the user's code (past the capture's own frames and the libraries' it was called from) up to the
+    capture's own call, library frames left out."""
+    start = next((i for i, f in enumerate(frames) if is_user_file(f.f_code.co_filename)), len(frames))
+    found = []
+    for frame in frames[start:]:
+        path = frame.f_code.co_filename
+        if _is_checker(path):
+            break
+        if is_user_file(path):
+            found.append(frame)
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_checker(path: str) -> bool:
+    return os.path.realpath(path).startswith(_PARITY_TESTS)
+
+
+@functools.lru_cache(maxsize=4096)
 def is_user_file(path: str) -> bool:
     """True for code a user wrote (their port, the project's own packages); False for the standard
     library, installed packages (torch, jax, flax, numpy) and ``parity_tests`` itself."""
@@ -51,6 +123,30 @@ def is_user_file(path: str) -> bool:
         return False
     real = os.path.realpath(path)
     return not real.startswith(_LIBRARY_DIRS) and not real.startswith(_PARITY_TESTS)
+
+
+class Exited(BaseException):
+    """``os._exit(code)`` called while a capture ran (``exits_raise``): the process goes on."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"os._exit({code})")
+        self.code = code
+
+
+@contextlib.contextmanager
+def exits_raise() -> Iterator[None]:
+    """While it runs, ``os._exit`` raises ``Exited`` instead of ending the process: a port calling
+    it is a port that failed, at its line (``sys.exit`` raises ``SystemExit`` already)."""
+    original = os._exit
+
+    def exit_(code: int) -> None:
+        raise Exited(code)
+
+    os._exit = exit_
+    try:
+        yield
+    finally:
+        os._exit = original
 
 
 class Raised(Exception):
@@ -76,7 +172,12 @@ class Record:
     the record of the part written into the array, for a value a write into part of an array made
     (``ctx[:, :, h * hd:(h + 1) * hd] = ...``); ``keywords`` the call's keyword arguments that are
     numbers or booleans (torch: ``scale=`` of ``F.scaled_dot_product_attention``, ``dim=``), empty
-    where the capture records none.
+    where the capture records none; ``call`` the operation's name in its framework (``op`` is the
+    line's source text for NumPy); ``loops`` the loops the user's line ran in (``lines.Loop``:
+    which head, which sequence of the batch); ``calls`` an id of each call of ``stack``'s frames
+    (two calls of a helper from one line in a loop are two calls), empty where the capture has none;
+    ``expands`` the record of the fused operation (``F.layer_norm``) this value is a step of
+    (``expand.steps``): such a value feeds nothing.
     """
 
     index: int
@@ -91,6 +192,10 @@ class Record:
     stack: tuple[tuple[str, str], ...] = ()
     written: int | None = None
     keywords: dict[str, bool | int | float] = field(default_factory=dict)
+    call: str = ""
+    loops: tuple[Any, ...] = ()
+    calls: tuple[int, ...] = ()
+    expands: int | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -114,7 +219,8 @@ class Trace:
     A capture with a gradient seed also holds ``cotangents`` (record index -> the gradient of
     ``sum(output * cotangent_for(output, seed))`` with respect to that value, for the floating
     values the output depends on differentiably) and, in JAX, ``custom_rules`` (the index of each
-    record computed inside a custom rule's call -> that call: its values have no cotangent)."""
+    record computed inside a custom rule's call -> that call: its values have no cotangent).
+    ``returned`` is the framework of the value the callable returned (``run.returned_framework``)."""
 
     framework: str
     records: list[Record] = field(default_factory=list)
@@ -123,6 +229,7 @@ class Trace:
     cotangents: dict[int, np.ndarray] = field(default_factory=dict)
     custom_rules: dict[int, CustomRule] = field(default_factory=dict)
     keep_masks: list[np.ndarray] = field(default_factory=list)
+    returned: str | None = None
 
     def add(
         self,
@@ -135,14 +242,17 @@ class Trace:
         leaf: str | None = None,
         stack: tuple[tuple[str, str], ...] = (),
         keywords: dict[str, bool | int | float] | None = None,
+        copy: bool = True,
     ) -> int:
-        array = np.array(value)  # a copy: later in-place updates must not change it
+        """Record ``value`` (a copy: later in-place updates must not change it; without ``copy``, a
+        value nothing updates, such as a JAX array or a weight, as it is) and return its index."""
+        array = np.array(value) if copy else np.asarray(value)
         if array.dtype.name in ("bfloat16", "float16"):  # compared in float64; stored as float32
             array = array.astype(np.float32)
         index = len(self.records)
         location = stack[0][0] if stack else location
         record = Record(
-            index, op, array, dtype, location, inputs, module, leaf, None, stack, None, keywords or {}
+            index, op, array, dtype, location, inputs, module, leaf, None, stack, None, keywords or {}, op
         )
         self.records.append(record)
         return index
@@ -170,11 +280,17 @@ def cotangent_for(output: Any, seed: int) -> np.ndarray:
 def split_result(result: Any) -> tuple[Any, dict[str, Any]]:
     """``(output, steps)`` from what a callable returned: ``(output, steps)`` from the project's
     ``return_steps=True``, a tuple's first element (``nn.MultiheadAttention``'s
-    ``(output, weights)``), or the value itself."""
+    ``(output, weights)``), a model output's ``logits`` (Hugging Face's ``ModelOutput``, a mapping)
+    or its first array, or the value itself."""
     from collections.abc import Mapping
 
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping):
         return result[0], dict(result[1])
     if isinstance(result, (tuple, list)):
         return result[0], {}
+    if isinstance(result, Mapping) and not hasattr(result, "shape"):
+        if "logits" in result:
+            return result["logits"], {}
+        arrays = [v for v in result.values() if hasattr(v, "shape") and hasattr(v, "dtype")]
+        return (arrays[0] if arrays else result), {}
     return result, {}
