@@ -1,10 +1,16 @@
-"""The README's and the guides' examples run as written (the documentation must always be true).
+"""The README's and the guides' examples run as written: the documentation must always be true.
 
-A README section's blocks run in order in one namespace (a section's examples build on each
-other), as do a guide's."""
+Every ```python block runs on its own, in a fresh process started in an empty folder, as a reader
+would paste it; a block whose first line is ``# continues the block above`` runs after the blocks
+before it in its file (the same process). A ```text block right after a block is what that block
+prints: the test compares it line by line (trailing spaces ignored; the folder it ran in shown as
+``...``)."""
 
 import pathlib
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -13,49 +19,59 @@ from numpy_attn.spec import SPECS
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 GUIDES = sorted((ROOT / "docs").glob("*.md"))
+CONTINUES = "# continues the block above"
+SEPARATOR = "--- the block above ends here ---"  # printed between chained blocks: each shows its own output
+BLOCK = re.compile(r"```python\n(.*?)```(?:\n+```text\n(.*?)```)?", flags=re.S)
 
 
-def python_blocks(text: str) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+def examples(path: pathlib.Path) -> list[tuple[str, str, str | None]]:
+    """``(id, code, shown output)`` of each runnable example of ``path``: a block with the blocks it
+    continues before it."""
+    found, chain = [], []
+    for number, match in enumerate(BLOCK.finditer(path.read_text()), start=1):
+        code, shown = match.group(1), match.group(2)
+        chain = [*chain, code] if code.startswith(CONTINUES) else [code]
+        found.append((f"{path.name}#{number}", f"\nprint({SEPARATOR!r})\n".join(chain), shown))
+    return found
 
 
-def readme_sections() -> dict[str, str]:
-    """``## `` heading -> that section's text, for the sections that hold Python examples."""
-    parts = re.split(r"^## ", README.read_text(), flags=re.M)[1:]
-    return {part.splitlines()[0]: part for part in parts if python_blocks(part)}
+EXAMPLES = [example for path in (README, *GUIDES) for example in examples(path)]
 
 
-def run_in_order(blocks: list[str], filename: str) -> None:
-    namespace: dict = {}
-    for block in blocks:
-        exec(compile(block, filename, "exec"), namespace)
+@pytest.mark.parametrize("code, shown", [e[1:] for e in EXAMPLES], ids=[e[0] for e in EXAMPLES])
+def test_every_example_runs_alone_and_prints_what_is_shown(code, shown, tmp_path):
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")  # what a clone's folder holds
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={"PYTHONPATH": str(ROOT), **_environment()},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    if shown is not None:
+        printed = result.stdout.split(f"{SEPARATOR}\n")[-1].replace(str(tmp_path), "...").splitlines()
+        expected = shown.splitlines()
+        assert [line.rstrip() for line in printed] == [line.rstrip() for line in expected]
 
 
-@pytest.mark.parametrize("section", list(readme_sections()))
-def test_readme_section_examples_run(section):
-    run_in_order(python_blocks(readme_sections()[section]), str(README))
+def _environment() -> dict[str, str]:
+    import os
+
+    return {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
 
 
-@pytest.mark.parametrize("guide", GUIDES, ids=[guide.name for guide in GUIDES])
-def test_guide_examples_run(guide):
-    blocks = python_blocks(guide.read_text())
-    assert blocks, f"{guide.name} has no example"
-    run_in_order(blocks, str(guide))
-
-
-def test_readme_links_every_guide():
+def test_every_guide_has_an_example_and_the_readme_links_it():
     text = README.read_text()
     for guide in GUIDES:
+        assert examples(guide), f"{guide.name} has no example"
         assert f"(docs/{guide.name})" in text
 
 
-def test_readme_shows_install_and_the_two_commands_before_the_tour():
+def test_the_readme_opens_with_install_and_the_two_commands_before_the_quickstart():
     text = README.read_text()
-    assert text.index('pip install "attn-parity[all]"') < text.index("make report") < text.index("make test")
-    assert text.index("make test") < text.index("## Five-minute tour") < text.index("## Architecture")
+    assert text.index('pip install ".[all]"') < text.index("make report") < text.index("make test")
+    assert text.index("make test") < text.index("## Quickstart") < text.index("## Architecture")
 
 
-def test_readme_names_every_layer():
+def test_the_readme_names_every_layer():
     text = README.read_text()
     for spec in SPECS.values():
         assert f"`{spec.name}(" in text and f"`{spec.function}`" in text

@@ -1,0 +1,15 @@
+"""A NumPy port of the book's MultiHeadAttention, as someone might write it, with a bug on line 14:
+the heads are merged back without moving the head axis first (README's quickstart)."""
+
+import numpy as np
+
+
+def mha(params, x, num_heads=2):
+    b, t, d = x.shape
+    q, k, v = (x @ params[f"W_{name}.weight"].T for name in ("query", "key", "value"))
+    q, k, v = (m.reshape(b, t, num_heads, -1).transpose(0, 2, 1, 3) for m in (q, k, v))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    scores = np.where(np.triu(np.ones((t, t), dtype=bool), k=1), -np.inf, scores)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    context = (weights / weights.sum(-1, keepdims=True) @ v).reshape(b, t, d)
+    return context @ params["out_proj.weight"].T + params["out_proj.bias"]
