@@ -335,19 +335,19 @@ def models(results: Results) -> None:
         results.measures[f"gpt_memory/{size}"] = compiled.compile().memory_analysis().temp_size_in_bytes
 
 
-def load(folder: pathlib.Path) -> tuple[object, dict]:
+def load(folder: pathlib.Path, checks: str = "parallel_checks") -> tuple[object, dict]:
     """The results, computed once a run: the test modules and xdist workers of a run pass the run's
-    folder; the first to take the lock runs the subprocess, the others wait for it and read its
-    files. Returns ``(arrays, measures)`` (an ``NpzFile`` and a dict)."""
+    folder; the first to take the lock runs the subprocess (``python -m tests.<checks> OUT``), the
+    others wait for it and read its files. Returns ``(arrays, measures)`` (an ``NpzFile`` and a dict)."""
 
-    out = folder / "parallel_checks"
-    with open(folder / "parallel_checks.lock", "w") as lock:
+    out = folder / checks
+    with open(folder / f"{checks}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "measures.json").exists():  # written last
             out.mkdir(exist_ok=True)
             env = {**os.environ, "PYTHONPATH": str(ROOT)}
             subprocess.run(
-                [sys.executable, "-m", "tests.parallel_checks", str(out)],
+                [sys.executable, "-m", f"tests.{checks}", str(out)],
                 cwd=ROOT,
                 env=env,
                 check=True,

@@ -3,8 +3,9 @@ checks. Tensor parallelism as in Megatron-LM: the layers that open a block are s
 units over "model" (column parallel: each device computes its own heads or MLP hidden units), those
 that close it by their input units (row parallel: an all-reduce sums the partial products); the rules
 go by parameter path (the torch attributes' names), the rest is replicated, and the batch is split
-over "data". ``jax.jit`` inserts the collectives: results equal the single-device ones up to float
-summation order."""
+over "data". Grouped-query attention (``Llama3Model``, ``Qwen3Model``) keeps whole key/value heads on
+each device, and with them the query heads that share them. ``jax.jit`` inserts the collectives:
+results equal the single-device ones up to float summation order."""
 
 from __future__ import annotations
 
@@ -20,23 +21,40 @@ from numpy_attn.checks import check_array, check_numpy_dtype
 
 __all__ = ["COLUMN_PARALLEL", "ROW_PARALLEL", "param_spec", "shard_batch", "shard_model"]
 
-# parameter paths ("trf_blocks.0.att.W_query.kernel", ...) of the layers split over "model"
-COLUMN_PARALLEL = re.compile(r"(^|\.)(W_query|W_key|W_value|Wqkv|ff\.layers\.0)(\.kernel|\.bias)?$")
-ROW_PARALLEL = re.compile(r"(^|\.)(out_proj|Wo|ff\.layers\.2)\.kernel$")
+# parameter paths ("trf_blocks.0.att.W_query.kernel", ...) of the layers split over "model": the GPT's
+# and the attention modules' (ff.layers.0 and 2: the GPT's MLP), and the Llama 3 and Qwen3 decoders'
+# (ff.fc1 and fc2: SwiGLU's gate and up, ff.fc3: its down)
+COLUMN_PARALLEL = re.compile(
+    r"(^|\.)(W_query|W_key|W_value|Wqkv|ff\.layers\.0|ff\.fc1|ff\.fc2)(\.kernel|\.bias)?$"
+)
+ROW_PARALLEL = re.compile(r"(^|\.)(out_proj|Wo|ff\.layers\.2|ff\.fc3)\.kernel$")
 
 
-def param_spec(path: str, shape: tuple[int, ...], mesh: Mesh, model_axis: str | None = "model") -> P:
-    """Where the parameter at ``path`` lives on ``mesh``: column parallel layers (``COLUMN_PARALLEL``)
-    split their kernel's out axis and their bias over ``model_axis``, row parallel layers
-    (``ROW_PARALLEL``) their kernel's in axis; anything else is replicated.
+def param_spec(
+    path: str,
+    shape: tuple[int, ...],
+    mesh: Mesh,
+    model_axis: str | None = "model",
+    *,
+    kv_heads: int | None = None,
+) -> P:
+    """Where the parameter at ``path`` lives on ``mesh``: column parallel layers (``COLUMN_PARALLEL``:
+    ``W_query``, ``W_key``, ``W_value``, ``Wqkv``, the GPT's ``ff.layers.0``, the decoders' ``ff.fc1``
+    and ``ff.fc2``) split their kernel's out axis and their bias over ``model_axis``, row parallel
+    layers (``ROW_PARALLEL``: ``out_proj``, ``Wo``, ``ff.layers.2``, ``ff.fc3``) their kernel's in
+    axis; anything else (embeddings, norms with the decoders' ``q_norm`` and ``k_norm``,
+    ``out_head``, the row parallel layers' biases) is replicated.
 
     Args: path, the parameter's dotted path (``"trf_blocks.0.att.W_key.kernel"``), Flax's layout
         (kernels ``(in, out)``); shape, its shape; mesh, a ``Mesh`` or ``AbstractMesh``;
-        model_axis, the mesh axis of tensor parallelism, or None (everything replicated).
+        model_axis, the mesh axis of tensor parallelism, or None (everything replicated); kv_heads,
+        for a grouped-query attention's ``W_key`` and ``W_value`` its key/value heads
+        (``n_kv_groups``, which ``shard_model`` reads off the module): split whole, so the size of
+        ``model_axis`` must divide them.
     Returns: ``P(None, model_axis)``, ``P(model_axis)``, ``P(model_axis, None)`` or ``P()``.
 
-    TypeError or ValueError for a mesh that is none, an axis not in it, or a split dimension that
-    does not divide by the axis size (naming the path and shape).
+    TypeError or ValueError for a mesh that is none, an axis not in it, key/value heads or a split
+    dimension that do not divide by the axis size (naming the path and shape).
     """
     check_mesh(mesh)
     check_axis(mesh, "model_axis", model_axis)
@@ -48,6 +66,9 @@ def param_spec(path: str, shape: tuple[int, ...], mesh: Mesh, model_axis: str | 
         split = 0  # kernel (in, out): in
     else:
         return P()
+    if kv_heads is not None:
+        what = f"{path} of shape {shape}: n_kv_groups = {kv_heads} (its key/value heads)"
+        check_divisible_by_axis(what, kv_heads, mesh, model_axis)
     what = f"{path} of shape {shape}: dimension {split} ({shape[split]})"
     check_divisible_by_axis(what, shape[split], mesh, model_axis)
     return P(*(model_axis if axis == split else None for axis in range(len(shape))))
@@ -61,12 +82,15 @@ def shard_model(
     ``jax.jit`` of ``nnx.split``/``nnx.merge``) on a batch placed by ``shard_batch``.
 
     Args: model, an ``nnx.Module`` whose submodules carry the torch attributes' names (the
-        attention modules, ``GPTModel``); mesh, a ``Mesh`` of devices; data_axis (only checked
-        here) and model_axis, the batch's and tensor parallelism's mesh axes, or None (not used).
+        attention modules, ``GPTModel``, ``Llama3Model``, ``Qwen3Model``); mesh, a ``Mesh`` of
+        devices; data_axis (only checked here) and model_axis, the batch's and tensor parallelism's
+        mesh axes, or None (not used).
     Returns: ``model`` itself.
 
     TypeError or ValueError naming the argument for a model or mesh of another kind, or an axis
-    not in the mesh.
+    not in the mesh; ValueError naming the parameter for a split that ``param_spec`` refuses (a
+    grouped-query attention whose ``n_kv_groups`` the model axis does not divide), before
+    anything is placed.
     """
     if not isinstance(model, nnx.Module):
         raise TypeError(f"model must be an nnx.Module, got {type(model).__name__}")
@@ -74,13 +98,25 @@ def shard_model(
     check_axis(mesh, "data_axis", data_axis)
     check_axis(mesh, "model_axis", model_axis)
     check_devices("shard_model", mesh)
-    for path, node in nnx.iter_graph(model):
+    nodes = dict(nnx.iter_graph(model))
+    specs = {}  # every split checked before any variable is placed
+    for path, node in nodes.items():
+        if isinstance(node, nnx.Param):
+            kv_heads = _kv_heads(path, nodes)
+            shape = node.get_value().shape
+            specs[path] = param_spec(".".join(map(str, path)), shape, mesh, model_axis, kv_heads=kv_heads)
+    for path, node in nodes.items():
         if isinstance(node, nnx.Variable):
-            value = node.get_value()
-            is_param = isinstance(node, nnx.Param)
-            spec = param_spec(".".join(map(str, path)), value.shape, mesh, model_axis) if is_param else P()
-            node.set_value(_place(value, NamedSharding(mesh, spec)))
+            node.set_value(_place(node.get_value(), NamedSharding(mesh, specs.get(path, P()))))
     return model
+
+
+def _kv_heads(path: tuple, nodes: dict[tuple, Any]) -> int | None:
+    """The key/value heads (``num_kv_groups``) of the grouped-query attention whose ``W_key`` or
+    ``W_value`` holds the parameter at ``path``; None for any other parameter."""
+    if len(path) < 2 or path[-2] not in ("W_key", "W_value"):
+        return None
+    return getattr(nodes.get(path[:-2]), "num_kv_groups", None)
 
 
 def _place(value: jax.Array, sharding: NamedSharding) -> jax.Array:
