@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import os
 import sysconfig
 from collections.abc import Iterator
@@ -49,10 +50,30 @@ _FRAMEWORKS = (
     "scipy",
     "ml_dtypes",
 )
+
+
+def _package_dirs(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The folders the packages ``names`` are imported from, where they are installed (found, not
+    imported): a framework on another path than this interpreter's site-packages is one still."""
+    dirs = []
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        dirs += [os.path.realpath(path) + os.sep for path in (spec and spec.submodule_search_locations) or ()]
+    return tuple(dirs)
+
+
 _FRAMEWORK_DIRS = tuple(
     os.path.join(os.path.realpath(site), name) + os.sep
     for site in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     for name in _FRAMEWORKS
+) + _package_dirs(_FRAMEWORKS)
+# the project's own layers, the user's code wherever they are installed (editable or not)
+_PROJECT_DIRS = tuple(
+    os.path.join(os.path.dirname(_PARITY_TESTS.rstrip(os.sep)), name) + os.sep
+    for name in ("torch_ref", "numpy_attn", "jax_attn")
 )
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 
@@ -122,6 +143,8 @@ def is_user_file(path: str) -> bool:
     if path.startswith("<") and path != "<stdin>":
         return False
     real = os.path.realpath(path)
+    if real.startswith(_PROJECT_DIRS):
+        return True
     return not real.startswith(_LIBRARY_DIRS) and not real.startswith(_PARITY_TESTS)
 
 
