@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from numpy_attn import checks
+from numpy_attn import checks, memory
 from numpy_attn.door import Framework
 
 __all__ = ["JaxFramework", "check_key", "check_x64"]
@@ -99,7 +99,7 @@ class JaxFramework(Framework):
     def memory_bytes(self) -> int:
         """An accelerator's memory (its ``bytes_limit``), or this process's on the CPU."""
         stats = jax.local_devices()[0].memory_stats() or {}  # this process's (jax.distributed: not all are)
-        return stats.get("bytes_limit") or checks.memory_bytes()
+        return stats.get("bytes_limit") or memory.memory_bytes()
 
     def cache_length(self, cache: Any) -> int | None:
         return None if isinstance(cache.length, jax.core.Tracer) else int(cache.length)

@@ -33,7 +33,7 @@ from jax_attn.gpt import decode
 from jax_attn.kv_cache import init_kv_cache
 from jax_attn.ops import linear
 from jax_attn.sampling import next_tokens, suppress_stops
-from numpy_attn import checks, gpt_checks
+from numpy_attn import finite, gpt_checks
 from numpy_attn.generation import fill_id, stop_ids
 from numpy_attn.gpt_checks import check_logits_finite
 from numpy_attn.gpt_spec import CONFIG_KEYS
@@ -235,7 +235,7 @@ def generate(
     finally:
         stream = _STREAMS.pop(stream_id, None)
     if bad_step:
-        checks.check_finite(model.to_params())  # a non-finite weight is named first
+        finite.check_finite(model.to_params())  # a non-finite weight is named first
         check_logits_finite(bad_step, False, max_new_tokens, arguments[0]["tok_emb.weight"].dtype)
     if stream is not None:
         if stream["error"] is not None:

@@ -20,7 +20,7 @@ from flax import nnx
 import jax_attn  # jax_attn.FRAMEWORK is read at call time: this module is imported while jax_attn starts
 from jax_attn.convert import Path, as_jax, flax_path, to_flax, torch_name, torch_value
 from jax_attn.ops import merge_heads, split_heads
-from numpy_attn import checks
+from numpy_attn import checks, finite, memory
 from numpy_attn.door import check_masks
 from numpy_attn.fast.attend import attend
 from numpy_attn.fast.options import AttnDropout, ComputePath, Masking, check_implementation
@@ -73,13 +73,13 @@ def check_weights_to_draw(
     dtype: Any, shapes: Mapping[str, tuple[int, ...]], what: str, count: int | None = None
 ) -> None:
     """A constructor's ``dtype`` (jax_attn's floats; float64 with x64), weights of ``shapes`` an array
-    may hold (XLA would abort the process past ``checks.MAX_ELEMENTS``), and ``count`` weights in all
-    (those of ``shapes`` by default) that fit in memory (``checks.check_memory``), before any is drawn."""
+    may hold (XLA would abort the process past ``memory.MAX_ELEMENTS``), and ``count`` weights in all
+    (those of ``shapes`` by default) that fit in memory (``memory.check_memory``), before any is drawn."""
     dtype = jax_attn.FRAMEWORK.check_dtype(dtype)
     for name, shape in shapes.items():
-        checks.check_array_size(f"weight {name!r}", shape)
+        memory.check_array_size(f"weight {name!r}", shape)
     count = sum(math.prod(shape) for shape in shapes.values()) if count is None else count
-    checks.check_memory(f"{what}'s {count} weights in {dtype.name}", count * dtype.itemsize,
+    memory.check_memory(f"{what}'s {count} weights in {dtype.name}", count * dtype.itemsize,
                         jax_attn.FRAMEWORK.memory_bytes())  # fmt: skip
 
 
@@ -177,7 +177,7 @@ class TorchWeights(nnx.Module):
         variables = self._variables()
         self._check_load(weights, variables)
         dtypes = {name: param.get_value().dtype for name, (_, param) in variables.items()}
-        checks.check_cast_finite(weights, dtypes)
+        finite.check_cast_finite(weights, dtypes)
         first: dict[int, str] = {}  # parameter -> its first name
         for name, (_, param) in variables.items():
             other = first.setdefault(id(param), name)
@@ -274,7 +274,7 @@ class AttentionModule(TorchWeights):
         shapes = self._format()
         checks.check_params(weights, shapes, layer=self.layer)
         _one_dtype(weights, shapes, variables[next(iter(shapes))][1].get_value().dtype)
-        checks.check_finite(weights)
+        finite.check_finite(weights)
 
     def _check_call(self, x: Any, return_steps: bool, **masks: Any) -> jax.Array:
         """The layer function's checks of a call, word for word: ``return_steps`` a bool; ``x`` a

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn import checks
+from numpy_attn import checks, memory
 from numpy_attn.door import check_layer_call
 from numpy_attn.spec import SPECS
 
@@ -18,7 +18,7 @@ def init_kv_cache(fw: Any, a: A) -> None:
     for name in ("batch", "num_heads", "max_length", "head_dim"):
         checks.check_size(name, a[name])
     shape = (a["batch"], a["num_heads"], a["max_length"], a["head_dim"])
-    checks.check_array_size("the cache's keys (batch, num_heads, max_length, head_dim)", shape)
+    memory.check_array_size("the cache's keys (batch, num_heads, max_length, head_dim)", shape)
     dtype = fw.check_dtype(a["dtype"])
     check_cache_memory(fw, shape, dtype, blocks=1)
 
@@ -28,7 +28,7 @@ def check_cache_memory(fw: Any, shape: tuple[int, ...], dtype: Any, blocks: int)
     padding, fit in the framework's memory (ValueError naming the size otherwise)."""
     batch, num_heads, length, head_dim = (int(size) for size in shape)
     nbytes = blocks * (2 * batch * num_heads * length * head_dim * np.dtype(dtype).itemsize + batch * length)
-    checks.check_memory(f"{blocks} KV cache(s) of keys and values {tuple(shape)} in {np.dtype(dtype).name}",
+    memory.check_memory(f"{blocks} KV cache(s) of keys and values {tuple(shape)} in {np.dtype(dtype).name}",
                         nbytes, fw.memory_bytes())  # fmt: skip
 
 

@@ -1,32 +1,27 @@
 """The checks of bad input, shared by numpy_attn and jax_attn: one text for one mistake.
 
 Each looks at types, shapes, dtypes and Python numbers, so it runs the same on NumPy arrays and JAX
-tracers (values only where known: ``check_finite``). TypeError for a value of the wrong kind,
-ValueError for one out of range, naming the argument and the shapes.
+tracers (``numpy_attn.finite`` checks the weights' values where they are known). TypeError for a
+value of the wrong kind, ValueError for one out of range, naming the argument and the shapes.
 """
 
 from __future__ import annotations
 
-import math
 import operator
-import os
-import resource
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from numpy_attn.memory import check_array_size
+
 # The dtypes NumPy computes in; JAX adds bfloat16 (NumPy has no bfloat16 arithmetic).
 NUMPY_FLOATS = ("float16", "float32", "float64")
 JAX_FLOATS = ("bfloat16", *NUMPY_FLOATS)
 FLOATS_ACCEPTED = "float16, float32, float64; bfloat16 in jax_attn"  # one text in both packages
-# The most elements an array built from sizes may have: past 2**59, XLA's int64 byte counts of
-# 16-byte elements overflow and abort the process; no machine holds such an array anyway.
-MAX_ELEMENTS = (2**63 - 1) // 16
 # The largest position a causal mask computes with: jax_attn's positions are int32.
 MAX_POSITION = 2**31 - 1
 _FLOAT_NAMES = {np.dtype(name): name for name in NUMPY_FLOATS}  # a dict lookup, not dtype.name's µs
-_FINITE_CHUNK = 1 << 20
 
 
 def check_array(name: str, value: Any) -> tuple[int, ...]:
@@ -135,41 +130,6 @@ def check_divisible(width_name: str, width: int, num_heads: int, *, heads_name: 
     check_size(heads_name, num_heads)
     if width % num_heads != 0:
         raise ValueError(f"{width_name}={width} is not divisible by {heads_name}={num_heads}")
-
-
-def check_array_size(what: str, shape: Sequence[int]) -> None:
-    """ValueError before an array of more than ``MAX_ELEMENTS`` elements is built from sizes."""
-    shape = tuple(int(size) for size in shape)  # Python ints: a NumPy int product would wrap
-    count = math.prod(shape)
-    if count > MAX_ELEMENTS:
-        raise ValueError(
-            f"{what} of shape {shape} would have {count} elements, more than an array may hold "
-            f"({MAX_ELEMENTS} = 2**59 - 1)"
-        )
-
-
-def memory_bytes() -> int:
-    """The bytes this process may hold: the machine's memory, or its address-space limit if lower."""
-    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
-    return physical if limit == resource.RLIM_INFINITY else min(physical, limit)
-
-
-def check_memory(what: str, nbytes: int, limit: int | None = None, hint: str = "") -> None:
-    """ValueError, before anything is allocated, when ``what`` would take more than ``limit`` bytes
-    (this process's ``memory_bytes()``): an allocator's own failure would come later, or kill it."""
-    limit = memory_bytes() if limit is None else limit
-    if nbytes > limit:
-        raise ValueError(
-            f"{what} would take {_size(nbytes)}, more than the {_size(limit)} of memory here{hint}"
-        )
-
-
-def _size(nbytes: int) -> str:
-    """``3.2 GiB``: bytes in the largest binary unit below them."""
-    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-    power = min(max(nbytes, 1).bit_length() - 1, 10 * (len(units) - 1)) // 10
-    return f"{nbytes} bytes" if power == 0 else f"{nbytes / 1024**power:.1f} {units[power]}"
 
 
 def check_dtype_argument(dtype: Any, floating: tuple[str, ...]) -> np.dtype:
@@ -368,41 +328,6 @@ def check_param_dtypes(params: Mapping[str, Any], names: Iterable[str], dtype: A
         if got != np.dtype(dtype):
             raise TypeError(
                 f"params[{key!r}] has dtype {got.name} but {dtype_of} has dtype {np.dtype(dtype).name}"
-            )
-
-
-def check_finite(params: Mapping[str, Any]) -> None:
-    """ValueError naming the first weight with NaN or inf (where values are concrete), tested
-    ``_FINITE_CHUNK`` values at a time: no copy of the weights is made."""
-    flats = [np.asarray(value).ravel() for value in params.values()]  # views of contiguous arrays
-    if sum(flat.size for flat in flats) <= _FINITE_CHUNK and np.isfinite(np.concatenate(flats or [[]])).all():
-        return  # a layer's small weights: one test
-    for key, flat in zip(params, flats, strict=True):
-        if not all(
-            np.isfinite(flat[i : i + _FINITE_CHUNK]).all() for i in range(0, flat.size, _FINITE_CHUNK)
-        ):
-            raise ValueError(f"params[{key!r}] has non-finite values (NaN or inf)")
-
-
-def check_cast_finite(params: Mapping[str, Any], dtypes: Mapping[str, Any]) -> None:
-    """ValueError naming the first finite weight that a cast to its variable's dtype (``dtypes``)
-    would make inf (1e5 into float16), in torch_ref's words."""
-    for key, value in params.items():
-        flat, dtype = np.asarray(value).ravel(), np.dtype(dtypes[key])
-        if flat.dtype == dtype or flat.dtype.itemsize < dtype.itemsize:
-            continue
-        with np.errstate(over="ignore"):  # the overflow is what is looked for
-            fits = all(
-                np.isfinite(flat[i : i + _FINITE_CHUNK].astype(dtype)).all()
-                for i in range(0, flat.size, _FINITE_CHUNK)
-            )
-        if not fits:
-            largest = float(
-                (np.array(np.inf, dtype).view(f"u{dtype.itemsize}") - 1).view(dtype)
-            )  # bfloat16 too
-            raise ValueError(
-                f"params[{key!r}] has values too large for the module's dtype {dtype.name} "
-                f"(largest finite {largest:.6g})"
             )
 
 

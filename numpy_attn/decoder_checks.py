@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn import checks
+from numpy_attn import checks, finite, memory
 from numpy_attn.cache_checks import check_cache_memory, check_decode_room, check_kv_cache
 from numpy_attn.decoder_spec import (
     FIRST_WEIGHT,
@@ -110,7 +110,7 @@ def check_gqa(fw: Any, a: A) -> tuple[int, ...]:
     check_eps(a["norm_eps"], "norm_eps")
     fw.check_float64("x", x)
     if fw.concrete(a):
-        checks.check_finite(params)
+        finite.check_finite(params)
     return shape
 
 
@@ -157,7 +157,7 @@ def check_decoder_params(fw: Any, params: Mapping[str, Any], cfg: Mapping[str, A
     )
     fw.check_float64(first, params[FIRST_WEIGHT])
     if values:
-        checks.check_finite(params)
+        finite.check_finite(params)
 
 
 def _model_call(fw: Any, a: dict[str, Any], model: str) -> bool:
@@ -189,7 +189,7 @@ def init_decoder_cache(fw: Any, a: A) -> None:
     check_config(cfg, model)
     checks.check_size("batch", a["batch"])
     shape = (a["batch"], cfg["n_kv_groups"], cfg["context_length"], head_dim(cfg, model))
-    checks.check_array_size("the cache's keys (batch, n_kv_groups, context_length, head_dim)", shape)
+    memory.check_array_size("the cache's keys (batch, n_kv_groups, context_length, head_dim)", shape)
     check_cache_memory(fw, shape, fw.check_dtype(a["dtype"]), blocks=cfg["n_layers"])
 
 

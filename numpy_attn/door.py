@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn import checks
+from numpy_attn import checks, finite, memory
 from numpy_attn.fast.attend import fast_layer
 from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE, check_implementation, uses_blockwise
 from numpy_attn.spec import LayerSpec, layer_spec, read_arguments
@@ -65,7 +65,7 @@ class Framework:
 
     def memory_bytes(self) -> int:
         """The bytes the framework's arrays may take (NumPy: this process's memory)."""
-        return checks.memory_bytes()
+        return memory.memory_bytes()
 
     def cache_length(self, cache: Any) -> int | None:
         """The tokens a KV cache holds, None where traced."""
@@ -268,7 +268,7 @@ def check_layer_call(spec: LayerSpec, framework: Framework, arguments: Mapping[s
     if spec.dropouts:
         framework.check_random(arguments.get(framework.random))
     if framework.concrete(arguments):
-        checks.check_finite(params)
+        finite.check_finite(params)
     checks.check_flag("return_steps", arguments.get("return_steps", False))
     return known
 
@@ -284,7 +284,7 @@ def check_scores_memory(
     batch, tokens = (shape[0] if len(shape) == 3 else 1), shape[-2]
     scores = (batch, num_heads if spec.multi_head else 1, tokens, tokens)
     itemsize = max(np.dtype(dtype).itemsize, 4)  # half precision's scores are float32
-    checks.check_memory(
+    memory.check_memory(
         f"{spec.name}'s {SCORE_ARRAYS} arrays of (B, N, T, S) = {scores} attention scores",
         SCORE_ARRAYS * math.prod(scores) * itemsize, framework.memory_bytes(),
         hint="; implementation='blockwise' holds O(T) instead",

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn import checks
+from numpy_attn import checks, finite, memory
 from numpy_attn.cache_checks import check_cache_memory, check_decode_room, check_kv_cache
 from numpy_attn.gpt_spec import FIRST_WEIGHT, PART_SHAPES, block_shapes, check_config, gpt_param_shapes
 from numpy_attn.gpt_spec import without_gpt_buffers as _without_buffers
@@ -55,7 +55,7 @@ def transformer_block(fw: Any, a: A) -> None:
     checks.check_context_length(shape, a["context_length"])
     fw.check_random(a[fw.random])
     if fw.concrete(a):
-        checks.check_finite(params)
+        finite.check_finite(params)
     checks.check_flag("return_steps", a["return_steps"])
 
 
@@ -74,7 +74,7 @@ def check_gpt_params(
     )
     fw.check_float64(first, params[FIRST_WEIGHT])
     if values:
-        checks.check_finite(params)
+        finite.check_finite(params)
 
 
 def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, values: bool = True) -> None:
@@ -126,7 +126,7 @@ def init_gpt_cache(fw: Any, a: A) -> None:
     check_config(config)
     checks.check_size("batch", a["batch"])
     shape = (a["batch"], config["n_heads"], config["context_length"], config["emb_dim"] // config["n_heads"])
-    checks.check_array_size("the cache's keys (batch, num_heads, max_length, head_dim)", shape)
+    memory.check_array_size("the cache's keys (batch, num_heads, max_length, head_dim)", shape)
     check_cache_memory(fw, shape, fw.check_dtype(a["dtype"]), blocks=config["n_layers"])
 
 
@@ -307,7 +307,7 @@ def generate(fw: Any, a: dict[str, Any]) -> None:
     arrays: dict[int, str] = {}  # id -> the first name holding that array
     for name, value in a["params"].items():
         arrays.setdefault(id(value), name)
-    checks.check_finite({name: a["params"][name] for name in arrays.values()})
+    finite.check_finite({name: a["params"][name] for name in arrays.values()})
     check_token_ids(a["token_ids"], a["config"])
     fw.check_random(a["rng"])
     check_generate_args(a, a["token_ids"].shape, a["config"])

@@ -34,7 +34,7 @@ import numpy as np
 import safetensors.numpy
 from safetensors import SafetensorError, safe_open
 
-from numpy_attn import checks, file_checks
+from numpy_attn import checks, file_checks, finite
 from numpy_attn.file_checks import MAX_TENSORS, check_count, check_header_size, check_zip_directory, is_utf8
 from numpy_attn.files import atomic_write, open_regular_file
 
@@ -105,7 +105,7 @@ def load_weights(
         raise TypeError(f"{os.fspath(path)} mixes dtypes {dtypes}; weights share one dtype")
     if spec is not None:
         checks.check_params(params, spec.shapes(**read_arguments(spec, params, arguments)), layer=layer)
-    checks.check_finite(params)
+    finite.check_finite(params)
     return params
 
 
@@ -165,7 +165,7 @@ def _checked_arrays(params: Mapping[str, Any], suffix: str) -> dict[str, np.ndar
     dtypes = sorted({array.dtype.name for array in arrays.values()})
     if len(dtypes) > 1:
         raise TypeError(f"params mix dtypes {dtypes}; weights share one dtype")
-    checks.check_finite(arrays)
+    finite.check_finite(arrays)
     return arrays
 
 

@@ -17,7 +17,8 @@ from flax import nnx
 import jax_attn
 import numpy_attn
 from numpy_attn import cache_checks
-from numpy_attn.checks import MAX_ELEMENTS, check_array_size, check_mapping
+from numpy_attn.checks import check_mapping
+from numpy_attn.memory import MAX_ELEMENTS, check_array_size
 from parity_tests.cases import Case
 from tests.gpt_cases import TINY, token_ids
 from torch_ref import to_params

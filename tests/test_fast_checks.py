@@ -12,9 +12,9 @@ import pytest
 
 import jax_attn
 import numpy_attn
-from numpy_attn import checks
-from numpy_attn.checks import check_finite
+from numpy_attn import checks, finite
 from numpy_attn.door import check_layer
+from numpy_attn.finite import check_finite
 from numpy_attn.spec import QKV
 from parity_tests.tolerances import TOLERANCES
 
@@ -252,14 +252,14 @@ def test_check_finite_tests_large_weights_without_copying_them():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 2 * checks._FINITE_CHUNK
+    assert peak < 2 * finite._FINITE_CHUNK
     params["w2"][-1] = np.inf  # the last entry of the last chunk
     with pytest.raises(ValueError, match=re.escape("params['w2'] has non-finite values (NaN or inf)")):
         check_finite(params)
 
 
 def count_checks(monkeypatch) -> dict[str, int]:
-    """How often each function of ``numpy_attn.checks`` runs from here on, by name."""
+    """How often each check of ``numpy_attn.checks`` and ``numpy_attn.finite`` runs from here on, by name."""
     counts: dict[str, int] = {}
 
     def counted(name, function):
@@ -269,9 +269,10 @@ def count_checks(monkeypatch) -> dict[str, int]:
 
         return count
 
-    for name, function in vars(checks).items():
-        if name.startswith("check_") and callable(function):
-            monkeypatch.setattr(checks, name, counted(name, function))
+    for module in (checks, finite):
+        for name, function in vars(module).items():
+            if name.startswith("check_") and callable(function):
+                monkeypatch.setattr(module, name, counted(name, function))
     return counts
 
 

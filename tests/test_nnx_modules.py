@@ -13,6 +13,7 @@ from flax import nnx
 
 import jax_attn
 import numpy_attn
+import numpy_attn.finite
 import torch_ref
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.compare import compare_steps
@@ -471,7 +472,7 @@ def test_finite_weights_that_overflow_the_module_dtype_raise_torch_refs_error(lo
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         torch_ref.load_params(case.build_torch().to(getattr(torch, dtype)), params)
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        numpy_attn.checks.check_cast_finite(params, dict.fromkeys(params, jnp.dtype(dtype)))
+        numpy_attn.finite.check_cast_finite(params, dict.fromkeys(params, jnp.dtype(dtype)))
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         if load == "from_params":
             jax_attn.MultiHeadAttention.from_params(params, **case.kwargs(), dtype=dtype)
