@@ -33,8 +33,8 @@ from numpy_attn.decoder_spec import (
     without_decoder_buffers,
 )
 from numpy_attn.door import Framework
-from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
-from numpy_attn.weights_file import MAX_TENSORS, read_arrays, save_weights
+from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2, write_checkpoint
+from numpy_attn.weights_file import MAX_TENSORS, read_arrays
 
 __all__ = ["HF_NAMES", "load_hf", "save_hf"]
 
@@ -270,21 +270,7 @@ def _save_hf_decoder(directory: str, params: Mapping[str, np.ndarray], cfg: Mapp
         )
     tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
     hf = {theirs: np.asarray(params[ours]) for theirs, ours in _names(cfg, model, not tied).items()}
-    text = json.dumps(_hf_config(cfg, model, tied, params["tok_emb.weight"].dtype.name), indent=2).encode()
-    try:
-        if not os.path.isdir(directory):
-            os.makedirs(directory)
-    except FileExistsError:
-        raise ValueError(f"{directory} is not a folder: a Hugging Face checkpoint is a folder") from None
-    except OSError as error:
-        raise files.named_error(error, directory) from None
-
-    def write(version: str) -> None:
-        with files.atomic_write(os.path.join(version, CONFIG_FILE)) as file:
-            file.write(text)
-        save_weights(os.path.join(version, WEIGHTS_FILE), hf)
-
-    files.write_folder(directory, (CONFIG_FILE, WEIGHTS_FILE), write)
+    write_checkpoint(directory, _hf_config(cfg, model, tied, params["tok_emb.weight"].dtype.name), hf)
 
 
 def _hf_config(cfg: Mapping[str, Any], model: str, tied: bool, dtype: str) -> dict[str, Any]:

@@ -232,20 +232,28 @@ def save_hf_gpt2(
         parts = [np.asarray(params[n]) if n in params else np.zeros(shapes[n], dtype) for n in names]
         value = np.concatenate(parts) if len(parts) > 1 else parts[0]
         hf[hf_name] = value.T if transposed else value
-    text = json.dumps(_hf_config(config, tied, dtype.name), indent=2).encode()
+    write_checkpoint(directory, _hf_config(config, tied, dtype.name), hf)
+
+
+def write_checkpoint(
+    directory: str | os.PathLike, config: Mapping[str, Any], weights: dict[str, np.ndarray]
+) -> None:
+    """A Hugging Face folder: ``config`` as config.json and ``weights`` (transformers' names) as
+    model.safetensors, swapped in as a whole (``files.write_folder``); the folder is made if needed."""
+    text = json.dumps(config, indent=2).encode()
     directory = os.fspath(directory)
     try:
         if not os.path.isdir(directory):
             os.makedirs(directory)
     except FileExistsError:
-        raise ValueError(f"{directory} is not a folder: a GPT-2 checkpoint is a folder") from None
+        raise ValueError(f"{directory} is not a folder: a Hugging Face checkpoint is a folder") from None
     except OSError as error:
         raise files.named_error(error, directory) from None
 
     def write(version: str) -> None:
         with files.atomic_write(os.path.join(version, CONFIG_FILE)) as file:
             file.write(text)
-        save_weights(os.path.join(version, WEIGHTS_FILE), hf)
+        save_weights(os.path.join(version, WEIGHTS_FILE), weights)
 
     files.write_folder(directory, (CONFIG_FILE, WEIGHTS_FILE), write)
 
