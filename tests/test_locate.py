@@ -63,6 +63,8 @@ def test_report_names_the_step_both_lines_the_worst_entry_and_the_cause(tmp_path
         ("scan_softmax_over_queries", "attn_weights", "softmax over the wrong axis"),
         ("np_query_bias_missing", "queries", "a bias missing"),
         ("np_heads_merged_without_transpose", "context_vec", "reshape without the transpose"),
+        ("np_mult_mask_heads_merged_without_transpose", "context_vec", "reshape without the transpose"),
+        ("np_inline_softmax_heads_merged_without_transpose", "context_vec", "reshape without the transpose"),
         ("np_values_from_key_weights", "values", "equals the reference's keys"),
         ("jax_keys_from_query_projection", "keys", "equals the reference's queries"),
         ("np_buffer_same_value_head_each_time", "context_vec", "equals head 0 of the reference's values"),

@@ -51,6 +51,8 @@ def test_the_ports_without_bugs_pass_when_axis_sizes_collide(port, tmp_path):
     "name",
     [
         "np_heads_merged_without_transpose",  # (T, N) merged as (N, T), N == B
+        "np_mult_mask_heads_merged_without_transpose",  # the same, merged where the product is taken
+        "np_inline_softmax_heads_merged_without_transpose",  # ... and the softmax normalised
         "jax_values_split_without_transpose",  # (T, N, H) read as (N, T, H)
         "jax_weights_transposed_in_context",  # (T, S) used as (S, T)
     ],
@@ -61,6 +63,35 @@ def test_a_bug_swapping_axes_of_equal_size_is_located_on_its_line(name, tmp_path
     report = run_port(bug.port, source, tmp_path, colliding_inputs())
     assert not report.ok
     assert report.candidate_location == f"{tmp_path / bug.port}.py:{line}", f"\n{report}"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "np_heads_merged_without_transpose",  # ctx = ctx.reshape(b, t, d_out), after ctx = weights @ v
+        "np_mult_mask_heads_merged_without_transpose",  # ctx = (weights @ v).reshape(b, t, d)
+        "np_inline_softmax_heads_merged_without_transpose",  # (weights / weights.sum(...) @ v).reshape(...)
+    ],
+)
+def test_heads_merged_without_transpose_in_one_statement_is_reported_as_on_its_own_line(name, tmp_path):
+    """The heads merged without the transpose on a line of their own, or in the statement computing
+    the product with the values (and the softmax's normalisation): the same step, reference line and
+    cause. In one statement the line takes the values, not the product: set against the values'
+    transpose, it was reported at attn_scores (multi_head.py:62) with no cause."""
+    bug = next(b for b in BUGS if b.name == name)
+    source, line = plant(bug)
+    report = run_port(bug.port, source, tmp_path)
+    assert (report.first_divergence, report.candidate_location) == (
+        "context_vec",
+        f"{tmp_path / bug.port}.py:{line}",
+    ), f"\n{report}"
+    assert report.reference_location.endswith("torch_ref/multi_head.py:76"), f"\n{report}"  # the view
+    assert report.reference_op == "view"
+    assert report.axes == ("batch", "token", "feature")
+    assert report.causes == [
+        "the reference's numbers in another order: a reshape without the transpose (heads split or "
+        "merged in the wrong order) or axes permuted"
+    ]
 
 
 def test_the_report_names_the_loop_and_the_reference_module(tmp_path):

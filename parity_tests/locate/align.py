@@ -1086,7 +1086,10 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     holds in its layout (``_held_by_line``: a dropout left on, set against the values it drops),
     else the first diverging reference value. A value computed from one that holds a reference value
     unscaled (the candidate scales later) should equal that value. The values a value is computed
-    from are those its line takes from other lines (``line_inputs``)."""
+    from are those its line takes from other lines (``line_inputs``). A value only reordering its
+    input (a reshape) should equal the value chosen, in its shape, where that input holds it (the
+    right numbers in the wrong order), else the value chosen consumes that its input holds (``v``
+    split without the transpose: the values' transpose)."""
     record = result.candidate.records[blamed]
     unscaled = [
         m.reference
@@ -1125,11 +1128,21 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
         and own[0].size == record.value.size
         and np.array_equal(np.sort(own[0], axis=None), np.sort(record.value, axis=None), equal_nan=True)
     )
+    # the numbers ours reorders, where its input holds reference values: on a NumPy line that input
+    # may be the line's own (``(w @ v).reshape(b, t, d)``, whose line takes ``v``, not the product)
+    moved = {classes[m.reference] for m in result.matches.get(record.inputs[0], [])} if reshuffle else set()
+    if classes[chosen.index] in moved:  # the value due's numbers in another order: that value, in the
+        same = [  # form that has ours's shape (the heads merged: the view, not the product)
+            r
+            for r in compatible
+            if classes[r] == classes[chosen.index] and result.reference.records[r].shape == record.shape
+        ]
+        return (same or [chosen.index])[0]
     for source in chosen.inputs if reshuffle else ():  # ours reorders its input: the value it consumes
         earlier = result.reference.records[source]
         if (
             earlier.leaf is None
-            and classes[source] in ours
+            and classes[source] in (moved or ours)
             and earlier.value.size == record.value.size
             and in_layout(earlier.value, record.shape, result.rules) is not None
             and all(m.reference != source for m in result.matches.get(blamed, []))

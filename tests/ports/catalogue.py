@@ -60,6 +60,7 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "numpy_batch_loop": ("torch_ref", lambda module, params: module.mha),
     "numpy_mult_mask": ("torch_ref", lambda module, params: module.mha),
     "numpy_scale_first": ("torch_ref", lambda module, params: module.mha),
+    "numpy_inline_softmax": ("torch_ref", lambda module, params: module.mha),
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
     "jax_scan_heads": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
@@ -172,6 +173,20 @@ BUGS = [
         "numpy_mult_mask",
         "scores = scores / np.sqrt(hd)",
         "scores = scores / hd",
+    ),
+    B(  # the product with the values and the merge of the heads in one statement
+        "np_mult_mask_heads_merged_without_transpose",
+        "numpy_mult_mask",
+        "ctx = (weights @ v).transpose(0, 2, 1, 3).reshape(b, t, d)",
+        "ctx = (weights @ v).reshape(b, t, d)",
+    ),
+    # compact NumPy port (the README's quickstart): the softmax's normalisation, the product with the
+    # values and the merge of the heads in one statement
+    B(
+        "np_inline_softmax_heads_merged_without_transpose",
+        "numpy_inline_softmax",
+        "context = (weights / weights.sum(-1, keepdims=True) @ v).transpose(0, 2, 1, 3).reshape(b, t, d)",
+        "context = (weights / weights.sum(-1, keepdims=True) @ v).reshape(b, t, d)",
     ),
     # NumPy port of the book's class
     B(
