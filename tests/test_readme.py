@@ -3,8 +3,8 @@
 Every ```python block runs on its own, in a fresh process started in an empty folder, as a reader
 would paste it; a block whose first line is ``# continues the block above`` runs after the blocks
 before it in its file (the same process). A ```text block right after a block is what that block
-prints: the test compares it line by line (trailing spaces ignored; the folder it ran in shown as
-``...``)."""
+prints: the test compares it line by line (trailing spaces ignored; the folder it ran in and the
+checkout's shown as ``...``)."""
 
 import pathlib
 import re
@@ -47,7 +47,8 @@ def test_every_example_runs_alone_and_prints_what_is_shown(code, shown, tmp_path
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     if shown is not None:
-        printed = result.stdout.split(f"{SEPARATOR}\n")[-1].replace(str(tmp_path), "...").splitlines()
+        printed = result.stdout.split(f"{SEPARATOR}\n")[-1]
+        printed = printed.replace(str(tmp_path), "...").replace(str(ROOT), "...").splitlines()
         expected = shown.splitlines()
         assert [line.rstrip() for line in printed] == [line.rstrip() for line in expected]
 
