@@ -99,6 +99,18 @@ def test_a_padded_rows_keys_are_rotated_from_its_first_token(models, package):
             )
 
 
+def test_a_padding_mask_of_another_shape_is_refused_with_one_text(models):
+    params, cfg, _, _ = models
+    name = "llama3_model_decode" if "rope_freq" in cfg else "qwen3_model_decode"
+    messages = []
+    for package, convert in ((numpy_attn, np.asarray), (jax_attn, jnp.asarray)):
+        caches = package.init_decoder_cache(cfg, 3)
+        with pytest.raises(ValueError, match="padding_mask") as error:
+            getattr(package, name)(params, convert(PROMPTS), caches, cfg, convert(MASK[:, 1:] == 0))
+        messages.append(str(error.value))
+    assert messages[0] == messages[1]
+
+
 def test_stop_ids_and_min_new_tokens_equal_transformers(models):
     """Row 0's third new token is the stop: row 0 finishes there and gets pad_token_id after it,
     min_new_tokens keeps it from stopping before; generation ends when every row has."""
