@@ -209,3 +209,21 @@ def test_numpy_generate_checks_the_weights_against_the_decoders_cfg(models):
         ValueError, match=re.escape(f"params do not fit {kind}: missing keys ['out_head.weight']")
     ):
         numpy_attn.generate(missing, PROMPTS, cfg, 2)
+
+
+def test_jax_generate_takes_a_bfloat16_decoder_as_its_decode_functions_do(models):
+    """16-bit weights reach the program in row blocks (generation_params) through the decoders'
+    products too: its greedy tokens are those of the public decode function's logits."""
+    params, cfg, _, _ = models
+    half = {name: jnp.asarray(value, jnp.bfloat16) for name, value in params.items()}
+    model = jax_attn.Llama3Model if "rope_freq" in cfg else jax_attn.Qwen3Model
+    generated = np.asarray(jax_attn.generate(model.from_params(half, cfg), jnp.asarray(PROMPTS[:1]), 4))
+    decode = getattr(jax_attn, "llama3_model_decode" if "rope_freq" in cfg else "qwen3_model_decode")
+    logits, caches = decode(
+        half, jnp.asarray(PROMPTS[:1]), jax_attn.init_decoder_cache(cfg, 1, jnp.bfloat16), cfg
+    )
+    tokens = [PROMPTS[:1]]
+    for _ in range(4):
+        tokens.append(np.asarray(logits[:, -1].astype(jnp.float32)).argmax(axis=-1)[:, None])
+        logits, caches = decode(half, jnp.asarray(tokens[-1]), caches, cfg)
+    np.testing.assert_array_equal(generated, np.concatenate(tokens, axis=1))
