@@ -12,13 +12,14 @@ runs too.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from jax_attn.grouped_query import grouped_query_attention, grouped_query_attention_decode
+from jax_attn.gpt import _on_rows
+from jax_attn.grouped_query import grouped_attention_decode, grouped_query_attention
 from jax_attn.kv_cache import KVCache, init_kv_cache
 from jax_attn.ops import linear
 from jax_attn.rms_norm import rms_norm
@@ -27,6 +28,7 @@ from numpy_attn.gpt_spec import apply_block, apply_model
 from numpy_attn.steps import Steps
 
 __all__ = [
+    "decode",
     "init_decoder_cache",
     "llama3_model",
     "llama3_model_decode",
@@ -49,6 +51,11 @@ def swiglu_feed_forward(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Ar
     Args: params ``fc1.weight`` and ``fc2.weight`` ``(F, D)``, ``fc3.weight`` ``(D, F)``; x ``(..., D)``.
     Returns: ``(..., D)``.
     """
+    return _swiglu(params, x, linear)
+
+
+def _swiglu(params: Mapping[str, Any], x: jax.Array, linear: Callable[..., jax.Array]) -> jax.Array:
+    """``swiglu_feed_forward`` with ``linear`` the product of each weight (``decode``'s)."""
     gate = silu(linear(x, params["fc1.weight"]))  # (..., F)
     return linear(gate * linear(x, params["fc2.weight"]), params["fc3.weight"])  # (..., D)
 
@@ -120,45 +127,74 @@ def init_decoder_cache(cfg: Mapping[str, Any], batch: int, dtype: Any = jnp.floa
     return tuple(init_kv_cache(*shape, dtype) for _ in range(cfg["n_layers"]))
 
 
-def _model_decode(
-    model: str, params: Mapping[str, jax.Array], token_ids: jax.Array, caches: tuple[KVCache, ...],
+def decode(
+    params: Mapping[str, jax.Array],
+    token_ids: jax.Array,
+    caches: tuple[KVCache, ...],
     cfg: Mapping[str, Any],
-) -> tuple[jax.Array, tuple[KVCache, ...]]:  # fmt: skip
-    """``model`` on new ``token_ids`` ``(B, t)`` after the caches' tokens."""
+    padding_mask: jax.Array | None = None,
+    *,
+    last_only: bool = False,
+    empty: bool = False,
+    linear: Callable[..., jax.Array] = linear,
+) -> tuple[jax.Array, tuple[KVCache, ...]]:
+    """The cfg's decoder (``decoder_spec.model_of``) on new ``token_ids`` ``(B, t)`` after the caches'
+    tokens: ``llama3_model_decode``, ``qwen3_model_decode``; ``last_only``: the logits of the last
+    token alone ``(B, 1, V)``; ``empty``: the caches are known to hold no token (a prompt's pass);
+    ``linear``: the product of each weight, on the B·t rows (``jax_attn.generate``'s takes 16-bit
+    weights in row blocks)."""
+    model = model_of(cfg)
     x = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, t, D)
-    arguments = attention_arguments(cfg, model)
+    arguments = attention_arguments(cfg, model) | {"empty": empty, "linear": linear}
     blocks, new_caches = [], []
     for i, cache in enumerate(caches):
         block = sub_params(params, f"trf_blocks.{i}.")
 
         def att(h: jax.Array, block: Mapping[str, jax.Array] = block, cache: KVCache = cache) -> jax.Array:
-            output, new_cache = grouped_query_attention_decode(
-                sub_params(block, "att."), h, cache, **arguments
+            output, new_cache = grouped_attention_decode(
+                sub_params(block, "att."), h, cache, padding_mask, **arguments
             )
             new_caches.append(new_cache)
             return output
 
-        blocks.append(functools.partial(apply_block, **_parts(block, cfg, model), att=att))
-    logits, _ = apply_model(x, blocks=blocks, **_head(params, cfg, model))  # (B, t, V)
+        feed_forward_rows = functools.partial(_swiglu, sub_params(block, "ff."), linear=linear)  # (B·t, D)
+        parts = _parts(block, cfg, model) | {"ff": functools.partial(_on_rows, feed_forward_rows)}
+        blocks.append(functools.partial(apply_block, **parts, att=att))
+    head = _head(params, cfg, model)
+    out_head = functools.partial(_on_rows, lambda h: linear(h, params["out_head.weight"]))  # (B, t, V)
+    head["out_head"] = (lambda h: out_head(h[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
+    logits, _ = apply_model(x, blocks=blocks, **head)  # (B, t, V)
     return logits, tuple(new_caches)
 
 
 def llama3_model_decode(
-    params: Mapping[str, jax.Array], token_ids: jax.Array, caches: tuple[KVCache, ...], cfg: Mapping[str, Any]
+    params: Mapping[str, jax.Array],
+    token_ids: jax.Array,
+    caches: tuple[KVCache, ...],
+    cfg: Mapping[str, Any],
+    padding_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
     """``llama3_model`` on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens
     (``init_decoder_cache``), at positions ``caches[0].length`` onwards.
 
+    Args: padding_mask bool ``(B, t)``, True = padding: those tokens are hidden from every query and
+    take no position (a token's RoPE position counts the tokens before it that are not padding:
+    prompts of different lengths, left-padded, decode as each would alone).
     Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions.
     """
-    return _model_decode("Llama3Model", params, token_ids, caches, cfg)
+    return decode(params, token_ids, caches, cfg, padding_mask)
 
 
 def qwen3_model_decode(
-    params: Mapping[str, jax.Array], token_ids: jax.Array, caches: tuple[KVCache, ...], cfg: Mapping[str, Any]
+    params: Mapping[str, jax.Array],
+    token_ids: jax.Array,
+    caches: tuple[KVCache, ...],
+    cfg: Mapping[str, Any],
+    padding_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
-    """``qwen3_model`` on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens.
+    """``qwen3_model`` on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens, ``padding_mask``
+    as ``llama3_model_decode``'s.
 
     Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions.
     """
-    return _model_decode("Qwen3Model", params, token_ids, caches, cfg)
+    return decode(params, token_ids, caches, cfg, padding_mask)

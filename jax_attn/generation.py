@@ -1,13 +1,15 @@
-"""Text generation with the GPT in JAX: the prefill and the whole decoding loop in one XLA program.
+"""Text generation in JAX: the prefill and the whole decoding loop in one XLA program.
 
 ``generate`` has numpy_attn's names and meanings (transformers' ``generate``: see
-``numpy_attn.generation``); ``rng`` is a ``jax.random`` key. One jitted program runs the prompt's
-pass, then a ``lax.while_loop`` that decodes a token, picks the next one and stops at
-``max_new_tokens`` or when every row has reached an eos id: no dispatch and no host wait per token.
+``numpy_attn.generation``) for a ``GPTModel``, ``Llama3Model`` or ``Qwen3Model``; ``rng`` is a
+``jax.random`` key. ``DECODING`` holds each model's caches and decoding step (numpy_attn's table,
+with jax_attn's functions). One jitted program runs the prompt's pass, then a ``lax.while_loop``
+that decodes a token, picks the next one and stops at ``max_new_tokens`` or when every row has
+reached an eos id: no dispatch and no host wait per token.
 Its caches hold T + ``max_new_tokens`` tokens rounded up to ``CACHE_STEP`` (so that one program
 serves nearby lengths; each is compiled once per prompt shape, cache size and sampling options, and
 the temperature, ``top_p``, ids and lengths are its arguments). The caches are loop carries that
-XLA updates in place: the program reads the weights as ``GPTModel`` holds them (the Linear kernels
+XLA updates in place: the program reads the weights as the model holds them (the Linear kernels
 ``(in, out)``, transposed inside the program, where XLA folds each transpose into its product;
 16-bit ones as row blocks in torch's layout, ``generation_params``), a decoding step reads each
 weight once and the cache once (``python -m parity_tests.bench.gpt`` measures its bytes,
@@ -29,16 +31,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
-from jax_attn.gpt import decode
-from jax_attn.kv_cache import init_kv_cache
+from jax_attn import decoders, gpt
 from jax_attn.ops import linear
 from jax_attn.sampling import next_tokens, suppress_stops
-from numpy_attn import finite, gpt_checks
-from numpy_attn.generation import fill_id, stop_ids
+from numpy_attn import finite
+from numpy_attn.decoder_spec import DECODERS, model_kind
+from numpy_attn.generation import Decoding, fill_id, stop_ids
+from numpy_attn.generation_checks import check_generate_call, check_model_params
 from numpy_attn.gpt_checks import check_logits_finite
 from numpy_attn.gpt_spec import CONFIG_KEYS
 
-__all__ = ["generate"]
+__all__ = ["DECODING", "generate"]
+
+# model kind (decoder_spec.model_kind) -> its caches and decoding step, as numpy_attn.generation's
+DECODING = {
+    "GPTModel": Decoding(gpt.init_gpt_cache, gpt.decode),
+    "Llama3Model": Decoding(decoders.init_decoder_cache, decoders.decode),
+    "Qwen3Model": Decoding(decoders.init_decoder_cache, decoders.decode),
+}
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 CACHE_STEP = 64  # the caches' length is T + max_new_tokens rounded up to a multiple of this
@@ -49,6 +59,9 @@ IN_PLACE = {
     "xla_gpu_copy_insertion_use_region_analysis": True,
 }
 
+
+# _generate's static arguments: one program per model, config, cache size and sampling options
+STATIC = ("kind", "config_items", "transposed", "cache_length", "top_k", "sample", "use_top_p", "stream")
 
 # the streamers of the calls running now, by the id their program passes to _put
 _STREAMS: dict[int, dict[str, Any]] = {}
@@ -67,24 +80,20 @@ def _put(stream_id: np.ndarray, tokens: np.ndarray) -> None:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("config_items", "transposed", "cache_length", "top_k", "sample", "use_top_p", "stream"),
+    static_argnames=STATIC,
     compiler_options=IN_PLACE,
 )
 def _generate(
     stored, token_ids, padding, max_new_tokens, min_new_tokens, temperature, top_p, stops, fill, key,
-    stream_id, *, config_items, transposed, cache_length, top_k, sample, use_top_p, stream,
+    stream_id, *, kind, config_items, transposed, cache_length, top_k, sample, use_top_p, stream,
 ):  # fmt: skip
     """The sequences ``(B, cache_length)`` (the prompt, the new tokens, then ``fill``), the number of
     new tokens and the first step whose logits were not finite (0: none; 1 is the prompt's pass)."""
-    config = dict(config_items)
+    config = {name: dict(value) if isinstance(value, tuple) else value for name, value in config_items}
     params = {name: value.T if name in transposed else value for name, value in stored.items()}
     batch, num_tokens = token_ids.shape
-    head_dim = config["emb_dim"] // config["n_heads"]
-    dtype = params["tok_emb.weight"].dtype
-    caches = tuple(
-        init_kv_cache(batch, config["n_heads"], cache_length, head_dim, dtype)
-        for _ in range(config["n_layers"])
-    )
+    init_cache, decode = DECODING[kind]
+    caches = init_cache(config | {"context_length": cache_length}, batch, params["tok_emb.weight"].dtype)
     logits, caches = decode(
         params, token_ids, caches, config, padding, last_only=True, empty=True, linear=blocked_linear
     )  # the prompt's pass
@@ -168,28 +177,46 @@ def blocked_linear(x: jax.Array, weight: Any, bias: jax.Array | None = None) -> 
     return out if bias is None else out + bias
 
 
+def model_config(model: Any) -> dict[str, Any]:
+    """The config of a model ``generate`` takes: a ``GPTModel``'s ``config``, a decoder's ``cfg``."""
+    return model.config if hasattr(model, "config") else model.cfg
+
+
+def config_items(kind: str, config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The config keys the decoding of ``kind`` reads, hashable (a static argument of ``_generate``):
+    a mapping (Llama 3's ``rope_freq``) as a tuple of its items."""
+    keys = CONFIG_KEYS if kind == "GPTModel" else DECODERS[kind].config_keys
+    keys = (*keys, *(["rms_norm_eps"] if "rms_norm_eps" in config else []))
+    frozen = (
+        (key, tuple(sorted(config[key].items())) if isinstance(config[key], dict) else config[key])
+        for key in keys
+    )
+    return tuple(frozen)
+
+
 def check_generate(fw: Any, a: dict[str, Any]) -> None:
-    """jax_attn's ``generate(model, token_ids, max_new_tokens, ...)``: a ``GPTModel``, then as
-    numpy_attn's (its weights' names, shapes and dtype, the ids, ``rng`` a ``jax.random`` key, the
-    options). The weights' values were checked as the model got them; a non-finite one found by
-    non-finite logits is named then."""
+    """jax_attn's ``generate(model, token_ids, max_new_tokens, ...)``: a ``GPTModel``, ``Llama3Model``
+    or ``Qwen3Model``, then as numpy_attn's (its weights' names, shapes and dtype, the ids, ``rng`` a
+    ``jax.random`` key, the options). The weights' values were checked as the model got them; a
+    non-finite one found by non-finite logits is named then."""
+    from jax_attn.decoder_module import Llama3Model, Qwen3Model
     from jax_attn.gpt_module import GPTModel
 
     model = a["model"]
-    if not isinstance(model, GPTModel):
+    if not isinstance(model, GPTModel | Llama3Model | Qwen3Model):
         raise TypeError(
-            "model must be a jax_attn.GPTModel (GPTModel.from_params(params, config); numpy_attn.generate "
-            f"takes params and config instead), got {type(model).__name__}"
+            "model must be a jax_attn.GPTModel, Llama3Model or Qwen3Model (from_params(params, config) or "
+            "jax_attn.from_hf(folder); numpy_attn.generate takes params and config instead), got "
+            f"{type(model).__name__}"
         )
+    config = model_config(model)
     stored, transposed = model.stored_params()
     shapes = {
         name: jax.ShapeDtypeStruct(value.shape[::-1] if name in transposed else value.shape, value.dtype)
         for name, value in stored.items()
     }
-    gpt_checks.check_gpt_params(fw, shapes, model.config, values=False)
-    gpt_checks.check_token_ids(a["token_ids"], model.config)
-    fw.check_random(a["rng"], "rng")
-    gpt_checks.check_generate_args(a, a["token_ids"].shape, model.config)
+    check_model_params(fw, model_kind(config), shapes, config, values=False)
+    check_generate_call(fw, a, config)
 
 
 def generate(
@@ -207,9 +234,9 @@ def generate(
     rng: jax.Array | None = None,
     streamer: Any = None,
 ) -> jax.Array:
-    """``token_ids`` ``(B, T)`` followed by up to ``max_new_tokens`` tokens generated by the
-    ``GPTModel`` ``model``: ``(B, T + n)``, n = ``max_new_tokens`` unless every row reached an eos id
-    first (see ``numpy_attn.generation``).
+    """``token_ids`` ``(B, T)`` followed by up to ``max_new_tokens`` tokens generated by ``model`` (a
+    ``GPTModel``, ``Llama3Model`` or ``Qwen3Model``): ``(B, T + n)``, n = ``max_new_tokens`` unless
+    every row reached an eos id first (see ``numpy_attn.generation``).
 
     Non-finite logits (a float16 model whose activations overflow) raise ValueError naming the
     first such step, read once, after the program (a read per step would wait for it at every token).
@@ -261,7 +288,8 @@ def program_arguments(
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``_generate``'s arguments and static arguments for a call of ``generate`` (checked): what it
     runs, and what the tests and the benchmark lower to read the compiled program."""
-    config, token_ids = model.config, jnp.asarray(token_ids)
+    config, token_ids = model_config(model), jnp.asarray(token_ids)
+    kind = model_kind(config)
     stored, transposed = generation_params(model)
     num_tokens = token_ids.shape[1]
     stops = stop_ids(eos_token_id)
@@ -277,7 +305,8 @@ def program_arguments(
         jnp.asarray(fill_id(stops, pad_token_id), token_ids.dtype), key, jnp.int32(stream_id),
     )  # fmt: skip
     static = {
-        "config_items": tuple((name, config[name]) for name in CONFIG_KEYS),
+        "kind": kind,
+        "config_items": config_items(kind, config),
         "transposed": transposed,
         "cache_length": min(
             config["context_length"], math.ceil((num_tokens + max_new_tokens) / CACHE_STEP) * CACHE_STEP

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jax_attn.kv_cache import KVCache, attention_decode, init_kv_cache
+from jax_attn.kv_cache import KVCache, attention_decode, init_kv_cache, token_positions
 from jax_attn.multi_head import multi_head_attention
 from jax_attn.ops import dropout, linear
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, sub_params
@@ -159,17 +159,6 @@ def gpt_model_decode(
     Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions; new caches.
     """
     return decode(params, token_ids, caches, config, padding_mask)
-
-
-def token_positions(cache: KVCache, padding_mask: jax.Array | None, num_tokens: int) -> jax.Array:
-    """The positions ``(B, t)`` of t new tokens: the tokens before each that are not padding, in the
-    cache and among the new ones (a padding token's, 0 at least, is never seen)."""
-    start = jnp.asarray(cache.length, jnp.int32)  # a uint8 length would wrap
-    filled = jnp.arange(cache.padding.shape[1]) < start  # (L,)
-    cached = jnp.count_nonzero(~cache.padding & filled, axis=1)  # (B,) tokens cached, padding left out
-    if padding_mask is None:
-        return cached[:, None] + jnp.arange(num_tokens)  # (B, t)
-    return jnp.maximum(cached[:, None] + jnp.cumsum(~padding_mask, axis=1) - 1, 0)  # (B, t)
 
 
 def decode(

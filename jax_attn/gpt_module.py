@@ -21,7 +21,6 @@ from flax import nnx
 import jax_attn
 from jax_attn import gpt
 from jax_attn import module_base as base
-from jax_attn.convert import LAYOUT
 from jax_attn.modules import MultiHeadAttention
 from numpy_attn import checks, gpt_checks
 from numpy_attn import gpt_spec as spec
@@ -145,18 +144,6 @@ class GPTModel(base.TorchWeights):
     def save_hf_gpt2(self, directory: str | os.PathLike) -> None:
         """Write the model as a folder transformers' ``GPT2LMHeadModel.from_pretrained`` loads."""
         save_hf_gpt2(directory, self.to_params(), self.config)
-
-    def stored_params(self) -> tuple[dict[str, jax.Array], frozenset[str]]:
-        """The weights as the module holds them, under their torch names, with no copy, and the names
-        held transposed from torch's layout (the Linear kernels, ``(in, out)``). ``jax_attn.generate``
-        transposes them inside its compiled program, where XLA folds each transpose into its product
-        (``torch_params()``, eager, copies every kernel)."""
-        stored, transposed = {}, set()
-        for name, (path, param) in self._variables().items():
-            stored[name] = param[...]
-            if LAYOUT.get(path[-1], (None, False))[1]:
-                transposed.add(name)
-        return stored, frozenset(transposed)
 
     def _format(self) -> dict[str, tuple[int, ...]]:
         return spec.gpt_param_shapes(self.config)

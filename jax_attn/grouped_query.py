@@ -6,9 +6,9 @@ the query heads are grouped ``(B, G, N/G, T, H)`` and broadcast against ``(B, G,
 a KV cache holds the G key/value heads alone. Queries and keys are rotated by RoPE after the
 optional RMSNorm of each head (QK-norm, Qwen3: ``q_norm``, ``k_norm``). Axis letters: B batch, T
 query tokens, S key tokens, N query heads, G key/value heads, H head size, D model width.
-``numpy_attn/grouped_query.py`` is the same file in NumPy; the cache's writes are JAX's
-``dynamic_update_slice`` and its unwritten slots are hidden by the causal mask (shapes never change:
-under ``jax.jit`` decoding compiles once per input length).
+``numpy_attn/grouped_query.py`` is the same file in NumPy; the cache is read and written by
+``kv_cache.attend_cached``, as the multi-head layers' (shapes never change: under ``jax.jit``
+decoding compiles once per input length).
 """
 
 from __future__ import annotations
@@ -20,24 +20,31 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jax_attn.kv_cache import KVCache
+from jax_attn.kv_cache import KVCache, attend_cached, token_positions
 from jax_attn.ops import causal_mask, linear, merge_heads, scaled_dot_product_attention, split_heads
 from jax_attn.rms_norm import rms_norm
 from jax_attn.rope import apply_rope, rope_cos_sin
 from numpy_attn.decoder_spec import rope_frequencies
 from numpy_attn.steps import Steps
 
-__all__ = ["attend_groups", "grouped_query_attention", "grouped_query_attention_decode", "rotated_heads"]
+__all__ = [
+    "attend_groups",
+    "grouped_attention_decode",
+    "grouped_query_attention",
+    "grouped_query_attention_decode",
+    "rotated_heads",
+]
 
 Norm = Callable[[jax.Array], jax.Array] | None
 
 
 def rotated_heads(
     queries: jax.Array, keys: jax.Array, values: jax.Array, *, num_heads: int, num_kv_groups: int,
-    inv_freq: Any, offset: int | jax.Array = 0, q_norm: Norm = None, k_norm: Norm = None,
+    inv_freq: Any, positions: jax.Array | None = None, q_norm: Norm = None, k_norm: Norm = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, Steps]:  # fmt: skip
     """The projections ``(B, T, N*H)``, ``(B, S, G*H)``, ``(B, S, G*H)`` split into heads, queries and
-    keys normalised (``q_norm``, ``k_norm``) and rotated for positions ``offset``, ``offset + 1``...
+    keys normalised (``q_norm``, ``k_norm``) and rotated for ``positions``: integer ``(T,)``, or
+    ``(B, T)`` (each row its own: a left-padded batch decoding); None: 0, 1, ..., T - 1.
 
     Returns: ``(queries (B, N, T, H), keys (B, G, S, H), values (B, G, S, H), steps)``.
     """
@@ -48,8 +55,10 @@ def rotated_heads(
     if q_norm is not None:
         steps["q_norm"] = queries = q_norm(queries)
         steps["k_norm"] = keys = k_norm(keys)
-    positions = offset + jnp.arange(queries.shape[-2])  # (T,)
+    positions = jnp.arange(queries.shape[-2]) if positions is None else positions  # (T,) or (B, T)
     cos, sin = rope_cos_sin(positions, inv_freq, jnp.promote_types(queries.dtype, jnp.float32))  # 2 x (T, H)
+    if cos.ndim == 3:  # per row: (B, T, H) -> (B, 1, T, H), every head
+        cos, sin = cos[:, None], sin[:, None]
     steps["queries_rope"] = queries = apply_rope(queries, cos, sin)
     steps["keys_rope"] = keys = apply_rope(keys, cos, sin)
     return queries, keys, values, steps
@@ -139,25 +148,42 @@ def grouped_query_attention_decode(
 
     Returns: ``(output (B, t, D), new cache)``: the full causal pass's outputs at those positions.
     """
-    start, num_tokens = jnp.asarray(cache.length, jnp.int32), x.shape[1]  # a uint8 length would wrap
-    zero = jnp.zeros((), jnp.int32)
-    head_size = params["W_query.weight"].shape[0] // num_heads
-    inv_freq = rope_frequencies(head_size, rope_base, rope_freq)  # (H/2,)
-    queries = linear(x, params["W_query.weight"])  # (B, t, N*H)
-    keys = linear(x, params["W_key.weight"])  # (B, t, G*H)
-    values = linear(x, params["W_value.weight"])  # (B, t, G*H)
+    return grouped_attention_decode(
+        params, x, cache, None, num_heads=num_heads, num_kv_groups=num_kv_groups, rope_base=rope_base,
+        rope_freq=rope_freq, norm_eps=norm_eps,
+    )  # fmt: skip
+
+
+def grouped_attention_decode(
+    params: Mapping[str, jax.Array],
+    x: jax.Array,
+    cache: KVCache,
+    padding_mask: jax.Array | None,
+    *,
+    num_heads: int,
+    num_kv_groups: int,
+    rope_base: float = 10_000.0,
+    rope_freq: Mapping[str, Any] | None = None,
+    norm_eps: float = 1e-6,
+    empty: bool = False,
+    linear: Callable[..., jax.Array] = linear,
+) -> tuple[jax.Array, KVCache]:
+    """``grouped_query_attention_decode`` with a ``padding_mask`` (bool ``(B, t)``, True = padding:
+    those tokens hidden from every later query, and taking no position: each row's RoPE positions
+    count its tokens alone, ``kv_cache.token_positions``), as the decoders' blocks decode.
+    ``empty``: the cache is known to hold no token (``kv_cache.attend_cached``); ``linear``: the
+    product of each weight (``ops.linear``'s arguments; ``jax_attn.generate``'s takes 16-bit weights
+    in row blocks), on x's B·t rows."""
+    b, num_tokens, _ = x.shape
+    rows = x.reshape(b * num_tokens, x.shape[-1])  # (B·t, D): one product per weight, a GEMV at t = 1
+    inv_freq = rope_frequencies(cache.keys.shape[-1], rope_base, rope_freq)  # (H/2,)
+    queries = linear(rows, params["W_query.weight"]).reshape(b, num_tokens, -1)  # (B, t, N*H)
+    keys = linear(rows, params["W_key.weight"]).reshape(b, num_tokens, -1)  # (B, t, G*H)
+    values = linear(rows, params["W_value.weight"]).reshape(b, num_tokens, -1)  # (B, t, G*H)
     queries, keys, values, _ = rotated_heads(
         queries, keys, values, num_heads=num_heads, num_kv_groups=num_kv_groups, inv_freq=inv_freq,
-        offset=start, **_norms(params, norm_eps),
+        positions=token_positions(cache, padding_mask, num_tokens), **_norms(params, norm_eps),
     )  # fmt: skip
-    at = (zero, zero, start, zero)
-    cache = KVCache(
-        jax.lax.dynamic_update_slice(cache.keys, keys.astype(cache.keys.dtype), at),  # (B, G, L, H)
-        jax.lax.dynamic_update_slice(cache.values, values.astype(cache.values.dtype), at),  # (B, G, L, H)
-        jax.lax.dynamic_update_slice(cache.padding, jnp.zeros((x.shape[0], num_tokens), bool), (zero, start)),
-        start + num_tokens,
-    )
-    padding = cache.padding[:, None, None, None, :]  # (B, 1, 1, 1, L)
-    mask = causal_mask(num_tokens, cache.keys.shape[2], offset=start) | padding  # (B, 1, 1, t, L)
-    context_vec, _ = attend_groups(queries, cache.keys, cache.values, mask)  # (B, t, N*H)
-    return linear(context_vec, params["out_proj.weight"]), cache
+    context_vec, cache = attend_cached(queries, keys, values, cache, padding_mask, empty=empty)  # (B, t, N*H)
+    output = linear(context_vec.reshape(b * num_tokens, -1), params["out_proj.weight"])
+    return output.reshape(b, num_tokens, -1), cache  # (B, t, D)

@@ -24,7 +24,13 @@ import jax.numpy as jnp
 from jax_attn.ops import causal_mask, linear, merge_heads, softmax, split_heads
 from numpy_attn.ops import compute_dtype
 
-__all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
+__all__ = [
+    "KVCache",
+    "fused_causal_attention_decode",
+    "init_kv_cache",
+    "multi_head_attention_decode",
+    "token_positions",
+]
 
 
 class KVCache(NamedTuple):
@@ -42,6 +48,18 @@ def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dt
     return KVCache(zeros, zeros, jnp.zeros((batch, max_length), bool), jnp.zeros((), jnp.int32))
 
 
+def token_positions(cache: KVCache, padding_mask: jax.Array | None, num_tokens: int) -> jax.Array:
+    """The positions ``(B, t)`` of t new tokens: the tokens before each that are not padding, in the
+    cache and among the new ones (a padding token's, 0 at least, is never seen). The GPT's position
+    embeddings and the decoders' RoPE read them: a left-padded row decodes as it would alone."""
+    start = jnp.asarray(cache.length, jnp.int32)  # a uint8 length would wrap
+    filled = jnp.arange(cache.padding.shape[1]) < start  # (L,)
+    cached = jnp.count_nonzero(~cache.padding & filled, axis=1)  # (B,) tokens cached, padding left out
+    if padding_mask is None:
+        return cached[:, None] + jnp.arange(num_tokens)  # (B, t)
+    return jnp.maximum(cached[:, None] + jnp.cumsum(~padding_mask, axis=1) - 1, 0)  # (B, t)
+
+
 def attend_cached(
     queries: jax.Array,
     keys: jax.Array,
@@ -52,28 +70,36 @@ def attend_cached(
     empty: bool = False,
 ) -> tuple[jax.Array, KVCache]:
     """The new tokens' queries ``(B, N, t, H)`` attended to the cached tokens and to the new ones up
-    to their own (one softmax over both), then the new keys and values written after the cache's
-    (shapes never change: under ``jax.jit`` decoding compiles once per input length). The cache's
-    unwritten slots and padding are hidden, and the new tokens ``padding_mask`` marks. ``empty``:
-    the cache is known to hold no token (a prompt's pass): its keys are not read.
-    Returns: ``(context_vec (B, t, E), new cache)``."""
+    to their own (one softmax over both), then the new keys and values ``(B, G, t, H)`` written after
+    the cache's (shapes never change: under ``jax.jit`` decoding compiles once per input length).
+    Query head n reads key/value head ``n // (N/G)`` (G = N: multi-head attention; G < N: grouped-
+    query attention, whose cache holds the G key/value heads alone). The cache's unwritten slots and
+    padding are hidden, and the new tokens ``padding_mask`` marks. ``empty``: the cache is known to
+    hold no token (a prompt's pass): its keys are not read.
+    Returns: ``(context_vec (B, t, N*H), new cache)``."""
     start, num_tokens = jnp.asarray(cache.length, jnp.int32), queries.shape[-2]  # a uint8 length would wrap
     padding = jnp.zeros((queries.shape[0], num_tokens), bool) if padding_mask is None else padding_mask
     max_length = cache.keys.shape[-2]
     hidden_cached = (jnp.arange(max_length) >= start) | cache.padding  # (B, L): unwritten or padding
     hidden_new = causal_mask(num_tokens) | padding[:, None, :]  # (B, t, t)
     dtype, compute = queries.dtype, compute_dtype(queries.dtype)
-    queries = queries.astype(compute)
-    new_scores = jnp.einsum("bnth,bnsh->bnts", queries, keys.astype(compute))  # (B, N, t, t)
-    attn_scores = jnp.where(hidden_new[:, None], -jnp.inf, new_scores)  # (B, N, t, t)
+    b, num_heads, _, head_size = queries.shape
+    num_kv_groups = keys.shape[1]
+    grouped = (b, num_kv_groups, num_heads // num_kv_groups, num_tokens)  # (B, G, N/G, t)
+    # a group's rows: its N/G query heads' t tokens, (B, G, N/G·t, H), against its key/value head
+    rows = queries.reshape(b, num_kv_groups, -1, head_size).astype(compute)
+    new_scores = jnp.einsum("bgqh,bgsh->bgqs", rows, keys.astype(compute)).reshape(*grouped, -1)
+    attn_scores = jnp.where(hidden_new[:, None, None], -jnp.inf, new_scores)  # (B, G, N/G, t, t)
     if not empty:
-        cached_scores = jnp.einsum("bnth,bnsh->bnts", queries, cache.keys.astype(compute))  # (B, N, t, L)
-        cached_scores = jnp.where(hidden_cached[:, None, None], -jnp.inf, cached_scores)
-        attn_scores = jnp.concatenate([cached_scores, attn_scores], axis=-1)  # (B, N, t, L + t)
-    attn_weights = softmax(attn_scores / queries.shape[-1] ** 0.5, axis=-1).astype(dtype)  # (B, N, t, L + t)
-    context_vec = attn_weights[..., -num_tokens:] @ values  # (B, N, t, H)
+        cached_scores = jnp.einsum("bgqh,bgsh->bgqs", rows, cache.keys.astype(compute)).reshape(*grouped, -1)
+        cached_scores = jnp.where(hidden_cached[:, None, None, None], -jnp.inf, cached_scores)
+        attn_scores = jnp.concatenate([cached_scores, attn_scores], axis=-1)  # (B, G, N/G, t, L + t)
+    attn_weights = softmax(attn_scores / head_size**0.5, axis=-1).astype(dtype)  # (B, G, N/G, t, L + t)
+    attn_weights = attn_weights.reshape(b, num_kv_groups, -1, attn_weights.shape[-1])  # (B, G, N/G·t, L + t)
+    context_vec = attn_weights[..., -num_tokens:] @ values  # (B, G, N/G·t, H)
     if not empty:
         context_vec = attn_weights[..., :max_length] @ cache.values + context_vec
+    context_vec = context_vec.reshape(queries.shape)  # (B, N, t, H)
     zero = jnp.zeros((), jnp.int32)
     cache = KVCache(
         jax.lax.dynamic_update_slice(cache.keys, keys.astype(cache.keys.dtype), (zero, zero, start, zero)),

@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 
 import jax_attn  # jax_attn.FRAMEWORK is read at call time: this module is imported while jax_attn starts
-from jax_attn.convert import Path, as_jax, flax_path, to_flax, torch_name, torch_value
+from jax_attn.convert import LAYOUT, Path, as_jax, flax_path, to_flax, torch_name, torch_value
 from jax_attn.ops import merge_heads, split_heads
 from numpy_attn import checks, finite, memory
 from numpy_attn.door import check_masks
@@ -160,6 +160,18 @@ class TorchWeights(nnx.Module):
         """The weights as JAX arrays in the weights format: torch name -> array in torch's layout."""
         variables = self._variables()
         return {name: torch_value(variables[name][0], variables[name][1][...]) for name in self._format()}
+
+    def stored_params(self) -> tuple[dict[str, jax.Array], frozenset[str]]:
+        """The weights as the module holds them, under their torch names, with no copy, and the names
+        held transposed from torch's layout (the Linear kernels, ``(in, out)``). ``jax_attn.generate``
+        transposes them inside its compiled program, where XLA folds each transpose into its product
+        (``torch_params()``, eager, copies every kernel)."""
+        stored, transposed = {}, set()
+        for name, (path, param) in self._variables().items():
+            stored[name] = param[...]
+            if LAYOUT.get(path[-1], (None, False))[1]:
+                transposed.add(name)
+        return stored, frozenset(transposed)
 
     def to_params(self) -> dict[str, np.ndarray]:
         """The weights as NumPy arrays in the weights format: torch name -> array in torch's layout."""

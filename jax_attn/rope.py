@@ -27,12 +27,12 @@ __all__ = ["apply_rope", "rope", "rope_cos_sin"]
 
 
 def rope_cos_sin(positions: jax.Array, inv_freq: Any, dtype: Any) -> tuple[jax.Array, jax.Array]:
-    """``(cos, sin)``, each ``(T, H)`` in ``dtype``: of the angles ``positions * inv_freq``, both halves.
+    """``(cos, sin)``, each ``(..., T, H)`` in ``dtype``: of the angles ``positions * inv_freq``, both halves.
 
-    Args: positions integer ``(T,)``; inv_freq float32 ``(H/2,)``.
+    Args: positions integer ``(..., T)``; inv_freq float32 ``(H/2,)``.
     """
-    angles = positions.astype(jnp.float32)[:, None] * inv_freq[None, :]  # (T, H/2), float32 products
-    angles = jnp.concatenate([angles, angles], axis=-1).astype(dtype)  # (T, H)
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # (..., T, H/2), float32 products
+    angles = jnp.concatenate([angles, angles], axis=-1).astype(dtype)  # (..., T, H)
     return jnp.cos(angles), jnp.sin(angles)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from numpy_attn import cache_checks, calls, decoder_checks, door, gpt_checks
+from numpy_attn import cache_checks, calls, decoder_checks, door, generation_checks, gpt_checks
 from numpy_attn.spec import SPECS
 
 __all__ = ["NAMES", "PUBLIC", "Public", "export"]
@@ -70,7 +70,7 @@ PUBLIC: dict[str, Public] = {
     "gpt_model": Public("gpt", gpt_checks.gpt_model, steps=True, static=("config",)),
     "init_gpt_cache": Public("gpt", gpt_checks.init_gpt_cache),
     "gpt_model_decode": Public("gpt", gpt_checks.gpt_model_decode),
-    "generate": Public("generation", gpt_checks.generate),
+    "generate": Public("generation", generation_checks.generate),  # every model: the GPT, Llama 3, Qwen3
     # the book's Llama 3 and Qwen3 (numpy_attn.decoder_spec)
     "rms_norm": Public("rms_norm", decoder_checks.rms_norm),
     "rope": Public("rope", decoder_checks.rope),

@@ -218,6 +218,8 @@ def _model_decode(fw: Any, a: dict[str, Any], model: str) -> None:
         check_decode_room(
             length, cache.keys.shape[2], x.shape, cfg["context_length"], name=f"caches[{index}]"
         )
+    if a["padding_mask"] is not None:
+        checks.check_padding_mask(a["padding_mask"], batch, num_tokens)
 
 
 def llama3_model_decode(fw: Any, a: dict[str, Any]) -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "dtype_name",
     "gqa_shapes",
     "head_dim",
+    "model_kind",
     "model_of",
     "norm_eps",
     "rope_frequencies",
@@ -194,6 +195,13 @@ def check_config(cfg: Any, model: str) -> None:
 def model_of(cfg: Mapping[str, Any]) -> str:
     """The decoder a cfg describes: ``"Qwen3Model"`` where it has ``qk_norm``, ``"Llama3Model"`` otherwise."""
     return "Qwen3Model" if "qk_norm" in cfg else "Llama3Model"
+
+
+def model_kind(config: Any) -> str:
+    """The model a config describes, for the functions that take every model (``generate``): a
+    Llama 3 or Qwen3 cfg (it has ``n_kv_groups``) by ``model_of``, else ``"GPTModel"`` (whose checks
+    then name what a config that is neither lacks)."""
+    return model_of(config) if isinstance(config, Mapping) and "n_kv_groups" in config else "GPTModel"
 
 
 def head_dim(cfg: Mapping[str, Any], model: str) -> int:

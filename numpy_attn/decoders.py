@@ -19,13 +19,14 @@ import numpy as np
 
 from numpy_attn.decoder_spec import DECODERS, attention_arguments, head_dim, model_of, norm_eps, sub_params
 from numpy_attn.gpt_spec import apply_block, apply_model
-from numpy_attn.grouped_query import grouped_query_attention, grouped_query_attention_decode
+from numpy_attn.grouped_query import grouped_attention_decode, grouped_query_attention
 from numpy_attn.kv_cache import KVCache, init_kv_cache
 from numpy_attn.ops import linear
 from numpy_attn.rms_norm import rms_norm
 from numpy_attn.steps import Steps
 
 __all__ = [
+    "decode",
     "init_decoder_cache",
     "llama3_model",
     "llama3_model_decode",
@@ -119,11 +120,20 @@ def init_decoder_cache(cfg: Mapping[str, Any], batch: int, dtype: Any = np.float
     return tuple(init_kv_cache(*shape, dtype) for _ in range(cfg["n_layers"]))
 
 
-def _model_decode(
-    model: str, params: Mapping[str, np.ndarray], token_ids: np.ndarray, caches: tuple[KVCache, ...],
+def decode(
+    params: Mapping[str, np.ndarray],
+    token_ids: np.ndarray,
+    caches: tuple[KVCache, ...],
     cfg: Mapping[str, Any],
-) -> tuple[np.ndarray, tuple[KVCache, ...]]:  # fmt: skip
-    """``model`` on new ``token_ids`` ``(B, t)`` after the caches' tokens."""
+    padding_mask: np.ndarray | None = None,
+    *,
+    last_only: bool = False,
+    in_place: bool = False,
+) -> tuple[np.ndarray, tuple[KVCache, ...]]:
+    """The cfg's decoder (``decoder_spec.model_of``) on new ``token_ids`` ``(B, t)`` after the caches'
+    tokens: ``llama3_model_decode``, ``qwen3_model_decode``; ``last_only``: the logits of the last
+    token alone ``(B, 1, V)``; ``in_place``: the caches written as they are (``generate``'s)."""
+    model = model_of(cfg)
     x = params["tok_emb.weight"][token_ids]  # (B, t, D)
     arguments = attention_arguments(cfg, model)
     blocks, new_caches = [], []
@@ -131,14 +141,17 @@ def _model_decode(
         block = sub_params(params, f"trf_blocks.{i}.")
 
         def att(h: np.ndarray, block: Mapping[str, np.ndarray] = block, cache: KVCache = cache) -> np.ndarray:
-            output, new_cache = grouped_query_attention_decode(
-                sub_params(block, "att."), h, cache, **arguments
+            output, new_cache = grouped_attention_decode(
+                sub_params(block, "att."), h, cache, padding_mask, **arguments, in_place=in_place
             )
             new_caches.append(new_cache)
             return output
 
         blocks.append(functools.partial(apply_block, **_parts(block, cfg, model), att=att))
-    logits, _ = apply_model(x, blocks=blocks, **_head(params, cfg, model))  # (B, t, V)
+    head = _head(params, cfg, model)
+    out_head = head["out_head"]
+    head["out_head"] = (lambda x: out_head(x[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
+    logits, _ = apply_model(x, blocks=blocks, **head)  # (B, t, V)
     return logits, tuple(new_caches)
 
 
@@ -147,13 +160,17 @@ def llama3_model_decode(
     token_ids: np.ndarray,
     caches: tuple[KVCache, ...],
     cfg: Mapping[str, Any],
+    padding_mask: np.ndarray | None = None,
 ) -> tuple[np.ndarray, tuple[KVCache, ...]]:
     """``llama3_model`` on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens
     (``init_decoder_cache``), at positions ``caches[0].length`` onwards.
 
+    Args: padding_mask bool ``(B, t)``, True = padding: those tokens are hidden from every query and
+    take no position (a token's RoPE position counts the tokens before it that are not padding:
+    prompts of different lengths, left-padded, decode as each would alone).
     Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions.
     """
-    return _model_decode("Llama3Model", params, token_ids, caches, cfg)
+    return decode(params, token_ids, caches, cfg, padding_mask)
 
 
 def qwen3_model_decode(
@@ -161,9 +178,11 @@ def qwen3_model_decode(
     token_ids: np.ndarray,
     caches: tuple[KVCache, ...],
     cfg: Mapping[str, Any],
+    padding_mask: np.ndarray | None = None,
 ) -> tuple[np.ndarray, tuple[KVCache, ...]]:
-    """``qwen3_model`` on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens.
+    """``qwen3_model`` on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens, ``padding_mask``
+    as ``llama3_model_decode``'s.
 
     Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions.
     """
-    return _model_decode("Qwen3Model", params, token_ids, caches, cfg)
+    return decode(params, token_ids, caches, cfg, padding_mask)

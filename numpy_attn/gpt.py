@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, sub_params
-from numpy_attn.kv_cache import KVCache, attention_decode, init_kv_cache
+from numpy_attn.kv_cache import KVCache, attention_decode, init_kv_cache, token_positions
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.ops import dropout, linear
 from numpy_attn.steps import Steps
@@ -155,16 +155,6 @@ def gpt_model_decode(
     Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions; new caches.
     """
     return decode(params, token_ids, caches, config, padding_mask)
-
-
-def token_positions(cache: KVCache, padding_mask: np.ndarray | None, num_tokens: int) -> np.ndarray:
-    """The positions ``(B, t)`` of t new tokens: the tokens before each that are not padding, in the
-    cache and among the new ones (a padding token's, 0 at least, is never seen)."""
-    start = int(cache.length)  # an int: a uint8 length would wrap
-    cached = np.count_nonzero(~cache.padding[:, :start], axis=1)  # (B,) tokens cached, padding left out
-    if padding_mask is None:
-        return cached[:, None] + np.arange(num_tokens)  # (B, t)
-    return np.maximum(cached[:, None] + np.cumsum(~padding_mask, axis=1) - 1, 0)  # (B, t)
 
 
 def decode(

@@ -297,17 +297,3 @@ def check_logits_finite(step: int, finite: bool, max_new_tokens: int, dtype: Any
             f"generate: the model's logits at step {step} of {max_new_tokens} are not finite (NaN or "
             f"inf): its {np.dtype(dtype).name} activations overflow; compute in float32"
         )
-
-
-def generate(fw: Any, a: dict[str, Any]) -> None:
-    """numpy_attn's ``generate(params, token_ids, config, max_new_tokens, ...)``: the weights' values
-    tested once per array (a tied head, ``out_head.weight`` the very ``tok_emb.weight``, once)."""
-    without_gpt_buffers(fw, a)
-    check_gpt_params(fw, a["params"], a["config"], values=False)
-    arrays: dict[int, str] = {}  # id -> the first name holding that array
-    for name, value in a["params"].items():
-        arrays.setdefault(id(value), name)
-    finite.check_finite({name: a["params"][name] for name in arrays.values()})
-    check_token_ids(a["token_ids"], a["config"])
-    fw.check_random(a["rng"])
-    check_generate_args(a, a["token_ids"].shape, a["config"])

@@ -18,23 +18,30 @@ from typing import Any
 import numpy as np
 
 from numpy_attn.decoder_spec import rope_frequencies
-from numpy_attn.kv_cache import KVCache
+from numpy_attn.kv_cache import KVCache, attend_cached, token_positions
 from numpy_attn.ops import causal_mask, linear, merge_heads, scaled_dot_product_attention, split_heads
 from numpy_attn.rms_norm import rms_norm
 from numpy_attn.rope import apply_rope, rope_cos_sin
 from numpy_attn.steps import Steps
 
-__all__ = ["attend_groups", "grouped_query_attention", "grouped_query_attention_decode", "rotated_heads"]
+__all__ = [
+    "attend_groups",
+    "grouped_attention_decode",
+    "grouped_query_attention",
+    "grouped_query_attention_decode",
+    "rotated_heads",
+]
 
 Norm = Callable[[np.ndarray], np.ndarray] | None
 
 
 def rotated_heads(
     queries: np.ndarray, keys: np.ndarray, values: np.ndarray, *, num_heads: int, num_kv_groups: int,
-    inv_freq: np.ndarray, offset: int = 0, q_norm: Norm = None, k_norm: Norm = None,
+    inv_freq: np.ndarray, positions: np.ndarray | None = None, q_norm: Norm = None, k_norm: Norm = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Steps]:  # fmt: skip
     """The projections ``(B, T, N*H)``, ``(B, S, G*H)``, ``(B, S, G*H)`` split into heads, queries and
-    keys normalised (``q_norm``, ``k_norm``) and rotated for positions ``offset``, ``offset + 1``...
+    keys normalised (``q_norm``, ``k_norm``) and rotated for ``positions``: integer ``(T,)``, or
+    ``(B, T)`` (each row its own: a left-padded batch decoding); None: 0, 1, ..., T - 1.
 
     Returns: ``(queries (B, N, T, H), keys (B, G, S, H), values (B, G, S, H), steps)``.
     """
@@ -45,8 +52,10 @@ def rotated_heads(
     if q_norm is not None:
         steps["q_norm"] = queries = q_norm(queries)
         steps["k_norm"] = keys = k_norm(keys)
-    positions = offset + np.arange(queries.shape[-2])  # (T,)
+    positions = np.arange(queries.shape[-2]) if positions is None else positions  # (T,) or (B, T)
     cos, sin = rope_cos_sin(positions, inv_freq, np.promote_types(queries.dtype, np.float32))  # 2 x (T, H)
+    if cos.ndim == 3:  # per row: (B, T, H) -> (B, 1, T, H), every head
+        cos, sin = cos[:, None], sin[:, None]
     steps["queries_rope"] = queries = apply_rope(queries, cos, sin)
     steps["keys_rope"] = keys = apply_rope(keys, cos, sin)
     return queries, keys, values, steps
@@ -136,23 +145,36 @@ def grouped_query_attention_decode(
 
     Returns: ``(output (B, t, D), new cache)``: the full causal pass's outputs at those positions.
     """
-    start, num_tokens = int(cache.length), x.shape[1]  # an int: a uint8 length would wrap
-    end = start + num_tokens
-    head_size = params["W_query.weight"].shape[0] // num_heads
-    inv_freq = rope_frequencies(head_size, rope_base, rope_freq)  # (H/2,)
+    return grouped_attention_decode(
+        params, x, cache, None, num_heads=num_heads, num_kv_groups=num_kv_groups, rope_base=rope_base,
+        rope_freq=rope_freq, norm_eps=norm_eps,
+    )  # fmt: skip
+
+
+def grouped_attention_decode(
+    params: Mapping[str, np.ndarray],
+    x: np.ndarray,
+    cache: KVCache,
+    padding_mask: np.ndarray | None,
+    *,
+    num_heads: int,
+    num_kv_groups: int,
+    rope_base: float = 10_000.0,
+    rope_freq: Mapping[str, Any] | None = None,
+    norm_eps: float = 1e-6,
+    in_place: bool = False,
+) -> tuple[np.ndarray, KVCache]:
+    """``grouped_query_attention_decode`` with a ``padding_mask`` (bool ``(B, t)``, True = padding:
+    those tokens hidden from every later query, and taking no position: each row's RoPE positions
+    count its tokens alone, ``kv_cache.token_positions``), as the decoders' blocks decode.
+    ``in_place``: the cache's arrays written as they are (``generate``'s own caches)."""
+    inv_freq = rope_frequencies(cache.keys.shape[-1], rope_base, rope_freq)  # (H/2,)
     queries = linear(x, params["W_query.weight"])  # (B, t, N*H)
     keys = linear(x, params["W_key.weight"])  # (B, t, G*H)
     values = linear(x, params["W_value.weight"])  # (B, t, G*H)
     queries, keys, values, _ = rotated_heads(
         queries, keys, values, num_heads=num_heads, num_kv_groups=num_kv_groups, inv_freq=inv_freq,
-        offset=start, **_norms(params, norm_eps),
+        positions=token_positions(cache, padding_mask, x.shape[1]), **_norms(params, norm_eps),
     )  # fmt: skip
-    cache = KVCache(cache.keys.copy(), cache.values.copy(), cache.padding.copy(), end)  # a new value
-    cache.keys[:, :, start:end] = keys  # (B, G, t, H)
-    cache.values[:, :, start:end] = values  # (B, G, t, H)
-    cache.padding[:, start:end] = False
-    padding = cache.padding[:, None, None, None, :end]  # (B, 1, 1, 1, S)
-    mask = causal_mask(num_tokens, end, offset=start) | padding  # (B, 1, 1, t, S)
-    keys, values = cache.keys[:, :, :end], cache.values[:, :, :end]  # (B, G, S, H)
-    context_vec, _ = attend_groups(queries, keys, values, mask)  # (B, t, N*H)
-    return linear(context_vec, params["out_proj.weight"]), cache
+    context_vec, cache = attend_cached(queries, keys, values, cache, padding_mask, in_place=in_place)
+    return linear(context_vec, params["out_proj.weight"]), cache  # (B, t, D)

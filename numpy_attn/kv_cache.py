@@ -19,7 +19,13 @@ import numpy as np
 
 from numpy_attn.ops import causal_mask, linear, merge_heads, scaled_dot_product_attention, split_heads
 
-__all__ = ["KVCache", "fused_causal_attention_decode", "init_kv_cache", "multi_head_attention_decode"]
+__all__ = [
+    "KVCache",
+    "fused_causal_attention_decode",
+    "init_kv_cache",
+    "multi_head_attention_decode",
+    "token_positions",
+]
 
 
 class KVCache(NamedTuple):
@@ -36,6 +42,17 @@ def init_kv_cache(batch: int, num_heads: int, max_length: int, head_dim: int, dt
     return KVCache(np.zeros(shape, dtype), np.zeros(shape, dtype), np.zeros((batch, max_length), bool), 0)
 
 
+def token_positions(cache: KVCache, padding_mask: np.ndarray | None, num_tokens: int) -> np.ndarray:
+    """The positions ``(B, t)`` of t new tokens: the tokens before each that are not padding, in the
+    cache and among the new ones (a padding token's, 0 at least, is never seen). The GPT's position
+    embeddings and the decoders' RoPE read them: a left-padded row decodes as it would alone."""
+    start = int(cache.length)  # an int: a uint8 length would wrap
+    cached = np.count_nonzero(~cache.padding[:, :start], axis=1)  # (B,) tokens cached, padding left out
+    if padding_mask is None:
+        return cached[:, None] + np.arange(num_tokens)  # (B, t)
+    return np.maximum(cached[:, None] + np.cumsum(~padding_mask, axis=1) - 1, 0)  # (B, t)
+
+
 def attend_cached(
     queries: np.ndarray,
     keys: np.ndarray,
@@ -45,10 +62,12 @@ def attend_cached(
     *,
     in_place: bool = False,
 ) -> tuple[np.ndarray, KVCache]:
-    """The new tokens' keys and values ``(B, N, t, H)`` written after the cache's, and their queries
-    attended to the cache's filled part (its padding hidden, and the new tokens ``padding_mask``
-    marks). ``in_place``: written into the cache's own arrays, else into copies (a new value).
-    Returns: ``(context_vec (B, t, E), new cache)``."""
+    """The new tokens' keys and values ``(B, G, t, H)`` written after the cache's, and their queries
+    ``(B, N, t, H)`` attended to the cache's filled part (its padding hidden, and the new tokens
+    ``padding_mask`` marks): query head n reads key/value head ``n // (N/G)`` (G = N: multi-head
+    attention; G < N: grouped-query attention, whose cache holds the G key/value heads alone).
+    ``in_place``: written into the cache's own arrays, else into copies (a new value).
+    Returns: ``(context_vec (B, t, N*H), new cache)``."""
     start, num_tokens = int(cache.length), queries.shape[-2]  # an int: a uint8 length would wrap
     end = start + num_tokens
     if not in_place:
@@ -56,11 +75,15 @@ def attend_cached(
     cache.keys[:, :, start:end] = keys
     cache.values[:, :, start:end] = values
     cache.padding[:, start:end] = False if padding_mask is None else padding_mask
-    mask = causal_mask(num_tokens, end, offset=start) | cache.padding[:, None, None, :end]  # (B, 1, t, S)
+    b, num_heads, _, head_size = queries.shape
+    num_kv_groups = keys.shape[1]
+    grouped = queries.reshape(b, num_kv_groups, num_heads // num_kv_groups, num_tokens, head_size)
+    padding = cache.padding[:, None, None, None, :end]  # (B, 1, 1, 1, S)
+    mask = causal_mask(num_tokens, end, offset=start) | padding  # (B, 1, 1, t, S)
     context_vec, _ = scaled_dot_product_attention(
-        queries, cache.keys[:, :, :end], cache.values[:, :, :end], mask
-    )  # (B, N, t, H)
-    return merge_heads(context_vec), cache._replace(length=end)
+        grouped, cache.keys[:, :, None, :end], cache.values[:, :, None, :end], mask
+    )  # (B, G, N/G, t, H)
+    return merge_heads(context_vec.reshape(queries.shape)), cache._replace(length=end)
 
 
 def multi_head_attention_decode(

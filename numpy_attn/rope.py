@@ -24,12 +24,12 @@ __all__ = ["apply_rope", "rope", "rope_cos_sin"]
 
 
 def rope_cos_sin(positions: np.ndarray, inv_freq: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``(cos, sin)``, each ``(T, H)`` in ``dtype``: of the angles ``positions * inv_freq``, both halves.
+    """``(cos, sin)``, each ``(..., T, H)`` in ``dtype``: of the angles ``positions * inv_freq``, both halves.
 
-    Args: positions integer ``(T,)``; inv_freq float32 ``(H/2,)``.
+    Args: positions integer ``(..., T)``; inv_freq float32 ``(H/2,)``.
     """
-    angles = positions.astype(np.float32)[:, None] * inv_freq[None, :]  # (T, H/2), float32 products
-    angles = np.concatenate([angles, angles], axis=-1).astype(dtype)  # (T, H)
+    angles = positions.astype(np.float32)[..., None] * inv_freq  # (..., T, H/2), float32 products
+    angles = np.concatenate([angles, angles], axis=-1).astype(dtype)  # (..., T, H)
     return np.cos(angles), np.sin(angles)
 
 

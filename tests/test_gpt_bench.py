@@ -5,6 +5,7 @@ import json
 import pytest
 
 from parity_tests.bench.gpt import (
+    LLAMA,
     TARGETS,
     kv_cache_bytes,
     markdown_table,
@@ -12,6 +13,7 @@ from parity_tests.bench.gpt import (
     run_gpt_benchmark,
     write_results,
 )
+from tests.decoder_cases import LLAMA as TINY_LLAMA
 from tests.gpt_cases import TINY
 
 DECODE = {
@@ -84,23 +86,30 @@ def test_the_kv_cache_holds_keys_and_values_of_every_block():
     # 2 (keys, values) x 2 blocks x 2 heads x 16 positions x 16 head dims x 4 bytes + 16 padding flags x 2
     assert kv_cache_bytes(TINY) == 2 * 2 * 2 * 16 * 16 * 4 + 2 * 16
     assert kv_cache_bytes(TINY, length=8, itemsize=2) == 2 * 2 * 2 * 8 * 16 * 2 + 2 * 8
+    # a grouped cache: 2 (keys, values) x 2 blocks x 2 key/value heads (of 4 query heads) x 16 x 8 x 4
+    assert kv_cache_bytes(TINY_LLAMA) == 2 * 2 * 2 * 16 * 8 * 4 + 2 * 16
 
 
 @pytest.mark.xdist_group("transformers")  # on the worker that runs tests/test_gpt_hf.py: one import
 def test_a_tiny_benchmark_runs_every_row_and_agrees_with_transformers(tmp_path):
-    """The whole module on a tiny config (transformers' model built and loaded twice, six programs
-    compiled): every row runs and is tabled; no timing is asserted."""
+    """The whole module on tiny configs (transformers' GPT-2 built and loaded twice, its Llama once,
+    eight programs compiled): every row runs and is tabled; no timing is asserted."""
     results = run_gpt_benchmark(
-        TINY, prompt_tokens=3, decode_tokens=4, prefill_tokens=6, rounds=1, pause_s=0, log=print
-    )
-    assert len(results["decode_s"]) == 8 and len(results["prefill_s"]) == 4
+        TINY, prompt_tokens=3, decode_tokens=4, prefill_tokens=6, rounds=1, pause_s=0, log=print,
+        llama_cfg=TINY_LLAMA,
+    )  # fmt: skip
+    assert len(results["decode_s"]) == 11 and len(results["prefill_s"]) == 4
     assert all(seconds > 0 for seconds in [*results["decode_s"].values(), *results["prefill_s"].values()])
     same = results["same_tokens_as_transformers"]
     assert same["transformers generate (SDPA)"] and same["numpy_attn.generate"]
     assert same["jax_attn.generate float32"]
+    assert same[f"numpy_attn.generate, {LLAMA}"] and same[f"jax_attn.generate float32, {LLAMA}"]
     assert results["step_cost"]["float32"]["cache_copies"] == 0
+    assert results["step_cost"][f"float32, {LLAMA}"]["cache_copies"] == 0
+    assert results["llama_cfg"]["n_kv_groups"] == TINY_LLAMA["n_kv_groups"]
     assert len(results["targets"]) == len(TARGETS)
     results["command"] = "python -m parity_tests.bench.gpt (tiny)"
     write_results(str(tmp_path), results, markdown_table(results))
     assert json.loads((tmp_path / "results.json").read_text())["cache_length"] == 16
     assert (tmp_path / "results.md").read_text().startswith("# Generation at GPT-2-small shape")
+    assert f"| jax_attn.generate float32, {LLAMA} |" in (tmp_path / "results.md").read_text()

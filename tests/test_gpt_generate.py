@@ -144,7 +144,9 @@ def test_numpy_generate_writes_its_caches_in_place(params, monkeypatch):
         seen.append((caches[0].keys, kwargs))
         return numpy_gpt.decode(params, token_ids, caches, *args, **kwargs)
 
-    monkeypatch.setattr(generation, "decode", decode)
+    monkeypatch.setitem(
+        generation.DECODING, "GPTModel", generation.Decoding(numpy_gpt.init_gpt_cache, decode)
+    )
     numpy_attn.generate(params, token_ids(2, 3), TINY, 5)
     assert len(seen) == 5 and all(keys is seen[0][0] for keys, _ in seen)
     assert seen[0][0].shape == (2, 2, 3 + 5, 16)
@@ -655,8 +657,9 @@ def test_jax_generate_refuses_a_model_that_is_not_a_gpt_model(params, model_give
     TypeError naming model and what it must be, not an AttributeError on ``model.config``."""
     given = {"params": params, None: None, "module": jax_attn.gpt_module.LayerNorm(4)}[model_given]
     message = (
-        "model must be a jax_attn.GPTModel (GPTModel.from_params(params, config); numpy_attn.generate "
-        f"takes params and config instead), got {type(given).__name__}"
+        "model must be a jax_attn.GPTModel, Llama3Model or Qwen3Model (from_params(params, config) or "
+        "jax_attn.from_hf(folder); numpy_attn.generate takes params and config instead), got "
+        f"{type(given).__name__}"
     )
     with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
         jax_attn.generate(given, jnp.asarray(token_ids(1, 3)), 2)

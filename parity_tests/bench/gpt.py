@@ -6,7 +6,10 @@ The weights: transformers' ``GPT2LMHeadModel(GPT2Config())`` (GPT-2 small, 124M 
 by transformers under ``torch.manual_seed(0)``), saved by ``save_pretrained``, read by
 ``numpy_attn.load_hf_gpt2`` and written again by ``numpy_attn.save_hf_gpt2``: transformers (eager
 and SDPA attention), numpy_attn and jax_attn (``GPTModel.from_hf_gpt2``) all load that folder.
-Nothing is downloaded. Batch 1, the CPU, each framework's default threads.
+Nothing is downloaded. Batch 1, the CPU, each framework's default threads. Beside it a Llama-shaped
+model of about its size (``LLAMA_SMALL``: grouped-query attention, RoPE with Llama 3's scaling,
+SwiGLU, RMSNorm, tied embeddings), drawn by transformers' ``LlamaForCausalLM`` under seed 0 and
+loaded the same way (``numpy_attn.load_hf``, ``save_hf``, ``jax_attn.from_hf``).
 
 Each timing is the median of ``--rounds`` rounds; a round runs every row once, in turn (the order
 rotated from round to round), after a warm-up round that compiles, with a pause of ``PAUSE_S``
@@ -14,7 +17,8 @@ before each run (a framework's worker threads spin a while after its call, slowi
 - decode: ``--decode`` greedy tokens after a ``--prompt``-token prompt, tokens/s = new tokens / the
   call's time: transformers' ``generate(do_sample=False)``, ``numpy_attn.generate``,
   ``jax_attn.generate`` in float32 and bfloat16 (the weights cast once); their tokens are compared
-  with transformers' (eager);
+  with transformers' (eager); and the Llama-shaped model's rows (transformers' SDPA generate,
+  numpy_attn's, jax_attn's float32), compared with transformers' tokens for it;
 - the weight-read limit: one GEMV (a ``(1, in)`` row times the matrix) per matrix a token reads
   (every block's and the output head), as transformers holds them (torch) and as
   ``jax_attn.generate`` reads them (one XLA program); tokens/s = 1 / the faster pass's time;
@@ -24,8 +28,9 @@ before each run (a framework's worker threads spin a while after its call, slowi
   (the prompt's pass in the very program that decodes: the last position's logits, one argmax);
 - bytes accessed per token: XLA's cost analysis of the decoding step ``jax_attn.generate`` loops
   over (its caches, layouts and compiler options), against the weights' bytes (transformers'
-  count: the tied head once) and the KV cache's; and the copies of a cache in that program.
-The targets are issue 31's, each with its verdict. The results go to ``results.json`` and
+  count: the tied head once) and the KV cache's; and the copies of a cache in that program (the
+  Llama-shaped model's too: its grouped cache holds the key/value heads alone).
+The targets are issue 31's (the GPT's rows), each with its verdict. The results go to ``results.json`` and
 ``results.md`` in ``--out``, else in a new temporary folder: committed results change only when
 ``--out`` names their folder.
 """
@@ -47,7 +52,7 @@ import numpy as np
 from parity_tests.bench import gpt_rows
 from parity_tests.usage import integer, script_parser
 
-__all__ = ["GPT2_SMALL", "TARGETS", "kv_cache_bytes", "markdown_table", "run_gpt_benchmark"]
+__all__ = ["GPT2_SMALL", "LLAMA_SMALL", "TARGETS", "kv_cache_bytes", "markdown_table", "run_gpt_benchmark"]
 
 GPT2_SMALL = {
     "vocab_size": 50257,
@@ -58,6 +63,18 @@ GPT2_SMALL = {
     "drop_rate": 0.0,
     "qkv_bias": True,
 }
+# Llama-shaped at GPT-2 small's width, depth and vocabulary: 4 key/value heads for 12 query heads,
+# SwiGLU of 2048, RoPE as Llama 3.2's (base 500000, frequencies scaled by 32 from an original
+# context of 512 tokens, as 3.2's are from 8192: transformers wants it below the context); about 114M
+# weights
+LLAMA_SMALL = {
+    "vocab_size": 50257, "context_length": 1024, "emb_dim": 768, "n_heads": 12, "n_layers": 12,
+    "hidden_dim": 2048, "n_kv_groups": 4, "rope_base": 500_000.0, "dtype": "float32",
+    "rope_freq": {
+        "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_context_length": 512,
+    },
+}  # fmt: skip
+LLAMA = "Llama-shaped"  # the Llama rows' suffix
 PAUSE_S = 0.2  # before each timed run
 # issue 31's targets: (what, the ratio's key, threshold, whether the ratio must stay below it)
 TARGETS = [
@@ -74,10 +91,17 @@ def kv_cache_bytes(
     config: dict[str, Any], batch: int = 1, length: int | None = None, itemsize: int = 4
 ) -> int:
     """Bytes of the per-block KV caches (keys, values and padding flags) for ``length`` tokens
-    (the context by default) of ``itemsize``-byte keys and values."""
+    (the context by default) of ``itemsize``-byte keys and values: a GPT's heads, or a Llama 3 or
+    Qwen3 cfg's key/value heads (``n_kv_groups``)."""
+    from numpy_attn.decoder_spec import head_dim, model_kind
+
     length = config["context_length"] if length is None else length
-    head_dim = config["emb_dim"] // config["n_heads"]
-    per_block = 2 * batch * config["n_heads"] * length * head_dim * itemsize + batch * length
+    kind = model_kind(config)
+    if kind == "GPTModel":
+        heads, size = config["n_heads"], config["emb_dim"] // config["n_heads"]
+    else:
+        heads, size = config["n_kv_groups"], head_dim(config, kind)
+    per_block = 2 * batch * heads * length * size * itemsize + batch * length
     return config["n_layers"] * per_block
 
 
@@ -107,9 +131,11 @@ def run_gpt_benchmark(
     rounds: int = 5,
     pause_s: float = PAUSE_S,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    llama_cfg: dict[str, Any] = LLAMA_SMALL,
 ) -> dict[str, Any]:
     """The benchmark's results (see the module's docstring), as ``results.json`` holds them;
-    ``pause_s``: the pause before each timed run (0 in the tests, which time nothing)."""
+    ``pause_s``: the pause before each timed run (0 in the tests, which time nothing);
+    ``llama_cfg``: the Llama-shaped model's (a tiny one in the tests)."""
     import jax
     import jax.numpy as jnp
 
@@ -121,6 +147,8 @@ def run_gpt_benchmark(
     with tempfile.TemporaryDirectory(prefix="attn-parity-gpt-") as folder:
         log("building transformers' GPT-2 and loading it through numpy_attn's folder")
         models = gpt_rows.build_models(config, folder)
+        log("building transformers' Llama-shaped model and loading it through numpy_attn's folder")
+        llama = gpt_rows.build_llama_models(llama_cfg, folder)
     config, params = models["config"], models["params"]
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, config["vocab_size"], (1, prompt_tokens))
@@ -138,6 +166,13 @@ def run_gpt_benchmark(
         "weight-read pass, torch float32": gpt_rows.torch_weight_pass(models["sdpa"]),
         "weight-read pass, XLA float32": gpt_rows.xla_weight_pass(models["jax"]),
         "weight-read pass, XLA bfloat16": gpt_rows.xla_weight_pass(models["jax_bfloat16"]),
+        f"transformers generate (SDPA), {LLAMA}": lambda: gpt_rows.hf_generate(
+            llama["sdpa"], prompt, decode_tokens
+        ),
+        f"numpy_attn.generate, {LLAMA}": lambda: numpy_attn.generate(
+            llama["params"], prompt, llama["cfg"], decode_tokens
+        ),
+        f"jax_attn.generate float32, {LLAMA}": lambda: jax_generate(llama["jax"], prompt, decode_tokens),
     }
     log(f"decode: {decode_tokens} greedy tokens after {prompt_tokens}, {rounds} rounds")
     decode_s, outputs = median_rounds(decode_runs, rounds, pause_s)
@@ -160,9 +195,19 @@ def run_gpt_benchmark(
     costs = {
         "float32": gpt_rows.step_cost(models["jax"], cache_length),
         "bfloat16": gpt_rows.step_cost(models["jax_bfloat16"], cache_length),
+        f"float32, {LLAMA}": gpt_rows.step_cost(llama["jax"], cache_length),
     }
-    weight_bytes = sum(p.numel() * p.element_size() for p in models["sdpa"].parameters())  # tied head once
-    expected = outputs["transformers generate (eager)"]
+
+    def weight_bytes(model: Any) -> int:  # transformers' count: a tied head once
+        return sum(p.numel() * p.element_size() for p in model.parameters())
+
+    gpt_bytes, llama_bytes = weight_bytes(models["sdpa"]), weight_bytes(llama["sdpa"])
+
+    def expected(name: str) -> np.ndarray:  # transformers' tokens for the row's model
+        return outputs[
+            f"transformers generate (SDPA), {LLAMA}" if LLAMA in name else "transformers generate (eager)"
+        ]
+
     results = {
         "config": config,
         "prompt_tokens": prompt_tokens,
@@ -172,14 +217,18 @@ def run_gpt_benchmark(
         "cache_length": cache_length,
         "decode_s": decode_s,
         "prefill_s": prefill_s,
+        "llama_cfg": llama["cfg"],
         "same_tokens_as_transformers": {
-            name: bool(np.array_equal(outputs[name], expected)) for name in decode_runs if "pass" not in name
+            name: bool(np.array_equal(outputs[name], expected(name)))
+            for name in decode_runs
+            if "pass" not in name
         },
-        "weight_bytes": {"float32": weight_bytes, "bfloat16": weight_bytes // 2},
+        "weight_bytes": {"float32": gpt_bytes, "bfloat16": gpt_bytes // 2, f"float32, {LLAMA}": llama_bytes},
         "kv_cache_bytes": {
             "float32": kv_cache_bytes(config, length=cache_length),
             "bfloat16": kv_cache_bytes(config, length=cache_length, itemsize=2),
             "float32, whole context": kv_cache_bytes(config),
+            f"float32, {LLAMA}": kv_cache_bytes(llama["cfg"], length=cache_length),
         },
         "step_cost": costs,
         "load_average": {"before": load_before, "after": os.getloadavg()},
@@ -225,6 +274,17 @@ def _versions() -> dict[str, str]:
     return {name: module.__version__ for name, module in versions.items()}
 
 
+def _llama_shape(cfg: dict[str, Any] | None) -> str:
+    """The Llama-shaped model's sizes, for the table's first line ('' in older results)."""
+    if cfg is None:
+        return ""
+    return (
+        f"The {LLAMA} model (transformers' random LlamaForCausalLM): {cfg['n_layers']} blocks of width "
+        f"{cfg['emb_dim']}, {cfg['n_heads']} query heads sharing {cfg['n_kv_groups']} key/value heads, "
+        f"SwiGLU {cfg['hidden_dim']}, vocabulary {cfg['vocab_size']}, tied embeddings. "
+    )
+
+
 def _loads(values: list[float]) -> str:
     return ", ".join(f"{value:.2f}" for value in values)
 
@@ -235,6 +295,7 @@ def markdown_table(results: dict[str, Any]) -> str:
     versions = ", ".join(f"{name} {version}" for name, version in results["versions"].items())
     lines = [
         f"GPT-2 small (transformers' random weights), batch 1, {results['machine']}; {versions}. "
+        f"{_llama_shape(results.get('llama_cfg'))}"
         f"Medians of {results['rounds']} interleaved rounds. Load average (1, 5, 15 min) before: "
         f"{_loads(load['before'])}; after: {_loads(load['after'])}.",
         "",

@@ -1,5 +1,6 @@
-"""The rows ``parity_tests.bench.gpt`` times and the costs it reads: the models from one folder,
-transformers' calls, the weight-read passes and XLA's cost analysis of a decoding step."""
+"""The rows ``parity_tests.bench.gpt`` times and the costs it reads: the models from one folder (the
+GPT-2 and the Llama-shaped one), transformers' calls, the weight-read passes and XLA's cost
+analysis of a decoding step."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["build_models", "hf_forward", "hf_generate", "step_cost", "torch_weight_pass", "xla_weight_pass"]
+__all__ = [
+    "build_llama_models",
+    "build_models",
+    "hf_forward",
+    "hf_generate",
+    "step_cost",
+    "torch_weight_pass",
+    "xla_weight_pass",
+]
 
 
 def hf_config(config: dict[str, Any]) -> Any:
@@ -49,6 +58,50 @@ def build_models(config: dict[str, Any], folder: str) -> dict[str, Any]:
         "sdpa": load(ours, attn_implementation="sdpa").eval(),
         "jax": jax_attn.GPTModel.from_hf_gpt2(ours),
         "jax_bfloat16": jax_attn.GPTModel.from_params(half, config),
+    }
+
+
+def llama_hf_config(cfg: dict[str, Any]) -> Any:
+    """transformers' ``LlamaConfig`` for a Llama 3 ``cfg``: its RoPE scaling, tied embeddings (as
+    Llama 3.2's), eps 1e-5, no token that ends a greedy run."""
+    from transformers import LlamaConfig
+
+    freq = cfg["rope_freq"]
+    scaling = {
+        "rope_type": "llama3", "factor": freq["factor"], "low_freq_factor": freq["low_freq_factor"],
+        "high_freq_factor": freq["high_freq_factor"],
+        "original_max_position_embeddings": freq["original_context_length"],
+    }  # fmt: skip
+    return LlamaConfig(
+        vocab_size=cfg["vocab_size"], hidden_size=cfg["emb_dim"], intermediate_size=cfg["hidden_dim"],
+        num_hidden_layers=cfg["n_layers"], num_attention_heads=cfg["n_heads"],
+        num_key_value_heads=cfg["n_kv_groups"], max_position_embeddings=cfg["context_length"],
+        rope_theta=cfg["rope_base"], rope_scaling=scaling, tie_word_embeddings=True, rms_norm_eps=1e-5,
+        bos_token_id=None, eos_token_id=None,
+    )  # fmt: skip
+
+
+def build_llama_models(cfg: dict[str, Any], folder: str) -> dict[str, Any]:
+    """transformers' ``LlamaForCausalLM`` drawn under seed 0 and saved by transformers, read and
+    written again by numpy_attn (``load_hf``, ``save_hf``), and loaded from that folder:
+    ``{"cfg", "params", "sdpa", "jax"}`` (``jax_attn.from_hf``: a ``Llama3Model``)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    import jax_attn
+    import numpy_attn
+
+    torch.manual_seed(0)
+    drawn = os.path.join(folder, "transformers-llama")
+    LlamaForCausalLM(llama_hf_config(cfg)).save_pretrained(drawn)
+    ours = os.path.join(folder, "numpy_attn-llama")
+    numpy_attn.save_hf(ours, *numpy_attn.load_hf(drawn))
+    params, cfg = numpy_attn.load_hf(ours)
+    return {
+        "cfg": cfg,
+        "params": params,
+        "sdpa": LlamaForCausalLM.from_pretrained(ours, attn_implementation="sdpa").eval(),
+        "jax": jax_attn.from_hf(ours),
     }
 
 
@@ -125,20 +178,20 @@ def xla_weight_pass(model: Any) -> Callable[[], Any]:
 
 def step_cost(model: Any, cache_length: int) -> dict[str, Any]:
     """XLA's cost analysis of one decoding step of ``jax_attn.generate`` (one token, batch 1, its
-    weights' layout and products, caches of ``cache_length`` donated, its compiler options): the
-    bytes accessed, and the copies of a cache the optimised program makes."""
+    weights' layout and products, caches of ``cache_length`` donated, its compiler options), for
+    any model it takes (``DECODING``): the bytes accessed, and the copies of a cache the optimised
+    program makes."""
     import jax
     import jax.numpy as jnp
 
-    from jax_attn.generation import IN_PLACE, blocked_linear, generation_params
-    from jax_attn.gpt import decode
-    from jax_attn.kv_cache import init_kv_cache
+    from jax_attn.generation import DECODING, IN_PLACE, blocked_linear, generation_params, model_config
+    from numpy_attn.decoder_spec import model_kind
 
-    config = model.config
+    config = model_config(model)
+    init_cache, decode = DECODING[model_kind(config)]
     stored, transposed = generation_params(model)
     dtype = model.stored_params()[0]["tok_emb.weight"].dtype
-    shape = (1, config["n_heads"], cache_length, config["emb_dim"] // config["n_heads"])
-    caches = tuple(init_kv_cache(*shape, dtype) for _ in range(config["n_layers"]))
+    caches = init_cache({**config, "context_length": cache_length}, 1, dtype)
 
     def step(stored: dict[str, Any], token: Any, caches: Any) -> Any:
         params = {name: value.T if name in transposed else value for name, value in stored.items()}
@@ -149,6 +202,6 @@ def step_cost(model: Any, cache_length: int) -> dict[str, Any]:
     compiled = program.lower(stored, jnp.zeros((1, 1), jnp.int32), caches).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
-    cache_shape = f"[{','.join(map(str, shape))}]"
+    cache_shape = f"[{','.join(map(str, caches[0].keys.shape))}]"
     copies = sum(" copy(" in line and cache_shape in line for line in compiled.as_text().splitlines())
     return {"bytes_accessed": float(cost["bytes accessed"]), "cache_copies": copies}

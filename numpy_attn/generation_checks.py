@@ -1,0 +1,53 @@
+"""What ``generate`` checks at its door in numpy_attn and jax_attn, for every model: the config of
+its kind (``decoder_spec.model_kind``), the weights against it, the token ids, the random source and
+the options (``gpt_checks.check_generate_args``); one text for one mistake."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from numpy_attn import decoder_spec, finite, gpt_spec
+from numpy_attn.decoder_checks import check_decoder_params
+from numpy_attn.gpt_checks import check_generate_args, check_gpt_params, check_token_ids
+
+__all__ = ["check_generate_call", "check_model_params", "generate", "without_buffers"]
+
+
+def without_buffers(kind: str, params: Any, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The weights of a ``state_dict()`` as it is, its buffers left out (the GPT's masks, RoPE's
+    tables), after the config's checks."""
+    if kind == "GPTModel":
+        return gpt_spec.without_gpt_buffers(params, config)
+    decoder_spec.check_config(config, kind)
+    return decoder_spec.without_decoder_buffers(params)
+
+
+def check_model_params(fw: Any, kind: str, params: Any, config: Mapping[str, Any], *, values: bool) -> None:
+    """The weights of the model of ``kind`` for ``config``: their names, shapes and one floating
+    dtype; with ``values``, finite values."""
+    if kind == "GPTModel":
+        check_gpt_params(fw, params, config, values=values)
+    else:
+        check_decoder_params(fw, params, config, kind, values=values)
+
+
+def check_generate_call(fw: Any, a: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    """The token ids for ``config``, ``rng`` the framework's random source, the options."""
+    check_token_ids(a["token_ids"], config)
+    fw.check_random(a["rng"], "rng")
+    check_generate_args(a, a["token_ids"].shape, config)
+
+
+def generate(fw: Any, a: dict[str, Any]) -> None:
+    """numpy_attn's ``generate(params, token_ids, config, max_new_tokens, ...)``, ``config`` a GPT's
+    or a Llama 3 or Qwen3 cfg: the weights' values tested once per array (a tied head,
+    ``out_head.weight`` the very ``tok_emb.weight``, once)."""
+    kind = decoder_spec.model_kind(a["config"])
+    a["params"] = without_buffers(kind, a["params"], a["config"])
+    check_model_params(fw, kind, a["params"], a["config"], values=False)
+    arrays: dict[int, str] = {}  # id -> the first name holding that array
+    for name, value in a["params"].items():
+        arrays.setdefault(id(value), name)
+    finite.check_finite({name: a["params"][name] for name in arrays.values()})
+    check_generate_call(fw, a, a["config"])
