@@ -2,9 +2,9 @@
 
 Every ```python block runs on its own, in a fresh process started in an empty folder, as a reader
 would paste it; a block whose first line is ``# continues the block above`` runs after the blocks
-before it in its file (the same process). A ```text block right after a block is what that block
-prints: the test compares it line by line (trailing spaces ignored; the folder it ran in and the
-checkout's shown as ``...``)."""
+before it in its file, in the same process (one test per chain). A ```text block right after a
+block is what that block prints: the test compares it line by line (trailing spaces ignored; the
+folder it ran in and the checkout's shown as ``...``)."""
 
 import pathlib
 import re
@@ -24,33 +24,39 @@ SEPARATOR = "--- the block above ends here ---"  # printed between chained block
 BLOCK = re.compile(r"```python\n(.*?)```(?:\n+```text\n(.*?)```)?", flags=re.S)
 
 
-def examples(path: pathlib.Path) -> list[tuple[str, str, str | None]]:
-    """``(id, code, shown output)`` of each runnable example of ``path``: a block with the blocks it
-    continues before it."""
-    found, chain = [], []
+def examples(path: pathlib.Path) -> list[tuple[str, list[str], list[str | None]]]:
+    """``(id, codes, shown outputs)`` of each runnable example of ``path``: a block and the blocks
+    that continue it, run in one process."""
+    found: list[tuple[str, list[str], list[str | None]]] = []
     for number, match in enumerate(BLOCK.finditer(path.read_text()), start=1):
         code, shown = match.group(1), match.group(2)
-        chain = [*chain, code] if code.startswith(CONTINUES) else [code]
-        found.append((f"{path.name}#{number}", f"\nprint({SEPARATOR!r})\n".join(chain), shown))
+        if code.startswith(CONTINUES) and found:
+            name, codes, outputs = found[-1]
+            found[-1] = (f"{name.split('..')[0]}..{number}", [*codes, code], [*outputs, shown])
+        else:
+            found.append((f"{path.name}#{number}", [code], [shown]))
     return found
 
 
 EXAMPLES = [example for path in (README, *GUIDES) for example in examples(path)]
 
 
-@pytest.mark.parametrize("code, shown", [e[1:] for e in EXAMPLES], ids=[e[0] for e in EXAMPLES])
-def test_every_example_runs_alone_and_prints_what_is_shown(code, shown, tmp_path):
+@pytest.mark.parametrize("codes, shown", [e[1:] for e in EXAMPLES], ids=[e[0] for e in EXAMPLES])
+def test_every_example_runs_alone_and_prints_what_is_shown(codes, shown, tmp_path):
     shutil.copytree(ROOT / "examples", tmp_path / "examples")  # what a clone's folder holds
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={"PYTHONPATH": str(ROOT), **_environment()},
+        [sys.executable, "-c", f"\nprint({SEPARATOR!r})\n".join(codes)], cwd=tmp_path, capture_output=True,
+        text=True, timeout=300, env={"PYTHONPATH": str(ROOT), **_environment()},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    if shown is not None:
-        printed = result.stdout.split(f"{SEPARATOR}\n")[-1]
-        printed = printed.replace(str(tmp_path), "...").replace(str(ROOT), "...").splitlines()
-        expected = shown.splitlines()
-        assert [line.rstrip() for line in printed] == [line.rstrip() for line in expected]
+    printed = result.stdout.replace(str(tmp_path), "...").replace(str(ROOT), "...").split(f"{SEPARATOR}\n")
+    assert len(printed) == len(codes)
+    for number, (output, expected) in enumerate(zip(printed, shown, strict=True)):
+        if expected is not None:  # a block with no output shown may print anything
+            lines = [line.rstrip() for line in output.splitlines()]
+            assert lines == [line.rstrip() for line in expected.splitlines()], (
+                f"block {number + 1} of the chain"
+            )
 
 
 def _environment() -> dict[str, str]:
