@@ -6,6 +6,7 @@ about 20 s) runs once, in ``test_the_gpt_stage_and_the_whole_command``, which ch
 others are checked (xdist_group does not keep a module's tests on one worker with pytest-xdist 3.8).
 """
 
+import json
 import math
 import pathlib
 import re
@@ -21,6 +22,7 @@ from parity_tests.lesson.printed import PRINTED
 from parity_tests.walkthrough import FRAMEWORKS, STAGES
 
 NOTES = pathlib.Path(ROOT).parent / "shared" / "notes"
+NOTE_NUMBERS = pathlib.Path(ROOT) / "tests" / "data" / "note_numbers.json"  # the notes' numbers, for CI
 NUMBER = re.compile(r"-?\d+\.\d{4}\b")
 
 
@@ -112,22 +114,42 @@ def test_every_stage_but_three_has_a_printed_pin(shown):
     assert without == {"softmax", "fused", "rope"}  # nothing prints a number of these
 
 
+def read_note_numbers(notes: pathlib.Path) -> dict[str, dict[str, list]]:
+    """Per note (``"002"``): the numbers its text prints to four decimals, as written, and the flat
+    values of each 2-D tensor it prints (the masks' 0. and 1.)."""
+    found = {}
+    for note in sorted(notes.glob("*_*.txt")):
+        text = note.read_text()
+        tensors = re.findall(r"tensor\(\[\[([\d.,\s\[\]]+)\]\]\)", text)
+        found[note.name.split("_")[0]] = {
+            "numbers": NUMBER.findall(text),
+            "tensors": [[float(v) for v in re.findall(r"\d+\.?\d*", t)] for t in tensors],
+        }
+    return found
+
+
+@pytest.mark.skipif(
+    not NOTES.is_dir(), reason="the study notes (../shared/notes) are not beside this checkout"
+)
+def test_the_note_numbers_file_holds_what_the_notes_print():
+    """tests/data/note_numbers.json, read by the test below on machines without the notes, is the notes'."""
+    assert read_note_numbers(NOTES) == json.loads(NOTE_NUMBERS.read_text())
+
+
 @pytest.mark.parametrize("name", [n for n, p in PRINTED.items() if p.from_notes and p.values is not None])
 def test_each_printed_value_is_in_the_note_it_names(name):
     """The numbers, in order, among the numbers the note prints (its text, four decimals)."""
     printed = PRINTED[name]
-    note = next(NOTES.glob(printed.source.split(",")[0].removeprefix("note ") + "_*.txt"))
-    in_note = [float(n) for n in NUMBER.findall(note.read_text())]
+    note = json.loads(NOTE_NUMBERS.read_text())[printed.source.split(",")[0].removeprefix("note ")]
+    in_note = [float(n) for n in note["numbers"]]
     wanted = np.array(printed.values, dtype=float).ravel().tolist()
     if not any(
         np.allclose(in_note[i : i + len(wanted)], wanted) for i in range(len(in_note) - len(wanted) + 1)
     ):
         if max(map(abs, wanted)) <= 2 and all(float(v).is_integer() for v in wanted):  # masks print 0./1.
-            tensor = re.findall(r"tensor\(\[\[([\d.,\s\[\]]+)\]\]\)", note.read_text())
-            flat = [[float(v) for v in re.findall(r"\d+\.?\d*", t)] for t in tensor]
-            assert wanted in flat, name
+            assert wanted in note["tensors"], name
         else:
-            pytest.fail(f"{name}: {wanted} not in {note.name}")
+            pytest.fail(f"{name}: {wanted} not in note {printed.source}")
 
 
 def test_the_books_chapter_4_numbers_come_from_the_books_code():
