@@ -6,7 +6,15 @@ import math
 
 import numpy as np
 
-__all__ = ["axis_names", "describe_scale", "mask_causes", "read_causes"]
+__all__ = [
+    "axis_names",
+    "describe_scale",
+    "mask_causes",
+    "norm_causes",
+    "read_causes",
+    "rope_causes",
+    "tiled_heads_cause",
+]
 
 
 def axis_names(shape: tuple[int, ...], sizes: dict[str, int]) -> tuple[str, ...]:
@@ -175,6 +183,11 @@ def read_causes(
     True, ``where(mask, scores, -inf)`` where False), None where unknown: then the masks are
     compared in either sense."""
     causes = []
+    if expected.dtype.kind == "f" and actual.dtype.kind == "f" and expected.shape == actual.shape:
+        decoder = rope_causes(expected, actual, rtol, atol) + tiled_heads_cause(expected, actual, rtol, atol)
+        decoder += norm_causes(expected, actual)
+        if decoder:
+            return decoder
     if expected.dtype == bool or actual.dtype == bool or expected.shape != actual.shape:
         if expected.shape == actual.shape and expected.ndim >= 2:
             e, a = expected.astype(bool), actual.astype(bool)
@@ -258,3 +271,170 @@ def read_causes(
             "or merged in the wrong order) or axes permuted"
         )
     return causes
+
+
+# --- modern decoders: RoPE, grouped-query heads, RMSNorm -------------------------------------------
+
+
+def _geometric_base(freq: np.ndarray) -> float | None:
+    """The RoPE base b of inverse frequencies ``b ** (-2i / H)`` (``freq[0] == 1``, H = 2 len), or None
+    when ``freq`` is not of that form."""
+    n = freq.size
+    if n < 2 or not np.isfinite(freq).all() or not (0 < freq[1] < 1) or abs(freq[0] - 1) > 1e-5:
+        return None
+    if not np.allclose(freq, freq[1] ** np.arange(n), rtol=1e-4, atol=0):
+        return None
+    return float(freq[1] ** -n)
+
+
+def _frequency_causes(expected: np.ndarray, actual: np.ndarray) -> list[str]:
+    """1-D values: RoPE inverse frequencies of another base, or positions shifted."""
+    mine, theirs = _geometric_base(actual), _geometric_base(expected)
+    if mine is not None and theirs is not None and not np.isclose(mine, theirs, rtol=1e-3):
+        return [
+            f"RoPE base differs: yours are the inverse frequencies base ** (-2i/H) of base {mine:.6g}, "
+            f"the reference's of base {theirs:.6g}"
+        ]
+    if mine is not None and theirs is None and abs(expected[0] - actual[0]) <= 1e-5 * abs(actual[0]):
+        return [
+            f"RoPE frequencies not scaled: yours are base ** (-2i/H) of base {mine:.6g} as they are, the "
+            "reference's are scaled (Llama 3's frequency scaling: rope_freq / rope_scaling missing)"
+        ]
+    ramp = expected.size >= 2 and np.allclose(np.diff(expected), 1, rtol=0, atol=1e-6)
+    shift = actual - expected
+    if ramp and np.allclose(shift, shift[0], rtol=0, atol=1e-6) and abs(shift[0]) >= 0.5:
+        k = float(shift[0])
+        return [
+            f"positions off by {k:+g}: yours start at {actual[0]:g}, the reference's at {expected[0]:g} "
+            "(an arange from 1, or an offset added or left out)"
+        ]
+    return []
+
+
+def _rotation_angles(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float) -> np.ndarray | None:
+    """The angles ``(T, H/2)`` that rotate each half-split pair ``(x[i], x[i + H/2])`` of ``expected``
+    into ``actual``'s, the same for every leading index; None when ``actual`` is no such rotation."""
+    if expected.ndim < 2 or expected.shape[-1] % 2 or expected.shape[-2] < 2:
+        return None
+    if not (np.isfinite(expected).all() and np.isfinite(actual).all()):
+        return None
+    half = expected.shape[-1] // 2
+    e1, e2, a1, a2 = expected[..., :half], expected[..., half:], actual[..., :half], actual[..., half:]
+    cross = (e1 * a2 - e2 * a1).reshape(-1, *e1.shape[-2:]).sum(axis=0)
+    dot = (e1 * a1 + e2 * a2).reshape(-1, *e1.shape[-2:]).sum(axis=0)
+    angles = np.arctan2(cross, dot)  # (T, H/2): least squares over the leading indices
+    c, s = np.cos(angles), np.sin(angles)
+    rotated = np.concatenate([e1 * c - e2 * s, e1 * s + e2 * c], axis=-1)
+    if not _close(rotated, actual, rtol, atol):
+        return None
+    return angles
+
+
+def _wrap(angles: np.ndarray) -> np.ndarray:
+    return (angles + np.pi) % (2 * np.pi) - np.pi
+
+
+def rope_causes(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float) -> list[str]:
+    """What RoPE bugs show: ``actual`` is ``expected`` with each half-split pair rotated by angles
+    ``delta[t, i]``: in proportion to the position t (``t * c_i``) with ``c_0 = 1``: a rotation the
+    reference does not apply (values rotated too); ``c_0 = -1``: the rotation left out; ``c_0 = 0``:
+    the frequencies differ (another base); the same for every position: positions shifted."""
+    if expected.ndim == 1 and expected.shape == actual.shape and expected.size >= 2:
+        return _frequency_causes(expected.astype(np.float64), actual.astype(np.float64))
+    angles = _rotation_angles(expected, actual, rtol, atol)
+    if angles is None or np.abs(angles).max() < 1e-3:
+        return []
+    tokens = np.arange(angles.shape[0])[:, None]
+    tol = 1e-3 + 1e-3 * tokens
+    step = angles[1]  # (H/2,): the angle per position, where proportional
+    if np.abs(angles[0]).max() < 1e-3 and (np.abs(_wrap(angles - tokens * step)) < tol).all():
+        if abs(step[0] - 1) < 1e-3:
+            return [
+                "RoPE applied where the reference applies none: yours is the reference's value rotated by "
+                "position x frequency (the rotation applied to the values too, or twice)"
+            ]
+        if abs(step[0] + 1) < 1e-3:
+            return [
+                "RoPE missing: yours is the reference's value rotated back by position x frequency, the "
+                "value before its rotation"
+            ]
+        if abs(step[0]) < 1e-3:
+            return [
+                "RoPE frequencies differ: yours is the reference's value rotated by position x (your "
+                "frequency - the reference's), 0 for the first pair only (frequency 1 in any base): another "
+                "RoPE base (theta), or another frequency scaling"
+            ]
+    k = float(angles[0, 0])  # k x frequency 1, the first pair's
+    if (
+        (np.abs(_wrap(angles - angles[0])) < 1e-3).all()
+        and round(k) != 0
+        and abs(k - round(k)) < 1e-3
+        and (angles.shape[1] == 1 or np.ptp(angles[0]) > 1e-3)  # not one angle for every pair: a sign
+    ):
+        return [
+            f"RoPE positions off by {round(k):+d}: yours is the reference's value rotated by "
+            f"{round(k):+d} x frequency at every position (positions shifted for these rows only)"
+        ]
+    return []
+
+
+def tiled_heads_cause(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float) -> list[str]:
+    """Key/value heads expanded in tile order where the reference repeats each (repeat_interleave)."""
+    if expected.ndim < 3:
+        return []
+    heads = expected.shape[1]
+    for size in range(2, heads):  # query heads per key/value head
+        if heads % size:
+            continue
+        groups = heads // size
+        kept = expected[:, ::size]  # (B, G, ...): the key/value heads
+        if not _close(np.repeat(kept, size, axis=1), expected, rtol, atol):
+            continue
+        if _close(np.tile(kept, (1, size) + (1,) * (expected.ndim - 2)), actual, rtol, atol):
+            return [
+                f"key/value heads in tile order: your head n holds group n % {groups} (np.tile / jnp.tile), "
+                f"the reference's group n // {size} (repeat_interleave / np.repeat: each key/value head "
+                "repeated for its query heads)"
+            ]
+    return []
+
+
+def norm_causes(expected: np.ndarray, actual: np.ndarray) -> list[str]:
+    """RMSNorm bugs: a (1 + weight) offset, or another eps under the square root."""
+    if expected.ndim < 2 or not (np.isfinite(expected).all() and np.isfinite(actual).all()):
+        return []
+    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    difference = a - e
+    mean_square = np.mean(difference**2, axis=-1)
+    if np.abs(difference).max() > 0 and np.allclose(mean_square, 1, rtol=1e-3, atol=0):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            weight = e / difference
+        flat = weight.reshape(-1, weight.shape[-1])
+        if np.isfinite(flat).all() and np.allclose(flat, flat[:1], rtol=1e-3, atol=1e-4):
+            return [
+                "(1 + weight) offset: yours minus the reference's is the normalised value (mean square 1), "
+                "yours multiplies by 1 + weight (Gemma's RMSNorm) where the reference multiplies by weight"
+            ]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (a / e).reshape(-1, e.shape[-1])
+    if (
+        e.shape[-1] > 1
+        and np.allclose(np.mean(e**2, axis=-1), 1, rtol=1e-3, atol=0)
+        and np.isfinite(ratio).all()
+        and np.allclose(ratio, ratio[:1], rtol=1e-4, atol=1e-6)
+        and not np.allclose(ratio[0], 1, rtol=1e-4, atol=0)
+    ):
+        return [
+            "yours is the reference's normalised value times one factor per feature, not its weight: a "
+            "(1 + weight) offset (Gemma's RMSNorm) or another weight"
+        ]
+    if (e > 0).all() and (a > 0).all() and e.shape[-1] == 1 and not np.allclose(e, a, rtol=1e-9, atol=0):
+        shift = 1 / a**2 - 1 / e**2  # 1/rsqrt(v + eps)^2 = v + eps
+        if np.allclose(shift, np.median(shift), rtol=0.05, atol=0) and 0 < abs(np.median(shift)) < 1e-2:
+            c = float(np.median(shift))
+            which = "larger" if c > 0 else "smaller"
+            return [
+                f"eps differs: yours is 1/sqrt(mean square + eps) with eps {which} by {abs(c):.2g} than the "
+                "reference's (the norm's eps)"
+            ]
+    return []

@@ -26,7 +26,7 @@ from parity_tests.locate.align import (
     take_part,
     tolerance_of,
 )
-from parity_tests.locate.causes import axis_names, describe_scale, mask_causes, read_causes
+from parity_tests.locate.causes import axis_names, describe_scale, mask_causes, read_causes, rope_causes
 from parity_tests.locate.expand import stopped_short
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
@@ -339,6 +339,8 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks,
             _scale_after(alignment, counterpart.index), fix, hides,
         )  # fmt: skip
+        if not report.causes:
+            report.causes += _interleaved_pairs(expected, counterpart, a, rtol, atol)
         skipped = _skipped_step(alignment)
         if skipped is not None:  # the line's value where the reference computes the diverging one
             later = _scale_after(alignment, diverging.index)
@@ -350,7 +352,47 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             if joined is not None and joined.dtype.kind == "f":
                 found = read_causes(counterpart.value, joined, report.axes, sizes, rtol, atol, masks)
                 _add_new(report, found)
+    elif laid_out is None and blamed.value.dtype.kind == "f":
+        _add_new(report, _before_expansion(expected, counterpart, blamed.value, rtol, atol))
     return report
+
+
+def _interleaved_pairs(
+    expected: Trace, counterpart, value: np.ndarray, rtol: float, atol: float
+) -> list[str]:
+    """Where the reference takes half of the last axis of a value (RoPE's halves ``x[..., :H/2]``,
+    ``x[..., H/2:]``) and the line's value is that value's even or odd entries instead: the
+    interleaved pairs ``(2i, 2i + 1)``."""
+    for source in counterpart.inputs:
+        given = expected.records[source].value
+        if not isinstance(given, np.ndarray) or given.shape[:-1] != value.shape[:-1] or given.ndim < 2:
+            continue
+        if given.shape[-1] != 2 * value.shape[-1]:
+            continue
+        for start, which in ((0, "even"), (1, "odd")):
+            if np.allclose(given[..., start::2], value, rtol=rtol, atol=atol):
+                return [
+                    f"RoPE pairs interleaved: yours takes the {which} entries of each head, pairs (2i, 2i+1) "
+                    "as in the RoFormer paper, where the reference takes its halves, pairs (i, i + H/2): the "
+                    "half-split rotation of the book and transformers (rotate_half)"
+                ]
+    return []
+
+
+def _before_expansion(expected: Trace, counterpart, value: np.ndarray, rtol: float, atol: float) -> list[str]:
+    """Where the line's value has not the reference value's shape (the key/value heads before the
+    reference repeats them for their query heads, positions before the reference's angles): the RoPE
+    causes the line's value shows against the nearest value of its shape the reference computes that
+    value from (its inputs, then theirs, three levels up)."""
+    sources, seen = list(counterpart.inputs), set()
+    for _ in range(3):  # the nearest values first: inputs, their inputs, ...
+        for source in sources:
+            given = expected.records[source].value
+            if isinstance(given, np.ndarray) and given.shape == value.shape and given.dtype.kind == "f":
+                return rope_causes(given.astype(np.float64), value.astype(np.float64), rtol, atol)
+        seen |= set(sources)
+        sources = [i for s in sources for i in expected.records[s].inputs if i not in seen]
+    return []
 
 
 def _taken(expected: Trace, actual: Trace, alignment: Alignment) -> str:
