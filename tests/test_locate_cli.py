@@ -411,3 +411,15 @@ def test_locate_a_jax_candidate_raising_while_traced_lists_the_values_before(tmp
     cause = JAX_RAISING[planted].format(port=port)
     assert report.causes == [cause]
     assert [row.split("  ")[0] for row in report.verified[-1:]] == ([f"{port}:14"] if "14" in cause else [])
+
+
+@pytest.mark.parametrize("exit_call", ["sys.exit(0)", "raise KeyboardInterrupt"])
+def test_diff_a_candidate_that_exits_fails_on_its_line(tmp_path, capsys, exit_call):
+    """A port that ends the process or raises a BaseException is a failed check (exit code 1) that
+    names its line, never a pass."""
+    port = tmp_path / "exiting.py"
+    port.write_text(f"import sys\n\n\ndef attention(params, x, n_head=2):\n    {exit_call}\n")
+    code = main(["--width", "200", "diff", REFERENCE, f"{port}:attention", *INIT, "--shape", "2,5,8"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"{port}:5" in out and exit_call.split("(")[0].split()[-1] in out
