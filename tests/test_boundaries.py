@@ -8,7 +8,10 @@ import sys
 import tomllib
 from fnmatch import fnmatch
 
+import numpy as np
 import pytest
+
+from parity_tests.arrays import erf
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 STDLIB = {
@@ -104,3 +107,23 @@ def test_the_wheel_ships_the_four_packages_and_not_the_tests():
     assert shipped == {"numpy_attn", "jax_attn", "torch_ref", "parity_tests"}
     assert all((ROOT / package / "py.typed").exists() for package in shipped)
     assert config["tool"]["setuptools"]["package-data"]["*"] == ["py.typed"]
+
+
+def test_the_command_line_and_the_checker_import_with_numpy_alone():
+    """No undeclared dependency (scipy came with JAX): `python -m parity_tests walkthrough --list`
+    and `from parity_tests import locate` run where only NumPy and safetensors are installed."""
+    absent = ["torch", "jax", "flax", "scipy", "rich", "matplotlib", "optax", "threadpoolctl", "ml_dtypes"]
+    code = (
+        f"import sys; sys.modules.update(dict.fromkeys({absent!r})); "
+        "from parity_tests import locate, compare_steps; from parity_tests.cli import main; "
+        "sys.exit(main(['walkthrough', '--list']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("one-query")
+
+
+def test_erf_is_scipys():
+    scipy = pytest.importorskip("scipy.special")
+    x = np.linspace(-6, 6, 1001)
+    np.testing.assert_array_max_ulp(erf(x), scipy.erf(x), maxulp=2)

@@ -12,8 +12,8 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy.special import erf
 
+from parity_tests.arrays import erf
 from parity_tests.locate.align import Alignment, close, line_records, tolerance_of
 from parity_tests.locate.trace import Record
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from parity_tests.arrays import erf
+
 __all__ = ["EXPANDED", "steps", "stopped_short"]
 
 Step = tuple[str, np.ndarray, tuple[int, ...]]  # (name, value, which of the op's tensors it is from)
@@ -74,8 +76,6 @@ def _gelu(tensors: list[np.ndarray], args: Sequence[Any], kwargs: dict[str, Any]
     if kwargs.get("approximate", "none") == "tanh":
         inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
         return [("cube", x**3, (0,)), ("tanh", np.tanh(inner), (0,)), ("1 + tanh", 1 + np.tanh(inner), (0,))]
-    from scipy.special import erf
-
     return [("erf", erf(x / math.sqrt(2)), (0,)), ("1 + erf", 1 + erf(x / math.sqrt(2)), (0,))]
 
 
