@@ -12,7 +12,6 @@ and ``rope_scaling`` (transformers 4) give ``rope_base`` and Llama 3's ``rope_fr
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -33,13 +32,18 @@ from numpy_attn.decoder_spec import (
     without_decoder_buffers,
 )
 from numpy_attn.door import Framework
-from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2, write_checkpoint
+from numpy_attn.hf_gpt2 import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    load_hf_gpt2,
+    read_config_json,
+    save_hf_gpt2,
+    write_checkpoint,
+)
 from numpy_attn.weights_file import MAX_TENSORS, read_arrays
 
 __all__ = ["HF_NAMES", "load_hf", "save_hf"]
 
-CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
-_MAX_CONFIG = 1 << 20  # bytes of config.json read at most (a Llama's has about 1 kB)
 MODELS = {"llama": "Llama3Model", "qwen3": "Qwen3Model"}  # config.json's model_type -> ours
 ARCHITECTURES = {"Llama3Model": "LlamaForCausalLM", "Qwen3Model": "Qwen3ForCausalLM"}
 # the book's cfg's sizes -> config.json's (which must hold them; num_key_value_heads may be absent)
@@ -100,18 +104,9 @@ def _names(cfg: Mapping[str, Any], model: str, lm_head: bool) -> dict[str, str]:
 def _read_json(directory: str, path: str) -> dict[str, Any]:
     """``config.json`` at ``path`` (named as in ``directory``): JSON of at most ``_MAX_CONFIG`` bytes,
     UTF-8, an object."""
-    name = f"{directory}/{CONFIG_FILE}"
-    with files.open_regular_file(path) as file:
-        text = file.read(_MAX_CONFIG + 1)
-    if len(text) > _MAX_CONFIG:
-        raise ValueError(f"{name} holds more than {_MAX_CONFIG} bytes; a config.json holds about 1 kB")
-    try:
-        hf_config = json.loads(text.decode("utf-8"))
-    except (ValueError, RecursionError) as error:  # not UTF-8, bad JSON, too many digits, too deep
-        reason = "nested too deeply" if isinstance(error, RecursionError) else error
-        raise ValueError(f"{name} is not valid JSON: {reason}") from None
+    hf_config = read_config_json(directory, path)
     if not isinstance(hf_config, dict):
-        raise ValueError(f"{name} is not a JSON object")
+        raise ValueError(f"{directory}/{CONFIG_FILE} is not a JSON object")
     return hf_config
 
 

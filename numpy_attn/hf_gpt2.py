@@ -105,6 +105,21 @@ def _hf_shapes(config: Mapping[str, Any], lm_head: bool) -> dict[str, tuple[int,
     return shapes
 
 
+def read_config_json(directory: str, path: str, what: str = "a config.json") -> Any:
+    """The JSON value of ``config.json`` at ``path`` (named as in ``directory``): at most
+    ``_MAX_CONFIG`` bytes (``what`` holds about 1 kB), UTF-8, valid JSON; ValueError otherwise."""
+    name = f"{directory}/{CONFIG_FILE}"
+    with files.open_regular_file(path) as file:
+        text = file.read(_MAX_CONFIG + 1)
+    if len(text) > _MAX_CONFIG:
+        raise ValueError(f"{name} holds more than {_MAX_CONFIG} bytes; {what} holds about 1 kB")
+    try:
+        return json.loads(text.decode("utf-8"))
+    except (ValueError, RecursionError) as error:  # not UTF-8, bad JSON, too many digits, too deep
+        reason = "nested too deeply" if isinstance(error, RecursionError) else error
+        raise ValueError(f"{name} is not valid JSON: {reason}") from None
+
+
 def _read_config(directory: str, path: str) -> dict[str, Any]:
     """``config.json`` (at ``path``; named as in ``directory``), checked before anything is built from
     it: JSON of at most ``_MAX_CONFIG`` bytes, UTF-8, ``model_type`` gpt2, positive int sizes (an
@@ -112,15 +127,7 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
     ``n_embd``, a bool ``tie_word_embeddings`` (True where absent), a dropout rate in [0, 1) and the
     settings this GPT computes as GPT-2 does."""
     name = f"{directory}/{CONFIG_FILE}"
-    with files.open_regular_file(path) as file:
-        text = file.read(_MAX_CONFIG + 1)
-    if len(text) > _MAX_CONFIG:
-        raise ValueError(f"{name} holds more than {_MAX_CONFIG} bytes; a GPT-2 config.json holds about 1 kB")
-    try:
-        hf_config = json.loads(text.decode("utf-8"))
-    except (ValueError, RecursionError) as error:  # not UTF-8, bad JSON, too many digits, too deep
-        reason = "nested too deeply" if isinstance(error, RecursionError) else error
-        raise ValueError(f"{name} is not valid JSON: {reason}") from None
+    hf_config = read_config_json(directory, path, "a GPT-2 config.json")
     if not isinstance(hf_config, dict) or hf_config.get("model_type") != "gpt2":
         model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
         raise ValueError(f"{directory} holds a {model_type!r} model, not 'gpt2'")
