@@ -378,9 +378,6 @@ def main(argv: list[str] | None = None) -> int:
         code = args.run(args)
         sys.stdout.flush()  # a full disk or a closed pipe fails here, not at the interpreter's exit
         return code
-    except BrokenPipeError:  # the reader stopped reading (`| head`): nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
     except UsageError as error:
         print(f"attn-parity {args.command}: error: {error}", file=sys.stderr)
     except ModuleNotFoundError as error:  # a package a file given to ``diff`` imports
@@ -388,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
         if top not in OPTIONAL:
             raise
         print(f"attn-parity {args.command}: error: {_missing_message([top])}", file=sys.stderr)
-    except OSError as error:  # the output could not be written (a full disk, a closed terminal)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor at the exit
-        print(f"attn-parity {args.command}: error: {error}", file=sys.stderr)
+    except OSError as error:  # the output could not be written (a full disk; a closed pipe, `| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor at the interpreter's exit
+        if not isinstance(error, BrokenPipeError):  # the reader stopped reading: nothing more to say
+            print(f"attn-parity {args.command}: error: {error}", file=sys.stderr)
         return 1
     return 2
