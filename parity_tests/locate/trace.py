@@ -65,11 +65,7 @@ def _package_dirs(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dirs)
 
 
-_FRAMEWORK_DIRS = tuple(
-    os.path.join(os.path.realpath(site), name) + os.sep
-    for site in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    for name in _FRAMEWORKS
-) + _package_dirs(_FRAMEWORKS)
+_FRAMEWORK_DIRS = _package_dirs(_FRAMEWORKS)
 # the project's own layers, the user's code wherever they are installed (editable or not)
 _PROJECT_DIRS = tuple(
     os.path.join(os.path.dirname(_PARITY_TESTS.rstrip(os.sep)), name) + os.sep
