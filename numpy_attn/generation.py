@@ -97,7 +97,8 @@ def generate(
     """
     batch, num_tokens = token_ids.shape
     dtype = params["tok_emb.weight"].dtype
-    stops, fill = stop_ids(eos_token_id), fill_id(stop_ids(eos_token_id), pad_token_id)
+    stops = stop_ids(eos_token_id)
+    fill = fill_id(stops, pad_token_id)
     padding = None if attention_mask is None else np.asarray(attention_mask) == 0  # (B, T)
     decoding = DECODING[model_kind(config)]
     caches = decoding.init_cache({**config, "context_length": num_tokens + max_new_tokens}, batch, dtype)
