@@ -24,7 +24,7 @@ from numpy_attn.decoder_spec import (
     swiglu_shapes,
     without_decoder_buffers,
 )
-from numpy_attn.gpt_checks import check_token_ids
+from numpy_attn.gpt_checks import check_model_weights, check_token_ids
 
 A = Mapping[str, Any]
 
@@ -148,16 +148,7 @@ def check_decoder_params(fw: Any, params: Mapping[str, Any], cfg: Mapping[str, A
     """One ValueError naming every missing, unexpected and mis-shaped weight of ``model(cfg)``; then
     one floating dtype, the first weight's (TypeError); then, with ``values``, finite values."""
     checks.check_mapping(params)
-    shapes = decoder_param_shapes(cfg, model)
-    checks.check_params(params, shapes, layer=model)
-    first = f"params[{FIRST_WEIGHT!r}]"
-    checks.check_floating(params[FIRST_WEIGHT], fw.floats, first)
-    checks.check_param_dtypes(
-        params, [n for n in shapes if n != FIRST_WEIGHT], params[FIRST_WEIGHT].dtype, first
-    )
-    fw.check_float64(first, params[FIRST_WEIGHT])
-    if values:
-        finite.check_finite(params)
+    check_model_weights(fw, params, decoder_param_shapes(cfg, model), model, values=values)
 
 
 def _model_call(fw: Any, a: dict[str, Any], model: str) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from numpy_attn import checks
-from numpy_attn.gpt_spec import BLOCK_STEPS, sub_params
+from numpy_attn.gpt_spec import BLOCK_STEPS, FIRST_WEIGHT, sub_params
 
 __all__ = [
     "BLOCK_STEPS",
@@ -56,7 +56,6 @@ __all__ = [
 
 SIZES = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers", "hidden_dim", "n_kv_groups")
 FREQ_CONFIG_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
-FIRST_WEIGHT = "tok_emb.weight"  # the weight whose dtype the others must have
 BUFFERS = ("cos", "sin")  # RoPE's tables in torch_ref's (and the book's) models: not weights
 GQA_STEPS = {
     "queries": "(B, T, N*H) W_query(x)",

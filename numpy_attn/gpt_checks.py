@@ -65,8 +65,16 @@ def check_gpt_params(
     """One ValueError naming every missing, unexpected and mis-shaped weight; then one floating
     dtype, the first weight's (TypeError); then, with ``values``, finite values."""
     checks.check_mapping(params)
-    shapes = gpt_param_shapes(config)
-    checks.check_params(params, shapes, layer="GPTModel")
+    check_model_weights(fw, params, gpt_param_shapes(config), "GPTModel", values=values)
+
+
+def check_model_weights(
+    fw: Any, params: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]], model: str, *, values: bool
+) -> None:
+    """A model's weights (a mapping) against its ``shapes``: one ValueError naming every missing,
+    unexpected and mis-shaped weight of ``model``; then one floating dtype, ``tok_emb.weight``'s
+    (TypeError); then, with ``values``, finite values. The GPT's, Llama 3's and Qwen3's."""
+    checks.check_params(params, shapes, layer=model)
     first = f"params[{FIRST_WEIGHT!r}]"
     checks.check_floating(params[FIRST_WEIGHT], fw.floats, first)
     checks.check_param_dtypes(
