@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 import transformers
 
 import jax_attn
@@ -21,10 +20,10 @@ from jax_attn import generation as jax_generation
 from numpy_attn import decoders as numpy_decoders
 from numpy_attn import generation as numpy_generation
 from tests.decoder_cases import CFGS, token_ids, torch_decoder
+from tests.test_gpt_generate_hf import PAD, hf_generate
 
 pytestmark = pytest.mark.xdist_group("transformers")  # on the worker that imports transformers' models
 
-PAD = 0
 # prompts of 5, 3 and 1 tokens, left-padded to 5: with 8 new tokens, 13 of the cfgs' 16 positions
 MASK = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [0, 0, 0, 0, 1]])
 PROMPTS = np.where(MASK == 1, token_ids(3, 5, seed=11), PAD)
@@ -42,14 +41,6 @@ def models(request, tmp_path_factory):
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
     assert type(hf) is CLASSES[request.param]
     return params, cfg, jax_attn.from_hf(folder), hf
-
-
-def hf_generate(hf, ids, mask=None, **options):
-    """transformers' greedy generate (or as ``options`` say), as NumPy."""
-    mask = np.ones_like(ids) if mask is None else mask
-    options = {"do_sample": False, "pad_token_id": PAD} | options
-    with torch.no_grad():
-        return hf.generate(torch.tensor(ids), attention_mask=torch.tensor(mask), **options).numpy()
 
 
 def ours(models, ids, max_new_tokens, **options):
