@@ -1,8 +1,9 @@
 """The notes' printed tables, reproduced by torch_ref and by numpy_attn from the same weights.
 
-Every expected value below is copied from the notes (``../shared/notes``), never computed by
-this project. Printed values are rounded to four decimals, so agreement means an absolute
-difference of at most 5e-5.
+Every expected value is copied from the notes (``../shared/notes``), never computed by this
+project: below, or in ``parity_tests.lesson.printed``, the walkthrough's table of the notes'
+numbers (tests/test_walkthrough.py finds each of them in the note it names). Printed values are
+rounded to four decimals, so agreement means an absolute difference of at most 5e-5.
 """
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 import jax_attn
 import numpy_attn
 import torch_ref
+from parity_tests.lesson.printed import CAUSAL_ROWS, PRINTED
 from parity_tests.notes import INPUTS, batch, notes_module, notes_steps
 from torch_ref import to_params
 
@@ -27,30 +29,9 @@ def assert_printed(actual, printed):
 
 # --- Simplified self-attention (notes 002 and 004) --------------------------------------------
 
-SIMPLE_SCORES = [
-    [0.9995, 0.9544, 0.9422, 0.4753, 0.4576, 0.6310],
-    [0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865],
-    [0.9422, 1.4754, 1.4570, 0.8296, 0.7154, 1.0605],
-    [0.4753, 0.8434, 0.8296, 0.4937, 0.3474, 0.6565],
-    [0.4576, 0.7070, 0.7154, 0.3474, 0.6654, 0.2935],
-    [0.6310, 1.0865, 1.0605, 0.6565, 0.2935, 0.9450],
-]
-SIMPLE_WEIGHTS = [
-    [0.2098, 0.2006, 0.1981, 0.1242, 0.1220, 0.1452],
-    [0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581],
-    [0.1390, 0.2369, 0.2326, 0.1242, 0.1108, 0.1565],
-    [0.1435, 0.2074, 0.2046, 0.1462, 0.1263, 0.1720],
-    [0.1526, 0.1958, 0.1975, 0.1367, 0.1879, 0.1295],
-    [0.1385, 0.2184, 0.2128, 0.1420, 0.0988, 0.1896],
-]
-SIMPLE_CONTEXT = [
-    [0.4421, 0.5931, 0.5790],
-    [0.4419, 0.6515, 0.5683],
-    [0.4431, 0.6496, 0.5671],
-    [0.4304, 0.6298, 0.5510],
-    [0.4671, 0.5910, 0.5266],
-    [0.4177, 0.6503, 0.5645],
-]
+SIMPLE_SCORES = PRINTED["attn_scores"].values
+SIMPLE_WEIGHTS = PRINTED["attn_weights"].values
+SIMPLE_CONTEXT = PRINTED["all_context_vecs"].values
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -149,14 +130,7 @@ def test_note004_rand_weights_single_query_and_v1(framework):
     )
 
 
-NOTE004_LINEAR_WEIGHTS = [
-    [0.1717, 0.1762, 0.1761, 0.1555, 0.1627, 0.1579],
-    [0.1636, 0.1749, 0.1746, 0.1612, 0.1605, 0.1652],
-    [0.1637, 0.1749, 0.1746, 0.1611, 0.1606, 0.1651],
-    [0.1636, 0.1704, 0.1702, 0.1652, 0.1632, 0.1674],
-    [0.1667, 0.1722, 0.1721, 0.1618, 0.1633, 0.1639],
-    [0.1624, 0.1709, 0.1706, 0.1654, 0.1625, 0.1682],
-]
+NOTE004_LINEAR_WEIGHTS = PRINTED["linear_attn_weights"].values
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -181,14 +155,7 @@ def test_note004_linear_class_and_its_scope_bug(framework):
 
 # --- Causal masking, both ways, and dropout ------------------------------------------------------
 
-CAUSAL_MASK_PRINTED = [
-    [0, 1, 1, 1, 1, 1],
-    [0, 0, 1, 1, 1, 1],
-    [0, 0, 0, 1, 1, 1],
-    [0, 0, 0, 0, 1, 1],
-    [0, 0, 0, 0, 0, 1],
-    [0, 0, 0, 0, 0, 0],
-]
+CAUSAL_MASK_PRINTED = PRINTED["mask"].values
 
 
 def test_causal_mask_is_the_notes_triu():
@@ -224,14 +191,7 @@ def note002_masked_normalised(framework):
     return package.softmax(masked / 2**0.5, axis=1)
 
 
-NOTE002_MASKED_NORMALISED = [
-    [1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
-    [0.5053, 0.4947, 0.0000, 0.0000, 0.0000, 0.0000],
-    [0.3380, 0.3309, 0.3311, 0.0000, 0.0000, 0.0000],
-    [0.2517, 0.2491, 0.2492, 0.2500, 0.0000, 0.0000],
-    [0.2017, 0.1987, 0.1988, 0.1996, 0.2012, 0.0000],
-    [0.1678, 0.1659, 0.1660, 0.1666, 0.1676, 0.1660],
-]
+NOTE002_MASKED_NORMALISED = PRINTED["softmax_twice"].values
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -282,14 +242,7 @@ NOTE002_DROPOUT_WEIGHTS = [
     [0.0000, 0.3974, 0.3975, 0.3993, 0.4024, 0.0000],
     [0.3355, 0.3319, 0.0000, 0.0000, 0.3353, 0.3320],
 ]
-NOTE004_DROPOUT_ONES = [
-    [2, 2, 0, 2, 2, 0],
-    [0, 0, 0, 2, 0, 2],
-    [2, 2, 2, 2, 0, 2],
-    [0, 2, 2, 0, 0, 2],
-    [0, 2, 0, 2, 0, 2],
-    [0, 2, 2, 2, 2, 0],
-]
+NOTE004_DROPOUT_ONES = PRINTED["dropout_ones"].values
 NOTE004_DROPOUT_WEIGHTS = [
     [0.3433, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
     [0.0000, 0.0000, 0.3492, 0.0000, 0.3210, 0.3303],
@@ -337,14 +290,7 @@ def test_dropout_tables_from_their_keep_masks(weights_of, printed_ones, printed_
 
 # --- The layer classes on the batch --------------------------------------------------------------
 
-WRAPPER_ROWS = [
-    [-0.4519, 0.2216, 0.4772, 0.1063],
-    [-0.5874, 0.0058, 0.5891, 0.3257],
-    [-0.6300, -0.0632, 0.6202, 0.3860],
-    [-0.5675, -0.0843, 0.5478, 0.3589],
-    [-0.5526, -0.0981, 0.5321, 0.3428],
-    [-0.5299, -0.1081, 0.5077, 0.3493],
-]
+WRAPPER_ROWS = CAUSAL_ROWS
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
