@@ -25,7 +25,8 @@ __all__ = ["NAMES", "PUBLIC", "Public", "export"]
 class Public:
     """One public function: ``module`` holds its math (a module of each package, or a dotted path to
     one shared framework-neutral module), ``check`` is its door's check, ``steps`` whether it takes
-    ``return_steps``, ``static`` its arguments that are static under ``jax.jit``."""
+    ``return_steps``, ``static`` its arguments that are static under ``jax.jit`` (given, an eager
+    jax_attn call runs as the program ``jax.jit`` compiles: a block, a model, a decoding step)."""
 
     module: str
     check: Callable[..., None]
@@ -36,6 +37,7 @@ class Public:
 FAST = "numpy_attn.fast.attend"
 PROJECTIONS = "numpy_attn.fast.projections"
 BLOCKWISE = ("causal", "dropout", "block_size")  # static: an eager call runs one compiled program
+BLOCK_STATIC = ("num_heads", "context_length", "dropout_rate")
 GQA_STATIC = ("num_heads", "num_kv_groups", "rope_base", "rope_freq", "norm_eps")
 PUBLIC: dict[str, Public] = {
     "simplified_self_attention": Public("simplified", calls.simplified_self_attention, steps=True),
@@ -60,16 +62,25 @@ PUBLIC: dict[str, Public] = {
     "split_projection": Public(PROJECTIONS, calls.split_projection),
     # decoding with a KV cache
     "init_kv_cache": Public("kv_cache", cache_checks.init_kv_cache),
-    "multi_head_attention_decode": Public("kv_cache", cache_checks.multi_head_attention_decode),
-    "fused_causal_attention_decode": Public("kv_cache", cache_checks.fused_causal_attention_decode),
+    "multi_head_attention_decode": Public(
+        "kv_cache", cache_checks.multi_head_attention_decode, static=("num_heads", "context_length")
+    ),
+    "fused_causal_attention_decode": Public(
+        "kv_cache", cache_checks.fused_causal_attention_decode, static=("num_heads", "context_size")
+    ),
     # the book's GPT (chapter 4)
     "layer_norm": Public("gpt", gpt_checks.layer_norm),
     "gelu": Public("gpt", gpt_checks.gelu),
     "feed_forward": Public("gpt", gpt_checks.feed_forward),
-    "transformer_block": Public("gpt", gpt_checks.transformer_block, steps=True),
+    "transformer_block": Public(
+        "gpt",
+        gpt_checks.transformer_block,
+        steps=True,
+        static=("num_heads", "context_length", "dropout_rate"),
+    ),
     "gpt_model": Public("gpt", gpt_checks.gpt_model, steps=True, static=("config",)),
     "init_gpt_cache": Public("gpt", gpt_checks.init_gpt_cache),
-    "gpt_model_decode": Public("gpt", gpt_checks.gpt_model_decode),
+    "gpt_model_decode": Public("gpt", gpt_checks.gpt_model_decode, static=("config",)),
     "generate": Public("generation", generation_checks.generate),  # every model: the GPT, Llama 3, Qwen3
     # the book's Llama 3 and Qwen3 (numpy_attn.decoder_spec)
     "rms_norm": Public("rms_norm", decoder_checks.rms_norm),

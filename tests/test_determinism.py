@@ -1,14 +1,18 @@
 """Same inputs, weights and key: bit-identical results, call after call."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 from flax import nnx
 
 import jax_attn
+import torch_ref
 from parity_tests.cases import FUNCTION_NAMES, Case
 from parity_tests.frameworks import jax_context, run_case, run_jax
 from tests.covering import each_value_params
+from tests.gpt_cases import TINY, token_ids, torch_model
 from torch_ref import to_params
 
 LAYERS = list(FUNCTION_NAMES)
@@ -69,3 +73,62 @@ def test_eager_and_jit_are_bit_identical(layer, dtype):
         eager = run_jax(case, params, x, dropout=dropout, **keep)[1]
         jitted = run_jax(case, params, x, dropout=dropout, jit=True, **keep)[1]
         assert_identical(eager, jitted)
+
+
+def _gpt_decode(params, x, dtype):
+    caches = jax_attn.init_gpt_cache(TINY, x.shape[0], dtype)
+    _, caches = jax_attn.gpt_model_decode(params, x[:, :5], caches, TINY)
+    return jax_attn.gpt_model_decode(params, x[:, 5:6], caches, TINY)[0]  # (B, 1, V)
+
+
+def _attention_decode(function, **sizes):
+    def run(params, x, dtype):
+        cache = jax_attn.init_kv_cache(x.shape[0], 2, 16, 16, dtype)
+        _, cache = getattr(jax_attn, function)(params, x[:, :5], cache, **sizes)
+        return getattr(jax_attn, function)(params, x[:, 5:6], cache, **sizes)[0]  # (B, 1, D)
+
+    return run
+
+
+def _block(params, x, dtype):
+    return jax_attn.transformer_block(params, x, num_heads=2, context_length=16)
+
+
+# the public functions that run a block, a model or a decoding step: an eager call runs as one
+# program, the one jax.jit compiles (numpy_attn.api's `static`), not op by op; function ->
+# (the weights' prefix in the tiny GPT, or None for FusedCausalAttention's; its input; the run)
+COMPOSITE = {
+    "transformer_block": ("trf_blocks.0.", "x", _block),
+    "gpt_model_decode": ("", "token_ids", _gpt_decode),
+    "multi_head_attention_decode": (
+        "trf_blocks.0.att.",
+        "x",
+        _attention_decode("multi_head_attention_decode", num_heads=2, context_length=16),
+    ),
+    "fused_causal_attention_decode": (
+        None,
+        "x",
+        _attention_decode("fused_causal_attention_decode", num_heads=2, context_size=16),
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("function", list(COMPOSITE))
+def test_an_eager_block_or_decoding_step_is_the_jitted_program(function, dtype):
+    prefix, input_kind, run = COMPOSITE[function]
+    dtype = jnp.dtype(dtype)
+    torch.manual_seed(0)
+    module = torch_model() if prefix is not None else torch_ref.FusedCausalAttention(32, 2, 16)
+    params = {
+        name[len(prefix or "") :]: jnp.asarray(value, dtype)
+        for name, value in to_params(module).items()
+        if name.startswith(prefix or "")
+    }
+    if input_kind == "token_ids":
+        x = jnp.asarray(token_ids(2, 6))
+    else:
+        x = jnp.asarray(np.random.default_rng(4).standard_normal((2, 6, 32)), dtype)
+    eager = run(params, x, dtype)
+    jitted = jax.jit(lambda params, x: run(params, x, dtype))(params, x)
+    np.testing.assert_array_equal(np.asarray(eager, np.float32), np.asarray(jitted, np.float32))
