@@ -423,3 +423,22 @@ def test_diff_a_candidate_that_exits_fails_on_its_line(tmp_path, capsys, exit_ca
     out = capsys.readouterr().out
     assert code == 1
     assert f"{port}:5" in out and exit_call.split("(")[0].split()[-1] in out
+
+
+def test_diff_a_candidate_whose_signature_refuses_the_call_names_it_and_the_call(tmp_path, capsys):
+    """Before: ``candidate None None`` (the TypeError came from the call, in no line of the port)."""
+    port = tmp_path / "port.py"
+    port.write_text("import numpy as np\n\n\ndef attention(params, x, mask):\n    return x\n")
+    code = main(["--width", "400", "diff", REFERENCE, f"{port}:attention", *INIT, "--shape", "2,5,8"])
+    rows = [row.strip("│ ").rstrip() for row in capsys.readouterr().out.splitlines()]
+    assert code == 1
+    assert (
+        "first divergence  the candidate raised TypeError: attention() missing 1 required positional "
+        "argument: 'mask'"
+    ) in rows
+    assert f"candidate         {port}:4  def attention(params, x, mask)" in rows
+    assert (
+        "likely cause      the candidate cannot take the call attention(the weights (4 arrays), float32 "
+        "(2, 5, 8)): its signature is attention(params, x, mask) (the weights go first to a function; a "
+        "module or other callable object is called on the inputs alone)"
+    ) in rows
