@@ -87,19 +87,25 @@ def locate_shapes(
     params: Mapping[str, Any] | None = None,
     train: bool = False,
     gradients: bool = False,
+    vocab: int | None = None,
+    reference_framework: str | None = None,
+    candidate_framework: str | None = None,
 ) -> dict[tuple[tuple[int, ...], int], LocateReport]:
-    """``locate`` on a standard normal input of each shape and seed: bugs that show only past a
-    block size or at odd head counts (``locate_gradients`` with ``gradients``; ``train`` as for
-    ``locate``). Returns the reports keyed by ``(shape, seed)``; a reference that raises raises
-    ``Raised`` (a candidate that raises is a report, as in ``locate``)."""
+    """``locate`` on a standard normal input of each shape and seed (``dtype``), or with ``vocab``
+    on token ids drawn uniformly from ``[0, vocab)`` (int64: a whole language model): bugs that show
+    only past a block size or at odd head counts (``locate_gradients`` with ``gradients``; ``train``
+    and the frameworks as for ``locate``). Returns the reports keyed by ``(shape, seed)``; a
+    reference that raises raises ``Raised`` (a candidate that raises is a report, as in ``locate``)."""
     from parity_tests.locate.gradients import locate_gradients
 
     check = locate_gradients if gradients else locate
+    frameworks = {"reference_framework": reference_framework, "candidate_framework": candidate_framework}
     reports = {}
-    for shape in shapes:
+    for shape in map(tuple, shapes):
         for seed in seeds:
-            x = np.random.default_rng(seed).standard_normal(tuple(shape)).astype(dtype)
-            reports[(tuple(shape), seed)] = check(reference, candidate, x, params=params, train=train)
+            draw = np.random.default_rng(seed)
+            x = draw.standard_normal(shape).astype(dtype) if vocab is None else draw.integers(0, vocab, shape)
+            reports[(shape, seed)] = check(reference, candidate, x, params=params, train=train, **frameworks)
     return reports
 
 
