@@ -71,29 +71,39 @@ def compare_arrays(
 @dataclass(frozen=True)
 class StepReport:
     """The result of ``compare_steps``: ``rows`` in the expected trace's order, and, from
-    ``check_port``, ``causes``: likely reasons for the first divergence, and ``raised``: for a
-    candidate that raised, ``locate``'s report of it (the exception, the candidate's line raising
-    it, the lines verified before it; then there are no rows)."""
+    ``check_port``, ``causes``: likely reasons for the first divergence, and ``located``:
+    ``locate``'s report where the steps do not pinpoint the divergence (a side recording no
+    steps, a candidate that raised: then there are no rows), naming the candidate's first
+    diverging line; its causes are then ``causes``."""
 
     rows: tuple[StepRow, ...]
     causes: tuple[str, ...] = ()
-    raised: LocateReport | None = None
+    located: LocateReport | None = None
 
     @property
     def ok(self) -> bool:
-        return self.raised is None and all(row.ok for row in self.rows)
+        return all(row.ok for row in self.rows) and (self.located is None or self.located.ok)
 
     @property
     def first_divergence(self) -> str | None:
-        """The first step (in order) that does not match (``the candidate raised ...`` for a
-        candidate that raised), or None if all match."""
-        if self.raised is not None:
-            return self.raised.first_divergence
+        """The first step (in order) that does not match, or ``located``'s first divergence (its
+        step name where the reference records steps, else its operation; ``the candidate raised
+        ...`` for a candidate that raised); None if all match."""
+        if self.located is not None and not self.located.ok:
+            return self.located.first_divergence
         return next((row.step for row in self.rows if not row.ok), None)
 
     def __str__(self) -> str:
-        if self.raised is not None:
-            return str(self.raised)
+        """The step table, then ``located``'s report (the lines verified, the first diverging
+        line, the worst entry and the causes) or the first diverging step and its causes."""
+        lines = self._table() if self.rows else []
+        if self.located is not None:
+            return "\n".join([*lines, str(self.located)])
+        lines.append("all steps match" if self.ok else f"first divergence: {self.first_divergence}")
+        lines.extend(f"  likely cause: {cause}" for cause in self.causes)
+        return "\n".join(lines)
+
+    def _table(self) -> list[str]:
         header = (
             f"{'step':<28} {'expected':<16} {'actual':<16} {'max abs':>10} {'max rel':>10} "
             f"{'rtol':>7} {'atol':>7}  ok"
@@ -108,9 +118,7 @@ class StepReport:
                 f"{row.max_abs_err:>10.3g} {row.max_rel_err:>10.3g} {row.rtol:>7.0e} {row.atol:>7.0e}  "
                 f"{mark}{'  (' + row.note + ')' if row.note else ''}"
             )
-        lines.append("all steps match" if self.ok else f"first divergence: {self.first_divergence}")
-        lines.extend(f"  likely cause: {cause}" for cause in self.causes)
-        return "\n".join(lines)
+        return lines
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:

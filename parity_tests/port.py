@@ -5,7 +5,9 @@ A port records the steps it has under the project's step names (``numpy_attn.STE
 ``queries @ keys^T``, before masking and scaling), ``masked_scores``, ``attn_weights`` (after
 softmax, before dropout), ``attn_weights_dropped``, ``context_vec`` (heads merged, before the
 output projection), ``projected`` and ``output``. Any subset will do: a step the candidate does
-not record is listed as missing and does not fail the check; the output is always compared.
+not record is listed as missing and does not fail the check; the output is always compared. Where
+the steps do not pinpoint a divergence (a port recording none), ``check_port`` runs ``locate``,
+which names the port's first diverging line without any instrumentation.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_tests.compare import StepReport, compare_steps
+from parity_tests.compare import StepReport, StepRow, compare_steps
 
 __all__ = ["CAUSES", "check_port", "likely_causes"]
 
@@ -93,21 +95,28 @@ def check_port(
     rtol: float | None = None,
     atol: float | None = None,
 ) -> StepReport:
-    """Run ``reference`` and ``candidate`` on the same ``inputs`` and compare their traces.
+    """Run ``reference`` and ``candidate`` on the same ``inputs`` and compare their traces; where the
+    steps do not pinpoint a divergence, ``locate`` names the candidate's line.
 
     Both are callables from any framework returning ``(output, steps)`` (or just an output):
     torch_ref modules, numpy_attn/jax_attn functions, Flax modules, or your own port. Those
     that take ``return_steps`` get ``return_steps=True``. ``inputs`` is one array or a tuple of
     positional arguments, from any framework; a torch ``nn.Module`` receives them as tensors.
     ``params`` (the weights format) is passed first to callables that are not modules (modules
-    hold their own weights). Everything is compared in float64 with the per-dtype tolerances;
-    the report names the first diverging step and ``causes`` lists what usually causes it.
+    hold their own weights). Everything is compared in float64 with the per-dtype tolerances
+    (``rtol``/``atol`` override them for the steps); the report names the first diverging step and
+    ``causes`` lists what usually causes it.
 
-    A candidate that raises is a finding, as in ``locate`` (which then runs both to see what the
-    candidate computed before): the report is not ok and its ``raised`` is ``locate``'s report
-    (the exception, the candidate's line raising it, the lines verified before it and the last
-    reference value it reproduced). A reference that raises is the caller's error: ``Raised``
-    (``type: message``; the reference's exception is its ``error``).
+    A passing check runs nothing more. A failing one whose steps do not pinpoint the divergence (a
+    side records no steps, only its output, or the step just before the first failing one is
+    recorded by one side only) runs ``locate`` (every value both compute, aligned, no
+    instrumentation needed): then ``located`` is its report, ``first_divergence`` and ``causes`` are
+    its (the reference's first value the candidate does not reproduce, the candidate's line
+    computing it, what the numbers show). A candidate that raises is a finding too: the report is
+    not ok, has no rows and its ``located`` is ``locate``'s report of the exception (the candidate's
+    line raising it, the lines verified before it and the last reference value it reproduced). A
+    reference that raises is the caller's error: ``Raised`` (``type: message``; the reference's
+    exception is its ``error``).
     """
     from parity_tests.locate.check import locate
     from parity_tests.locate.run import framework_of
@@ -126,7 +135,19 @@ def check_port(
             raise
         return StepReport((), tuple(located.causes), located)
     report = compare_steps(expected, actual, rtol=rtol, atol=atol, missing_ok=True)
-    return StepReport(report.rows, likely_causes(report))
+    if report.ok or _pinpointed(report.rows):
+        return StepReport(report.rows, likely_causes(report))
+    located = locate(reference, candidate, inputs, params=params)
+    if located.ok:  # the outputs agree to locate: the failing step the table names stands
+        return StepReport(report.rows, likely_causes(report))
+    return StepReport(report.rows, tuple(located.causes), located)
+
+
+def _pinpointed(rows: Sequence[StepRow]) -> bool:
+    """Whether the step table alone places the first failing row: the row before it is a step both
+    sides record (and match), or it is the first row and not the output (which is every step)."""
+    first = next(i for i, row in enumerate(rows) if not row.ok)
+    return rows[first - 1].note == "" if first else rows[first].step != "output"
 
 
 def _trace(fn: Callable[..., Any], args: Sequence[Any], params: Mapping[str, Any] | None) -> OrderedDict:

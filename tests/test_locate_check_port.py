@@ -13,8 +13,11 @@ import numpy_attn
 from parity_tests import check_port
 from parity_tests.cases import Case
 from parity_tests.locate import Raised
-from tests.ports.catalogue import HERE, inputs, load, reference
-from torch_ref import to_params
+from parity_tests.locate.cli import load_object
+from tests.ports.catalogue import BUGS, HERE, PORTS, inputs, load, plant, reference
+from torch_ref import MultiHeadAttention, to_params
+
+ROOT = HERE.parents[1]
 
 
 def test_a_users_nnx_module_holds_its_weights():
@@ -100,7 +103,7 @@ def test_steps_that_still_match_are_those_before_the_divergence():
 
 def test_a_candidate_raising_is_locates_report_and_a_reference_raising_raises(tmp_path):
     """check_port let a candidate's exception through, where locate and ``attn-parity diff`` report
-    it: now its report is locate's (the exception, the line, the lines verified before it)."""
+    it: now its ``located`` is locate's report (the exception, the line, the lines verified before it)."""
     planted = '    raise ValueError("no y")'
     source = (HERE / "numpy_fused.py").read_text().replace("    y = att @ v", planted)
     candidate = load("port", source, tmp_path).attention
@@ -110,7 +113,7 @@ def test_a_candidate_raising_is_locates_report_and_a_reference_raising_raises(tm
     report = check_port(ref, candidate, inputs(), params=params)
     assert not report.ok and report.rows == ()
     assert report.first_divergence == "the candidate raised ValueError: no y"
-    located = report.raised
+    located = report.located
     assert located.raised == "ValueError: no y"
     assert (located.candidate_location, located.candidate_op) == (f"{port}:{line}", planted.strip())
     assert len(located.verified) == 9 and located.verified[-1].startswith(f"{port}:18  ")
@@ -137,3 +140,59 @@ def test_a_candidate_raising_only_as_check_port_first_calls_it_raises_its_own_ex
     with pytest.raises(ValueError, match=r"^first call$"):
         check_port(lambda x: numpy_attn.softmax(x, axis=-1), candidate, inputs())
     assert len(calls) == 2
+
+
+def test_an_uninstrumented_numpy_port_is_located_to_its_line():
+    """examples/my_port.py records no steps: the table compares only the output; check_port then
+    runs locate, whose report names line 14 (the heads merged without moving the head axis back)."""
+    port = ROOT / "examples" / "my_port.py"
+    torch.manual_seed(123)
+    ref = MultiHeadAttention(d_in=8, d_out=8, context_length=16, dropout=0.0, num_heads=2)
+    x = np.random.default_rng(0).standard_normal((3, 5, 8)).astype(np.float32)
+    report = check_port(ref, load_object(f"{port}:mha"), x, params=to_params(ref))
+    located = report.located
+    assert not report.ok and not located.ok
+    assert (report.first_divergence, located.candidate_location) == ("context_vec", f"{port}:14")
+    assert [(row.step, row.ok) for row in report.rows if row.note == ""] == [("output", False)]
+    assert report.causes == tuple(located.causes)
+    assert report.causes[0].startswith("the reference's numbers in another order: a reshape without")
+    table, text = str(report).split("\nverified equal: ")
+    assert table.startswith("step ") and table.endswith("NO")  # the output's row, last
+    assert f"verified equal: {text}" == str(located)
+
+
+@pytest.mark.parametrize(
+    "name", ["jax_causal_mask_inverted", "jit_softmax_wrong_axis", "fused_scale_by_c"]
+)  # a JAX function, a jitted one, and a NumPy port against a torch module recording no steps
+def test_a_planted_bug_is_located_to_its_line_through_check_port(name, tmp_path):
+    bug = next(b for b in BUGS if b.name == name)
+    kind, build = PORTS[bug.port]
+    ref = reference(kind)
+    params = to_params(ref)
+    source, line = plant(bug)
+    report = check_port(ref, build(load(bug.port, source, tmp_path), params), inputs(), params=params)
+    assert not report.ok
+    assert report.located.candidate_location == f"{tmp_path / bug.port}.py:{line}", f"\n{report}"
+    assert report.first_divergence == report.located.first_divergence
+
+
+def test_a_passing_check_and_a_divergence_its_steps_pinpoint_do_not_run_locate(monkeypatch):
+    from parity_tests.locate import check
+
+    def no_locate(*args, **kwargs):
+        raise AssertionError("locate ran")
+
+    monkeypatch.setattr(check, "locate", no_locate)
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    steps = functools.partial(
+        numpy_attn.multi_head_attention, num_heads=2, context_length=16, return_steps=True
+    )
+    assert check_port(ref, steps, inputs(), params=params).ok
+
+    def scaled(params, x):  # every step recorded and right but the output
+        output, recorded = steps(params, x)
+        return 2 * output, recorded
+
+    report = check_port(ref, scaled, inputs(), params=params)
+    assert (report.ok, report.first_divergence, report.located) == (False, "output", None)

@@ -154,6 +154,14 @@ PORT = f"{HERE / 'numpy_fused.py'}:attention"
          "argument --seeds: --seeds '-1': expected an integer from 0 to 4294967295"),
         (["--shape", "2,5"], f"the reference {REFERENCE} raises on an input of shape (2, 5): "
          "ValueError: not enough values to unpack (expected 3, got 2)"),
+        (["--shape", "2,5,8", "--tokens", "0"],
+         "argument --tokens: --tokens '0': expected an integer from 1 to 2147483647"),
+        (["--shape", "2,5,8", "--tokens", "2.5"],
+         "argument --tokens: --tokens '2.5': expected an integer from 1 to 2147483647"),
+        (["--shape", "2,5,8", "--tokens", str(2**31)],
+         "argument --tokens: --tokens '2147483648': expected an integer from 1 to 2147483647"),
+        (["--shape", "2,5,8", "--framework", "tf"],
+         "argument --framework: invalid choice: 'tf' (choose from 'torch', 'numpy', 'jax')"),
     ],
 )  # fmt: skip
 def test_diff_bad_sizes_and_seeds_are_one_line_and_exit_code_2(capsys, argv, line):
@@ -423,3 +431,91 @@ def test_diff_a_candidate_that_exits_fails_on_its_line(tmp_path, capsys, exit_ca
     out = capsys.readouterr().out
     assert code == 1
     assert f"{port}:5" in out and exit_call.split("(")[0].split()[-1] in out
+
+
+def test_diff_a_candidate_whose_signature_refuses_the_call_names_it_and_the_call(tmp_path, capsys):
+    """Before: ``candidate None None`` (the TypeError came from the call, in no line of the port)."""
+    port = tmp_path / "port.py"
+    port.write_text("import numpy as np\n\n\ndef attention(params, x, mask):\n    return x\n")
+    code = main(["--width", "400", "diff", REFERENCE, f"{port}:attention", *INIT, "--shape", "2,5,8"])
+    rows = [row.strip("│ ").rstrip() for row in capsys.readouterr().out.splitlines()]
+    assert code == 1
+    assert (
+        "first divergence  the candidate raised TypeError: attention() missing 1 required positional "
+        "argument: 'mask'"
+    ) in rows
+    assert f"candidate         {port}:4  def attention(params, x, mask)" in rows
+    assert (
+        "likely cause      the candidate cannot take the call attention(the weights (4 arrays), float32 "
+        "(2, 5, 8)): its signature is attention(params, x, mask) (the weights go first to a function; a "
+        "module or other callable object is called on the inputs alone)"
+    ) in rows
+
+
+GPT = f"{HERE / 'torch_mingpt.py'}:GPT"
+GPT_SIZES = dict(vocab_size=61, block_size=16, n_embd=24, n_head=3, n_layer=2)
+GPT_INIT = [f"--init={key}={value}" for key, value in GPT_SIZES.items()]
+
+
+def test_diff_tokens_feeds_a_whole_gpt_its_token_ids(tmp_path, capsys):
+    """A model taking token ids refused diff's float inputs (its embedding raises: a usage error);
+    ``--tokens 61`` feeds it ids in [0, 61): the same model passes, a planted position off by one is
+    named on its line."""
+    assert main(["diff", GPT, GPT, *GPT_INIT, "--shape", "2,5"]) == 2
+    assert "'indices' to have one of the following scalar types: Long, Int" in capsys.readouterr().err
+    assert main(["diff", GPT, GPT, *GPT_INIT, "--shape", "2,5", "--tokens", "61"]) == 0
+    planted = "        x = self.wte(idx) + self.wpe(pos + 1)"
+    source = (
+        (HERE / "torch_mingpt.py").read_text().replace("        x = self.wte(idx) + self.wpe(pos)", planted)
+    )
+    (tmp_path / "gpt.py").write_text(source)
+    argv = ["diff", GPT, f"{tmp_path / 'gpt.py'}:GPT", *GPT_INIT, "--shape", "2,5", "--tokens", "61"]
+    code = main(["--width", "400", *argv])
+    rows = [row.strip("│ ").rstrip() for row in capsys.readouterr().out.splitlines()]
+    assert code == 1
+    assert f"candidate         {tmp_path / 'gpt.py'}:{source.splitlines().index(planted) + 1}  add" in rows
+
+
+NUMPY_RETURNING_JAX = (
+    "import jax.numpy as jnp\nimport numpy as np\n\n\ndef f(x):\n    return jnp.asarray(np.tanh(x))\n"
+)
+
+
+@pytest.mark.parametrize("side", ["candidate", "reference"])
+def test_diff_framework_overrides_the_framework_read_from_the_code(tmp_path, capsys, side):
+    """A NumPy function returning a JAX array reads jax names: it is run as JAX, whose tracers NumPy
+    refuses; ``--framework numpy`` (``--reference-framework numpy``) runs it as NumPy."""
+    (tmp_path / "jnp.py").write_text(NUMPY_RETURNING_JAX)
+    (tmp_path / "np.py").write_text("import numpy as np\n\n\ndef f(x):\n    return np.tanh(x)\n")
+    files = [f"{tmp_path / 'np.py'}:f", f"{tmp_path / 'jnp.py'}:f"]
+    argv = ["diff", *(files if side == "candidate" else files[::-1]), "--shape", "2,3"]
+    flag = "--framework" if side == "candidate" else "--reference-framework"
+    assert main(argv) == (1 if side == "candidate" else 2)
+    assert "TracerArrayConversionError" in "".join(capsys.readouterr())
+    assert main([*argv, flag, "numpy"]) == 0
+    assert "ok: the outputs match" in capsys.readouterr().out
+
+
+def test_diff_prints_the_report_check_port_gives_for_the_same_input(tmp_path, capsys):
+    """The command line and the API agree: diff's report of a planted bug is check_port's
+    ``located``, rendered alike, for the input diff draws (seed 0)."""
+    import io
+
+    from rich.console import Console
+
+    from parity_tests import check_port
+    from parity_tests.locate.cli import load_object
+
+    source = FUSED.replace("/ np.sqrt(hs)", "/ np.sqrt(C)")
+    (tmp_path / "port.py").write_text(source)
+    port = f"{tmp_path / 'port.py'}:attention"
+    assert main(["--width", "200", "diff", REFERENCE, port, *INIT, "--shape", "2,5,8"]) == 1
+    shown = capsys.readouterr().out
+    ref = reference("user_torch")
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    params = {k: v.detach().numpy() for k, v in ref.named_parameters()}
+    report = check_port(ref, load_object(port), x, params=params)
+    console = Console(width=200, file=io.StringIO(), highlight=False)
+    console.print(report.located)
+    assert not report.ok and report.rows[-1].step == "output"  # the reference records no steps
+    assert shown == f"shape (2, 5, 8), seed 0\n{console.file.getvalue()}"

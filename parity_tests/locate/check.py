@@ -3,6 +3,7 @@ and report the first line where the candidate diverges."""
 
 from __future__ import annotations
 
+import inspect
 import linecache
 import os
 import traceback
@@ -30,7 +31,7 @@ from parity_tests.locate.causes import axis_names, describe_scale, mask_causes, 
 from parity_tests.locate.expand import stopped_short
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
-from parity_tests.locate.run import capture, framework_of, source_file
+from parity_tests.locate.run import capture, framework_of, source_file, unwrapped
 from parity_tests.locate.trace import Raised, Record, Trace, is_user_file
 
 __all__ = ["compare_traces", "locate", "locate_shapes", "raised_report", "sizes_of"]
@@ -86,19 +87,25 @@ def locate_shapes(
     params: Mapping[str, Any] | None = None,
     train: bool = False,
     gradients: bool = False,
+    vocab: int | None = None,
+    reference_framework: str | None = None,
+    candidate_framework: str | None = None,
 ) -> dict[tuple[tuple[int, ...], int], LocateReport]:
-    """``locate`` on a standard normal input of each shape and seed: bugs that show only past a
-    block size or at odd head counts (``locate_gradients`` with ``gradients``; ``train`` as for
-    ``locate``). Returns the reports keyed by ``(shape, seed)``; a reference that raises raises
-    ``Raised`` (a candidate that raises is a report, as in ``locate``)."""
+    """``locate`` on a standard normal input of each shape and seed (``dtype``), or with ``vocab``
+    on token ids drawn uniformly from ``[0, vocab)`` (int64: a whole language model): bugs that show
+    only past a block size or at odd head counts (``locate_gradients`` with ``gradients``; ``train``
+    and the frameworks as for ``locate``). Returns the reports keyed by ``(shape, seed)``; a
+    reference that raises raises ``Raised`` (a candidate that raises is a report, as in ``locate``)."""
     from parity_tests.locate.gradients import locate_gradients
 
     check = locate_gradients if gradients else locate
+    frameworks = {"reference_framework": reference_framework, "candidate_framework": candidate_framework}
     reports = {}
-    for shape in shapes:
+    for shape in map(tuple, shapes):
         for seed in seeds:
-            x = np.random.default_rng(seed).standard_normal(tuple(shape)).astype(dtype)
-            reports[(tuple(shape), seed)] = check(reference, candidate, x, params=params, train=train)
+            draw = np.random.default_rng(seed)
+            x = draw.standard_normal(shape).astype(dtype) if vocab is None else draw.integers(0, vocab, shape)
+            reports[(shape, seed)] = check(reference, candidate, x, params=params, train=train, **frameworks)
     return reports
 
 
@@ -164,7 +171,9 @@ def raised_report(expected: Trace, raised: Raised, candidate: Any) -> LocateRepo
     the lines it computed before whose values equal reference values (for a JAX candidate raising
     while traced, those of its eager run up to the same exception, see ``capture_jax``), and a cause
     naming the last reference value it reproduced; where JAX evaluated nothing (the eager run did not
-    raise the same), the cause says so."""
+    raise the same), the cause says so. A TypeError raised by the call itself, in none of the user's
+    frames (a signature that does not take the arguments), is blamed on the candidate's definition,
+    the cause naming the call it could not take."""
     frames = traceback.extract_tb(raised.error.__traceback__)
     own = source_file(candidate)
     own = own and os.path.realpath(own)
@@ -172,6 +181,8 @@ def raised_report(expected: Trace, raised: Raised, candidate: Any) -> LocateRepo
         f for f in frames if is_user_file(f.filename)
     ]
     actual = raised.trace
+    if not at and isinstance(raised.error, TypeError):
+        return _refused_call(raised, candidate)
     alignment = match_values(expected, actual)
     agreeing = [i for i in sorted(alignment.matches) if actual.records[i].leaf is None]
     report = LocateReport(
@@ -199,6 +210,38 @@ def raised_report(expected: Trace, raised: Raised, candidate: Any) -> LocateRepo
     else:
         report.causes.append("no value the candidate computed before it equals a reference value")
     return report
+
+
+def _refused_call(raised: Raised, candidate: Any) -> LocateReport:
+    """The report for a candidate whose signature does not take the call: located at its ``def``
+    (or its class), the cause naming the arguments it was given (the leaves its run read)."""
+    target = unwrapped(candidate)
+    defined = target if inspect.isroutine(target) else type(target)
+    name = getattr(defined, "__name__", type(target).__name__)
+    try:
+        signature = f"{name}{inspect.signature(candidate)}"
+    except (TypeError, ValueError):  # a builtin without one
+        signature = f"{name}(...)"
+    try:
+        location = f"{inspect.getsourcefile(defined)}:{inspect.getsourcelines(defined)[1]}"
+    except (OSError, TypeError):
+        location = None
+    leaves = [r for r in raised.trace.records if r.leaf is not None]
+    weights = [r for r in leaves if not r.leaf.startswith("input")]
+    given = [f"the weights ({len(weights)} arrays)"] * bool(weights)
+    given += [f"{r.dtype} {r.shape}" for r in leaves if r.leaf.startswith("input")]
+    call = f"{name}({', '.join(given)})"
+    return LocateReport(
+        False,
+        f"the candidate raised {raised}",
+        location,
+        candidate_op=f"def {signature}",
+        raised=str(raised),
+        causes=[
+            f"the candidate cannot take the call {call}: its signature is {signature} (the weights go "
+            "first to a function; a module or other callable object is called on the inputs alone)"
+        ],
+    )
 
 
 def compare_traces(expected: Trace, actual: Trace) -> LocateReport:

@@ -6,13 +6,17 @@ Flax NNX class taking ``rngs`` also with ``rngs=nnx.Rngs(--seed)``. A torch refe
 ``state_dict`` without buffers, as NumPy) go first to a candidate function (plain, jitted or
 decorated; a module or other callable object, such as a class's instance, holds its own weights and
 is called on the input alone); ``--option KEY=VALUE``
-are keyword arguments for the candidate; ``--gradients`` compares the gradients (the first
+are keyword arguments for the candidate; the inputs are standard normal floats of each ``--shape``,
+or with ``--tokens VOCAB`` token ids drawn from ``[0, VOCAB)`` (a whole language model);
+``--framework`` and ``--reference-framework`` (torch, numpy, jax) override the framework read from
+the candidate's and the reference's code; ``--gradients`` compares the gradients (the first
 diverging backward operation), ``--train`` runs the reference in train mode with its dropout
 keep-masks given to a JAX candidate. Exit 0 when every shape matches, 1 when one does not (a
 candidate that raises is a port that diverges: the report names its line raising, the exception
 and the last value it still agreed on), 2 for bad usage, with one line on stderr: a file that
 does not load, a name it lacks or that is not a function, module or class, a class refusing the
-``--init`` values, a size below 1, a seed outside 0 to 2**32 - 1, a reference that
+``--init`` values, a size below 1, a seed outside 0 to 2**32 - 1, a ``--tokens`` outside 1 to
+2**31 - 1, a reference that
 raises on an input of the shape asked for, a NumPy port with ``--gradients``.
 """
 
@@ -29,6 +33,9 @@ from typing import Any
 from parity_tests.usage import MAX_SEED, UsageError, check_sizes, integer, png_path, writing
 
 __all__ = ["add_diff_parser", "build", "load_object"]
+
+FRAMEWORKS = ["torch", "numpy", "jax"]  # what locate runs a callable in
+MAX_VOCAB = 2**31 - 1  # token ids fit int32 (JAX's default integers)
 
 
 def load_object(spec: str) -> Any:
@@ -138,8 +145,9 @@ def _diff(args: argparse.Namespace) -> int:
     for shape in args.shape:
         try:
             reports |= locate_shapes(
-                reference, candidate, [shape], seeds=args.seeds, params=params,
-                train=args.train, gradients=args.gradients,
+                reference, candidate, [shape], seeds=args.seeds, params=params, train=args.train,
+                gradients=args.gradients, vocab=args.tokens, reference_framework=args.reference_framework,
+                candidate_framework=args.framework,
             )  # fmt: skip
         except TypeError as error:  # NumPy has no gradients
             raise UsageError(error) from None
@@ -203,6 +211,18 @@ def add_diff_parser(commands: Any) -> None:
         "--init", action="append", default=[], help="KEY=VALUE for building a class (reference or candidate)"
     )
     diff.add_argument("--option", action="append", default=[], help="KEY=VALUE for the candidate")
+    diff.add_argument(
+        "--tokens",
+        type=integer("--tokens", 1, MAX_VOCAB),
+        metavar="VOCAB",
+        help="feed token ids drawn from [0, VOCAB) of the --shape (B,T) instead of floats (a whole model)",
+    )
+    diff.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        help="the candidate's framework, where the one read from it is wrong",
+    )
+    diff.add_argument("--reference-framework", choices=FRAMEWORKS, help="the reference's, likewise")
     diff.add_argument("--gradients", action="store_true", help="compare the gradients")
     diff.add_argument("--train", action="store_true", help="reference in train mode, its dropout masks given")
     diff.add_argument(

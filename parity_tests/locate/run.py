@@ -12,7 +12,7 @@ import numpy as np
 
 from parity_tests.locate.trace import Raised, Trace, exits_raise
 
-__all__ = ["capture", "framework_of", "returned_framework", "source_file", "to_numpy"]
+__all__ = ["capture", "framework_of", "returned_framework", "source_file", "to_numpy", "unwrapped"]
 
 
 def _unwrap_chain(fn: Any) -> list[Any]:
@@ -24,6 +24,11 @@ def _unwrap_chain(fn: Any) -> list[Any]:
             return chain
         chain.append(inner)
         fn = inner
+
+
+def unwrapped(fn: Any) -> Any:
+    """What ``fn`` wraps, all the way in: the function behind partials, decorators and methods."""
+    return _unwrap_chain(fn)[-1]
 
 
 def _global_names(code: Any) -> set[str]:
@@ -59,7 +64,7 @@ def _guess(fn: Any) -> tuple[str, bool]:
             return "jax", True
         if (nnx is not None and isinstance(layer, nnx.Module)) or _linen_module(layer) is not None:
             return "jax", True
-    target = _unwrap_chain(fn)[-1]
+    target = unwrapped(fn)
     function = target if inspect.isfunction(target) else getattr(type(target).__call__, "__func__", None)
     function = function or type(target).__call__
     used = set()
@@ -98,7 +103,7 @@ def returned_framework(value: Any) -> str | None:
 def source_file(fn: Any) -> str | None:
     """The file defining ``fn`` (what a partial, a decorator or a method wraps; a module's or
     callable object's class); None where Python does not know it (a builtin)."""
-    target = _unwrap_chain(fn)[-1]
+    target = unwrapped(fn)
     try:
         return inspect.getsourcefile(target if inspect.isroutine(target) else type(target))
     except TypeError:
@@ -123,7 +128,7 @@ def _holds_weights(fn: Any) -> bool:
     ``functools.partial``. A function (plain, jitted or decorated, a method) takes the weights first."""
     from parity_tests.locate.capture_torch import torch_module_of
 
-    target = _unwrap_chain(fn)[-1]
+    target = unwrapped(fn)
     if _linen_module(target) is not None:  # called through ``apply``, its variables first
         return False
     return torch_module_of(fn) is not None or not inspect.isroutine(target)
@@ -254,7 +259,7 @@ def _capture(
     args = [_convert(v, framework, dtype) for v in inputs]
     if params is not None and not _holds_weights(fn):
         args.insert(0, _convert(params, framework, dtype))
-    linen = _linen_module(_unwrap_chain(fn)[-1])
+    linen = _linen_module(unwrapped(fn))
     if linen is not None:
         fn = _applied(fn, linen)
     kwargs = {"return_steps": True} if _takes_return_steps(fn) else {}
