@@ -8,7 +8,8 @@ import tempfile
 # then; the subprocesses the tests start inherit them). The suite compiles thousands of small
 # programs and runs each a few times, so LLVM's optimisation of the machine code (level 0 for
 # XLA's default 3) and XLA's MLIR fusion emitters (its elemental emitter instead) cost far more
-# compile time than they save (benchmarks/README.md). A flag the run names itself is kept:
+# compile time than they save (the measurements: benchmarks/README.md, "Test-suite time").
+# A flag the run names itself is kept:
 #   XLA_FLAGS="--xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=true" make test
 # runs the tests on the code users' programs get (XLA's defaults).
 FAST_COMPILE = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false"}
