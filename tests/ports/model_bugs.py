@@ -31,14 +31,14 @@ MODEL_BUGS = [
         "numpy_gpt2",
         "return e / np.sum(e, axis=-1, keepdims=True)",
         "return e / np.sum(e, axis=0, keepdims=True)",
-        None,
+        "normalised over the query axis instead of the key axis",
     ),
     B(
         "np_norm_std_for_variance",
         "numpy_gpt2",
         "variance = np.var(x, axis=-1, keepdims=True)",
         "variance = np.std(x, axis=-1, keepdims=True)",
-        None,
+        "the square root of the reference's layer_norm: variance",
     ),
     B(
         "np_queries_keys_swapped_at_the_split",
@@ -73,14 +73,14 @@ MODEL_BUGS = [
         "numpy_gpt2",
         "return linear(np.hstack(out_heads), **c_proj)",
         'return linear(np.hstack(out_heads), c_proj["w"].T, c_proj["b"])',
-        None,
+        "with transformer.h.0.attn.c_proj.weight transposed",
     ),
     B(
         "np_heads_merged_in_reverse",
         "numpy_gpt2",
         "return linear(np.hstack(out_heads), **c_proj)",
         "return linear(np.hstack(out_heads[::-1]), **c_proj)",
-        None,
+        "heads in another order (reversed): your heads 0..2 hold the reference's heads [2, 1, 0]",
     ),
     B(
         "np_attention_residual_missing",
@@ -101,7 +101,7 @@ MODEL_BUGS = [
         "numpy_gpt2",
         "return linear(gelu(linear(x, **c_fc)), **c_proj)",
         "return linear(linear(x, **c_fc), **c_proj)",
-        None,
+        "activation left out",
     ),
     B(
         "np_positions_shifted",
