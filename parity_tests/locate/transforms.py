@@ -2,10 +2,12 @@
 value, it may still be one the reference computes, transformed the way a bug transforms it.
 
 The reference values tried are the diverging one and those computed soon after it (with the steps
-of fused operations, ``expand.steps``), each laid out as the candidate's value, or its first slice
+of fused operations, ``expand.steps``), against the candidate's shown value and the values its line
+computed before it, each laid out as the candidate's value, or its first slice
 (the first sequence, the first head: where a port loops, the first iteration diverges first). The
 transformations: the square root or the square (a standard deviation for a variance), the heads in
-another order along the model width, a square weight used transposed, an activation left out.
+another order along the model width, a square weight used transposed, an activation left out, one
+factor per row that another eps under a norm's square root makes.
 """
 
 from __future__ import annotations
@@ -15,7 +17,16 @@ from collections.abc import Iterator
 import numpy as np
 
 from parity_tests.locate.activation import which_activation
-from parity_tests.locate.align import Alignment, ancestors, close, slicings, take_part, tolerance_of
+from parity_tests.locate.align import (
+    Alignment,
+    ancestors,
+    close,
+    line_records,
+    slicings,
+    take_part,
+    tolerance_of,
+)
+from parity_tests.locate.causes import norm_causes
 from parity_tests.locate.layout import atomic, in_layout
 from parity_tests.locate.trace import Record
 
@@ -49,13 +60,17 @@ def _soon(alignment: Alignment) -> list[Record]:
     return [r for r in soon if r.index in used or r.expands in {s.index for s in soon}]
 
 
-def _tried(alignment: Alignment) -> Iterator[tuple[Record, np.ndarray]]:
-    """The reference values tried, each with its value laid out as the candidate's shown value."""
-    shape = alignment.candidate.records[alignment.shown].shape
-    for record in _soon(alignment):
-        due = due_value(record.value, shape, alignment.rules)
-        if due is not None and due.dtype.kind == "f":
-            yield record, due.astype(np.float64)
+def _tried(alignment: Alignment) -> Iterator[tuple[Record, Record, np.ndarray]]:
+    """``(yours, reference record, its value laid out as yours)``: the shown value, then the values
+    its line computed before it (a NumPy statement's sub-expressions: ``variance + eps`` in
+    ``(x - mean) / (variance + eps)``), each against the reference values tried."""
+    line = line_records(alignment.candidate, alignment.shown)[::-1]
+    soon = _soon(alignment)
+    for mine in (r for r in line if r.value.dtype.kind == "f" and r.value.size > 1):
+        for record in soon:
+            due = due_value(record.value, mine.shape, alignment.rules)
+            if due is not None and due.dtype.kind == "f":
+                yield mine, record, due.astype(np.float64)
 
 
 def _root_or_square(record: Record, due: np.ndarray, actual: np.ndarray, tols) -> str | None:
@@ -68,6 +83,25 @@ def _root_or_square(record: Record, due: np.ndarray, actual: np.ndarray, tols) -
     if close(due**2, actual, *tols):
         return f"yours is the square of {where}: a variance where the standard deviation is due"
     return None
+
+
+def _eps_differs(due: np.ndarray, actual: np.ndarray, alignment: Alignment, tols) -> list[str]:
+    """Yours the reference's value times one factor per row, where that factor times a reference
+    value of one entry per row, ``1/sqrt(mean square + eps)``, is the same with another eps (a
+    norm's eps)."""
+    if due.shape[-1] < 2 or close(due, actual, *tols):
+        return []
+    with np.errstate(all="ignore"):
+        factor = (due * actual).sum(-1, keepdims=True) / (due * due).sum(-1, keepdims=True)
+    if not np.isfinite(factor).all() or not close(factor * due, actual, *tols):
+        return []
+    for record in _soon(alignment):
+        scale = due_value(record.value, factor.shape, alignment.rules)
+        if scale is not None and scale.dtype.kind == "f" and (scale > 0).all():
+            found = norm_causes(scale.astype(np.float64), scale * factor)
+            if found:
+                return found
+    return []
 
 
 def _heads_order(due: np.ndarray, actual: np.ndarray, sizes: dict[str, int], tols) -> str | None:
@@ -150,9 +184,8 @@ def transform_causes(alignment: Alignment, sizes: dict[str, int]) -> list[str]:
     left_out = _activation_left_out(alignment)
     if left_out is not None:
         return [left_out]
-    actual = shown.value.astype(np.float64)
-    for record, due in _tried(alignment):
-        tols = tolerance_of(shown, record)
+    for mine, record, due in _tried(alignment):
+        actual, tols = mine.value.astype(np.float64), tolerance_of(mine, record)
         found = (
             _root_or_square(record, due, actual, tols)
             or _heads_order(due, actual, sizes, tols)
@@ -160,4 +193,7 @@ def transform_causes(alignment: Alignment, sizes: dict[str, int]) -> list[str]:
         )
         if found is not None:
             return [found]
+        eps = _eps_differs(due, actual, alignment, tols)
+        if eps:
+            return eps
     return []

@@ -41,6 +41,13 @@ MODEL_BUGS = [
         "the square root of the reference's layer_norm: variance",
     ),
     B(
+        "np_norm_variance_for_std",
+        "numpy_gpt2",
+        "return g * (x - mean) / np.sqrt(variance + eps) + b",
+        "return g * (x - mean) / (variance + eps) + b",
+        "the square of the reference's layer_norm: std",
+    ),
+    B(
         "np_queries_keys_swapped_at_the_split",
         "numpy_gpt2",
         "q, k, v = np.split(x, 3, axis=-1)",
