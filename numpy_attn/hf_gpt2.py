@@ -28,10 +28,10 @@ from numpy_attn.gpt_checks import check_gpt_params
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, gpt_param_shapes, without_gpt_buffers
 from numpy_attn.weights_file import MAX_TENSORS, read_arrays, save_weights
 
-__all__ = ["HF_NAMES", "load_hf_gpt2", "save_hf_gpt2"]
+__all__ = ["HF_BUFFERS", "HF_NAMES", "book_params", "hf_names", "load_hf_gpt2", "save_hf_gpt2"]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
-_BUFFERS = (".attn.bias", ".attn.masked_bias")  # old causal-mask buffers, which transformers ignores
+HF_BUFFERS = (".attn.bias", ".attn.masked_bias")  # old causal-mask buffers, which transformers ignores
 _MAX_CONFIG = 1 << 20  # bytes of config.json read at most (GPT-2's has about 1 kB)
 # the book's config's sizes -> config.json's (which must hold them)
 _SIZES = {"vocab_size": "vocab_size", "context_length": "n_positions", "emb_dim": "n_embd",
@@ -86,7 +86,7 @@ class _FileChecks(Framework):
     floats = JAX_FLOATS  # a checkpoint holds what jax_attn computes in: bfloat16 too
 
 
-def _names(n_layers: int, lm_head: bool) -> dict[str, tuple[tuple[str, ...], bool]]:
+def hf_names(n_layers: int, lm_head: bool) -> dict[str, tuple[tuple[str, ...], bool]]:
     """``HF_NAMES`` for a GPT of ``n_layers`` blocks (``lm_head`` left out where it is tied)."""
     names = {}
     for hf, (ours, transposed) in HF_NAMES.items():
@@ -95,11 +95,25 @@ def _names(n_layers: int, lm_head: bool) -> dict[str, tuple[tuple[str, ...], boo
     return names if lm_head else {hf: value for hf, value in names.items() if hf != "lm_head.weight"}
 
 
+def book_params(hf: Mapping[str, np.ndarray], n_layers: int, lm_head: bool) -> dict[str, np.ndarray]:
+    """GPT-2's tensors ``hf`` (transformers' names, ``HF_NAMES``) under ``GPTModel``'s names and in its
+    layout: ``Conv1D`` weights transposed to ``(out, in)``, ``c_attn`` split into the query, key and
+    value thirds, ``out_head`` tied to ``tok_emb`` where ``lm_head`` is False. Shapes are the caller's
+    to check (``load_hf_gpt2``)."""
+    params = {}
+    for hf_name, (names, transposed) in hf_names(n_layers, lm_head).items():
+        value = hf[hf_name].T if transposed else hf[hf_name]  # (out, in)
+        for name, part in zip(names, np.split(value, len(names)), strict=True):
+            params[name] = np.ascontiguousarray(part)
+    params.setdefault("out_head.weight", params["tok_emb.weight"])
+    return params
+
+
 def _hf_shapes(config: Mapping[str, Any], lm_head: bool) -> dict[str, tuple[int, ...]]:
     """The GPT-2 tensors of a checkpoint for ``config`` (the book's keys), in GPT-2's layout."""
     ours = gpt_param_shapes({**config, "qkv_bias": True})
     shapes = {}
-    for hf, (names, transposed) in _names(config["n_layers"], lm_head).items():
+    for hf, (names, transposed) in hf_names(config["n_layers"], lm_head).items():
         shape = (sum(ours[name][0] for name in names), *ours[names[0]][1:])  # parts along the output axis
         shapes[hf] = shape[::-1] if transposed else shape
     return shapes
@@ -177,7 +191,7 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
         (CONFIG_FILE, WEIGHTS_FILE),
         lambda paths: (
             _read_config(directory, paths[CONFIG_FILE]),
-            _transformer_names(read_arrays(paths[WEIGHTS_FILE], skip=_BUFFERS), directory),
+            _transformer_names(read_arrays(paths[WEIGHTS_FILE], skip=HF_BUFFERS), directory),
         ),
     )
     config = {ours: hf_config[theirs] for ours, theirs in _SIZES.items()}
@@ -185,12 +199,7 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
     # an untied head must be in the file (transformers would draw it at random), a tied one may be
     lm_head = not hf_config["tie_word_embeddings"] or "lm_head.weight" in hf
     check_params(hf, _hf_shapes(config, lm_head), layer=f"GPT-2 checkpoint {directory}")
-    params = {}
-    for hf_name, (names, transposed) in _names(config["n_layers"], lm_head).items():
-        value = hf[hf_name].T if transposed else hf[hf_name]  # (out, in)
-        for name, part in zip(names, np.split(value, len(names)), strict=True):
-            params[name] = np.ascontiguousarray(part)
-    params.setdefault("out_head.weight", params["tok_emb.weight"])
+    params = book_params(hf, config["n_layers"], lm_head)
     params = {name: params[name] for name in gpt_param_shapes(config)}  # torch's order
     check_gpt_params(_FileChecks(), params, config)
     return params, config
@@ -234,7 +243,7 @@ def save_hf_gpt2(
     tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
     dtype, shapes = params["tok_emb.weight"].dtype, gpt_param_shapes({**config, "qkv_bias": True})
     hf = {}
-    for hf_name, (names, transposed) in _names(config["n_layers"], not tied).items():
+    for hf_name, (names, transposed) in hf_names(config["n_layers"], not tied).items():
         # zeros for the biases of a model without qkv_bias: the same outputs
         parts = [np.asarray(params[n]) if n in params else np.zeros(shapes[n], dtype) for n in names]
         value = np.concatenate(parts) if len(parts) > 1 else parts[0]

@@ -61,6 +61,7 @@ def test_report_names_the_step_both_lines_the_worst_entry_and_the_cause(tmp_path
         ("jit_mask_strict", "masked_scores", "mask off by one"),
         ("jit_softmax_wrong_axis", "attn_weights", "softmax over the wrong axis"),
         ("scan_softmax_over_queries", "attn_weights", "softmax over the wrong axis"),
+        ("loop_softmax_over_queries", "attn_weights", "softmax over the wrong axis"),
         ("np_query_bias_missing", "queries", "a bias missing"),
         ("np_heads_merged_without_transpose", "context_vec", "reshape without the transpose"),
         ("np_mult_mask_heads_merged_without_transpose", "context_vec", "reshape without the transpose"),
@@ -88,6 +89,35 @@ def test_causes_are_read_from_the_data(bug, step, cause, tmp_path):
     assert (report.first_divergence, report.candidate_location) == (step, line)
     assert any(cause in c for c in report.causes), report.causes
     assert not any(c.startswith("no mask applied") for c in report.causes), report.causes
+
+
+@pytest.mark.parametrize(
+    ("axis", "head", "jit"),
+    [
+        ("-2", 0, False),  # every head wrong
+        ("-1 if h == 0 else -2", 1, False),  # the second head alone wrong
+        ("-1 if h == 0 else -2", 1, True),  # jitted, its cache warm: the Python still followed
+    ],
+)
+def test_a_jax_ports_python_loop_iteration_is_part_of_the_location(axis, head, jit, tmp_path):
+    """A JAX port's loop over heads is unrolled into the traced program; each value still says
+    which head it was computed for, as a NumPy port's do."""
+    bug = Bug(
+        "loop_bug", "jax_loop_heads", "w = jax.nn.softmax(s, axis=-1)", f"w = jax.nn.softmax(s, axis={axis})"
+    )
+    source, line = plant(bug)
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    port = load(bug.port, source, tmp_path).mha
+    if jit:
+        port = jax.jit(port, static_argnames="num_heads")
+        port(params, inputs())  # traced and cached before locate runs it
+    report = locate(ref, port, inputs(), params=params)
+    assert report.candidate_location == f"{tmp_path / bug.port}.py:{line}", f"\n{report}"
+    number = next(i for i, s in enumerate(source.splitlines()) if "for h in range(num_heads):" in s) + 1
+    assert report.candidate_loops == f"h = {head} (line {number})", f"\n{report}"
+    assert f"    in loop: h = {head} (line {number})" in str(report).splitlines()
+    assert any("softmax over the wrong axis" in c for c in report.causes), report.causes
 
 
 def test_a_scale_left_out_is_the_cause_not_a_mask_the_port_applies(tmp_path):

@@ -1,4 +1,5 @@
-"""The automatic torch -> NNX weight mapping, checked by locate against the torch module itself."""
+"""The automatic torch -> NNX weight mapping, checked by locate against the torch module itself, and
+GPT-2's weights mapped onto the book's torch GPT."""
 
 import functools
 
@@ -7,9 +8,12 @@ import pytest
 import torch
 from flax import nnx
 
+from parity_tests.compare import compare_arrays
 from parity_tests.locate import locate
 from parity_tests.locate.weights import map_weights
+from tests.gpt_cases import TINY, token_ids, torch_model
 from tests.ports.catalogue import inputs
+from tests.test_gpt_hf import hf_model
 
 
 def flax_mha():
@@ -47,3 +51,48 @@ def test_a_tensor_that_fits_nothing_is_named():
         map_weights(state, flax_mha())
     with pytest.raises(ValueError, match=r"left unmapped: extra\.weight"):
         map_weights({**state, "out_proj.bias": np.zeros(8), "extra.weight": np.zeros((3, 3))}, flax_mha())
+
+
+def test_gpt2_maps_onto_the_books_torch_gpt_and_gives_its_logits():
+    """transformers' GPT2LMHeadModel (Conv1D weights ``(in, out)``, a fused ``c_attn``) onto
+    torch_ref's GPTModel (``nn.Linear`` ``(out, in)``, separate query, key and value): the rows read
+    from ``numpy_attn.hf_gpt2.HF_NAMES``, the logits equal."""
+    config = TINY | {"qkv_bias": True}
+    hf = hf_model(vocab_size=61, n_positions=16, n_embd=32, n_head=2, n_layer=2)
+    book = torch_model(config, seed=1)
+    mapping = map_weights(hf, book)
+    assert mapping.target == "torch"
+    assert mapping.rows[:3] == (
+        ("tok_emb.weight", "transformer.wte.weight", "as is"),
+        ("pos_emb.weight", "transformer.wpe.weight", "as is"),
+        (
+            "trf_blocks.0.att.W_query.weight",
+            "transformer.h.0.attn.c_attn.weight",
+            "transposed, q third of the output axis",
+        ),
+    )
+    assert (
+        "trf_blocks.1.att.out_proj.weight",
+        "transformer.h.1.attn.c_proj.weight",
+        "transposed",
+    ) in mapping.rows
+    printed = {line.split()[0]: line for line in str(mapping).splitlines()}  # for the user to confirm
+    assert printed["trf_blocks.0.att.W_key.bias"].endswith(
+        "<-  transformer.h.0.attn.c_attn.bias  (as is, k third of the output axis)"
+    )
+    assert mapping.apply(book) is book
+    ids = token_ids(2, 9, config)
+    with torch.no_grad():
+        expected = hf(torch.tensor(ids)).logits.numpy()
+        actual = book(torch.tensor(ids)).numpy()
+    assert compare_arrays("logits", expected, actual).ok
+
+
+def test_a_torch_target_takes_gpt2s_weights_only():
+    with pytest.raises(ValueError, match=r"maps GPT-2's weights .* no GPT-2 block found"):
+        map_weights({"weight": np.zeros((2, 2))}, torch_model(TINY))
+    hf = hf_model(vocab_size=61, n_positions=16, n_embd=32, n_head=2, n_layer=2)
+    with pytest.raises(
+        ValueError, match=r"no torch tensor left fits torch parameter tok_emb\.weight of shape"
+    ):
+        map_weights(hf, torch_model(TINY | {"vocab_size": 60}))

@@ -8,7 +8,7 @@ differences (layouts, where the scale is applied, finite or infinite fills, dtyp
 the worst entry and the causes the numbers show. ``locate_shapes`` runs it over several shapes
 and seeds, ``locate_gradients`` names the first backward operation whose gradients diverge (the
 cotangent of every captured value compared), ``map_weights`` maps a torch ``state_dict`` onto an
-NNX module.
+NNX module or a JAX pytree, or GPT-2's onto a torch GPT with the book's names.
 """
 
 from parity_tests.locate.check import compare_traces, locate, locate_shapes

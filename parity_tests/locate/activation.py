@@ -17,7 +17,7 @@ from parity_tests.arrays import erf
 from parity_tests.locate.align import Alignment, close, line_records, tolerance_of
 from parity_tests.locate.trace import Record
 
-__all__ = ["activation_cause"]
+__all__ = ["activation_cause", "which_activation"]
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -40,7 +40,7 @@ _FIX = {
 _NEAR = 12  # the reference's activation is among the values computed this soon after its input
 
 
-def _which(value: np.ndarray, of: np.ndarray, record: Record) -> str | None:
+def which_activation(value: np.ndarray, of: np.ndarray, record: Record) -> str | None:
     """The activation ``value`` is of ``of`` (elementwise, same shape), if one of ``ACTIVATIONS``."""
     if value.shape != of.shape or value.dtype.kind != "f" or of.dtype.kind != "f" or value.size < 2:
         return None
@@ -65,13 +65,13 @@ def activation_cause(alignment: Alignment) -> str | None:
                 continue
             held = [m.reference for m in alignment.matches.get(source, []) if m.kind == "exact"]
             held += [r for r, _, _ in alignment.parts.get(source, [])]
-            mine = _which(record.value, candidate.records[source].value, record) if held else None
+            mine = which_activation(record.value, candidate.records[source].value, record) if held else None
             if mine is None:
                 continue
             for r in held:
                 origin = reference.records[r]
                 for later in reference.records[r + 1 : r + 1 + _NEAR]:
-                    theirs = _which(later.value, origin.value, later)
+                    theirs = which_activation(later.value, origin.value, later)
                     if theirs is not None and theirs != mine:
                         fix = _FIX.get(theirs, f"use {theirs}")
                         return (

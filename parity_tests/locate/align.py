@@ -37,6 +37,7 @@ __all__ = [
     "match_values",
     "once",
     "scale_left_out",
+    "slicings",
     "take_part",
     "tolerance_of",
 ]
@@ -619,7 +620,7 @@ class _Matcher:
                 for r in candidates:
                     if r.leaf is not None:
                         continue
-                    for axes in _slicings(r.shape, n):
+                    for axes in slicings(r.shape, n):
                         shape = tuple(r.shape[a] for a in axes)
                         moved = np.moveaxis(r.value, axes, tuple(range(len(axes))))
                         tables.append(_table(moved.reshape(n, -1)))
@@ -640,7 +641,7 @@ def take_part(value: np.ndarray, axes: tuple[int, ...], indices: tuple[int, ...]
 _MOST_RUNS = 512  # a loop over more than this many slices (a model's features) is no port's
 
 
-def _slicings(shape: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
+def slicings(shape: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
     """The axes (one, or two: a loop over batch and heads) whose sizes multiply to ``n``."""
     if n > _MOST_RUNS:
         return []
@@ -1421,7 +1422,7 @@ def _part_counterpart(
         shared = len(ours & {classes[s] for s in result.reference.records[r].inputs})
         if n < 2 or value.size != n * record.value.size or shared <= best_shared:
             continue
-        for axes in _slicings(value.shape, n):
+        for axes in slicings(value.shape, n):
             if len(axes) != len(indices):
                 continue
             if any(i >= value.shape[a] for a, i in zip(axes, indices, strict=True)):

@@ -15,12 +15,13 @@ cotangent of that value (``Trace.cotangents``). Custom rules are kept: a ``custo
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from parity_tests.locate.lines import Loop
+from parity_tests.locate.lines import Loop, LoopLog
 from parity_tests.locate.trace import CustomRule, Raised, Trace, cotangent_for, split_result, user_stack
 
 __all__ = ["capture_jax"]
@@ -48,6 +49,62 @@ def _stack(eqn: Any, caller: tuple[tuple[str, str], ...]) -> tuple[tuple[str, st
     return user_stack((f.file_name, f.start_line, f.function_name) for f in frames) or caller
 
 
+def _python_loops(jaxpr: Any, runs: list[tuple[str, tuple[Loop, ...]]]) -> dict[int, tuple[Loop, ...]]:
+    """``id(eqn)`` -> the Python loops (``Loop``) the user's line creating it ran in, for the
+    equations of ``jaxpr`` and of the jaxprs they call, read from ``runs`` (``LoopLog``): equations
+    are created in the order their lines run, so each takes the run of its line at or after the last
+    one taken (a line going on after a helper it calls returned: the last run of its line before).
+    A jaxpr called twice (a jitted helper traced once) has none: each call's are its caller's."""
+    found: dict[int, tuple[Loop, ...]] = {}
+    at, seen = 0, set()
+    by_line: dict[str, list[int]] = {}  # "path:line" -> its runs, in order
+    for i, (where, _) in enumerate(runs):
+        by_line.setdefault(where, []).append(i)
+
+    def walk(jaxpr: Any) -> None:
+        nonlocal at
+        for eqn in jaxpr.eqns:
+            for inner in _inner_jaxprs(eqn):
+                if id(inner) in seen:  # traced once, called again (a jit's cache): its equations
+                    forget(inner)  # take each call's loops from the calling equation
+                else:
+                    seen.add(id(inner))
+                    walk(inner)
+            stack = _stack(eqn, ())
+            if not stack:
+                continue
+            those = by_line.get(stack[0][0], [])
+            position = bisect.bisect_left(those, at)
+            if position < len(those):  # its line's next run
+                at = run = those[position]
+            elif those:  # its line went on after a helper returned
+                run = those[-1]
+            else:
+                continue
+            if runs[run][1]:
+                found[id(eqn)] = runs[run][1]
+
+    def forget(jaxpr: Any) -> None:
+        for eqn in jaxpr.eqns:
+            found.pop(id(eqn), None)
+            for inner in _inner_jaxprs(eqn):
+                forget(inner)
+
+    walk(jaxpr)
+    return found
+
+
+def _inner_jaxprs(eqn: Any) -> list[Any]:
+    """The jaxprs an equation calls (a jit's, a scan's body, a cond's branches), in order."""
+    found = []
+    for value in eqn.params.values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            inner = getattr(item, "jaxpr", item)
+            if hasattr(inner, "eqns"):
+                found.append(inner)
+    return found
+
+
 def _is_array(value: Any) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (bool, int, float))
 
@@ -73,6 +130,8 @@ def capture_jax(
 
     while isinstance(fn, functools.partial):  # bound arguments (a model, say) are traced like the rest
         fn, args, kwargs = fn.func, (*fn.args, *args), {**fn.keywords, **kwargs}
+    if hasattr(fn, "lower") and hasattr(fn, "__wrapped__"):  # jax.jit's: its function is traced, so
+        fn = fn.__wrapped__  # that its Python runs (its loops are seen) where the jit's cache is warm
     nnx = sys.modules.get("flax.nnx")
     if nnx is not None and isinstance(fn, nnx.Module):  # its parameters become the jaxpr's inputs
         fn, args = _call_module, (fn, *args)
@@ -94,14 +153,17 @@ def capture_jax(
 
     arrays = [jax.numpy.asarray(leaves[i]) for i in traced]
     try:
-        closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*arrays)
+        with LoopLog() as log:  # the port's Python loops run once, as it is traced
+            closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*arrays)
     except Exception as error:  # raised while tracing: nothing is evaluated yet
         raise Raised(error, _eager_trace(fn, args, kwargs, error)) from error
     except BaseException as error:  # an exit: the port failed at its line
         raise Raised(error, Trace("jax")) from error
     names = [_leaf_name(paths[i], position) for position, i in enumerate(traced)]
     trace = Trace("jax")
-    outs = _run(closed, arrays, names, _Recording(trace, keep_masks))
+    recording = _Recording(trace, keep_masks)
+    recording.python = _python_loops(closed.jaxpr, log.runs)
+    outs = _run(closed, arrays, names, recording)
     n_out = len(jax.tree_util.tree_leaves(out_shape[0]))
     trace.output = outs[0][1]
     trace.returned = returned[-1] if returned else None
@@ -190,6 +252,8 @@ class _Recorder:
     def __init__(self, keep_masks: Sequence[np.ndarray] | None) -> None:
         self.keep_masks, self.random = list(keep_masks or []), set()
         self.loops: list[Loop] = []  # the scan iterations under way
+        self.python: dict[int, tuple[Loop, ...]] = {}  # id(eqn) -> its Python loops (_python_loops)
+        self.here: tuple[Loop, ...] = ()  # the Python loops of the equation evaluated
 
     def plain(self, name: str, values: list, sources: tuple[int, ...], stack: tuple) -> list[tuple[Any, int]]:
         random = name in _RANDOM or any(i in self.random for i in sources)
@@ -230,7 +294,7 @@ class _Recording(_Recorder):
         data = jax.random.key_data(value) if key else value
         data = np.asarray(data)  # JAX arrays are never updated: no copy
         index = self.trace.add(op, data, dtype, location, sources, leaf=leaf, stack=stack, copy=False)
-        self.trace.records[index].loops = tuple(self.loops)
+        self.trace.records[index].loops = (*self.here, *self.loops)
         return value, index
 
     def custom_call(self, eqn: Any, invals: list, outs: list, first: int) -> list:
@@ -319,10 +383,12 @@ def _evaluate(
             return var.val, None
         return env[var]
 
+    outer = recorder.here  # a jaxpr traced once and called again: its caller's loops
     for eqn in jaxpr.eqns:
         invals = [read(v) for v in eqn.invars]
         name = eqn.primitive.name
         stack = _stack(eqn, caller)
+        recorder.here = recorder.python.get(id(eqn), outer)
         if name in _CALLS and _CALLS[name] in eqn.params:
             first = getattr(recorder, "count", 0)
             outs = _call(eqn.params[_CALLS[name]], invals, recorder, stack)
@@ -339,6 +405,7 @@ def _evaluate(
             outs = recorder.plain(name, values, sources, stack)
         for var, out in zip(eqn.outvars, outs, strict=True):
             env[var] = out
+    recorder.here = outer
     return [read(v) for v in jaxpr.outvars]
 
 

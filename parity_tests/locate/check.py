@@ -33,6 +33,7 @@ from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture, framework_of, source_file, unwrapped
 from parity_tests.locate.trace import Raised, Record, Trace, is_user_file
+from parity_tests.locate.transforms import due_value, transform_causes
 
 __all__ = ["compare_traces", "locate", "locate_shapes", "raised_report", "sizes_of"]
 
@@ -110,25 +111,26 @@ def locate_shapes(
 
 
 def sizes_of(reference: Trace, rules: dict[int, tuple[int, ...]]) -> dict[str, int]:
-    """Sizes of the run by axis name (``tokens``, ``batch``, ``feature``, ``head``, ``head_dim``)."""
+    """Sizes of the run by axis name (``tokens``, ``batch``, ``feature``, ``head``, ``head_dim``):
+    the tokens and batch from the first input (``(B, T, D)`` embeddings or ``(B, T)`` token ids),
+    the heads from the first split of another size than ``B * T``."""
     first_input = next((r for r in reference.records if r.leaf and r.leaf.startswith("input")), None)
     sizes: dict[str, int] = {}
     if first_input is not None and first_input.value.ndim >= 2:
-        sizes["tokens"] = first_input.shape[-2]
-        if first_input.value.ndim >= 3:
+        ids = first_input.value.dtype.kind in "iu"
+        sizes["tokens"] = first_input.shape[-1 if ids else -2]
+        if first_input.value.ndim >= (2 if ids else 3):
             sizes["batch"] = first_input.shape[0]
-    heads = [(whole, parts) for whole, parts in rules.items() if len(parts) == 2]
+    tokens = sizes.get("batch", 1) * sizes.get("tokens", 0)
+    heads = [(whole, parts) for whole, parts in rules.items() if len(parts) == 2 and whole != tokens]
     if heads:
         sizes["feature"], (sizes["head"], sizes["head_dim"]) = heads[0][0], heads[0][1]
     return sizes
 
 
 def _label(trace: Trace, index: int) -> str:
-    """A reference value's name: its step, else its operation and the module computing it."""
-    record = trace.records[index]
-    if record.step:
-        return record.step
-    return f"{record.op} in {record.module}" if record.module else record.op
+    """A reference value's name (``Record.label``)."""
+    return trace.records[index].label
 
 
 def _one_op_span(alignment: Alignment) -> list[str]:
@@ -397,6 +399,12 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
                 _add_new(report, found)
     elif laid_out is None and blamed.value.dtype.kind == "f":
         _add_new(report, _before_expansion(expected, counterpart, blamed.value, rtol, atol))
+    if not report.causes:  # the value due may be a later one, or this one's first slice
+        due = due_value(diverging.value, blamed.shape, alignment.rules)
+        if due is not None and due.dtype.kind == "f" and blamed.value.dtype.kind == "f":
+            axes = axis_names(due.shape, sizes)
+            report.causes += read_causes(due, blamed.value, axes, sizes, rtol, atol, masks=True)
+        report.causes += transform_causes(alignment, sizes)
     return report
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["in_layout", "split_rules"]
+__all__ = ["atomic", "in_layout", "split_rules"]
 
 
 def _groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
@@ -58,6 +58,11 @@ def _atoms(shape: tuple[int, ...], rules: dict[int, tuple[int, ...]], depth: int
         parts = rules.get(size)
         atoms.extend(_atoms(parts, rules, depth + 1) if parts and depth < 4 else [size])
     return atoms
+
+
+def atomic(value: np.ndarray, rules: dict[int, tuple[int, ...]]) -> np.ndarray:
+    """``value`` reshaped into its atomic axes (``(B*T, D)`` into ``(B, T, D)``), axes of size 1 dropped."""
+    return value.reshape(_atoms(value.shape, rules))
 
 
 def in_layout(

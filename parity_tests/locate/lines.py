@@ -9,6 +9,8 @@ loop variable, ``ids #0`` otherwise, with the loop's line.
 
 With ``record``, it also records every array a line binds to a local name that is new or
 rebound (JAX arrays of a port run eagerly after it raised while traced, see ``capture_jax``).
+``LoopLog`` logs the loops of every line in the order the lines run (a JAX port's Python loops,
+unrolled when it is traced, see ``capture_jax``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from parity_tests.locate.trace import Trace, is_user_file, user_stack
 
-__all__ = ["LineTracer", "Loop", "frames_of"]
+__all__ = ["LineTracer", "Loop", "LoopLog", "frames_of"]
 
 _COMPREHENSIONS = ("<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>")
 _FOR_ITER = dis.opmap["FOR_ITER"]
@@ -268,3 +270,19 @@ def _reads(filename: str) -> dict[int, frozenset[str]]:
         }
         table[node.lineno] = frozenset(names)
     return table
+
+
+class LoopLog(LineTracer):
+    """A ``LineTracer`` logging, for each line of the user's that runs, ``("path:line", loops)`` in
+    ``runs``, in the order the lines run (``loops`` as ``iterations`` gives them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[tuple[str, tuple[Loop, ...]]] = []
+
+    def _line(self, frame: Any, event: str, arg: Any) -> Callable | None:
+        hook = super()._line(frame, event, arg)
+        if event == "line":
+            where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            self.runs.append((where, self.iterations([frame, *_callers(frame)])))
+        return hook

@@ -220,6 +220,13 @@ class Record:
     def shape(self) -> tuple[int, ...]:
         return tuple(self.value.shape)
 
+    @property
+    def label(self) -> str:
+        """The value's name in a report: its step, else its operation and the module computing it."""
+        if self.step:
+            return self.step
+        return f"{self.op} in {self.module}" if self.module else self.op
+
 
 @dataclass(frozen=True)
 class CustomRule:

@@ -1,6 +1,6 @@
 """A weight mapping from a torch model (or its ``state_dict``) onto a JAX port's weights, for the
 user to confirm: an NNX module, a JAX or NumPy pytree (nested dicts and lists of arrays), a Flax
-linen variables tree.
+linen variables tree; or from GPT-2 onto a torch GPT with the book's names (``book_weights``).
 
 Every torch tensor is first put in the ``x @ W`` layout a JAX port computes with: ``nn.Linear``
 weights (``(out, in)``) transposed, GPT-2's ``Conv1D`` weights (already ``(in, out)``) and
@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from parity_tests.locate.book_weights import book_rows, gpt2_arrays
 
 __all__ = ["WeightMap", "map_weights"]
 
@@ -86,8 +88,15 @@ class WeightMap:
 
     def apply(self, target: Any) -> Any:
         """The mapped values in ``target``: an NNX module's parameters are written (the module is
-        returned); a pytree comes back as a new pytree of the same structure, each leaf of its
-        leaf's array type and dtype."""
+        returned), and a torch module's (returned); a pytree comes back as a new pytree of the same
+        structure, each leaf of its leaf's array type and dtype."""
+        if _is_torch(target):
+            import torch
+
+            with torch.no_grad():
+                for path, param in target.named_parameters():
+                    param.copy_(torch.from_numpy(self.values[path]))
+            return target
         if _is_nnx(target):
             params = dict(_nnx_params(target))
             for path, value in self.values.items():
@@ -101,6 +110,13 @@ def _is_nnx(value: Any) -> bool:
 
     nnx = sys.modules.get("flax.nnx")
     return nnx is not None and isinstance(value, nnx.Module)
+
+
+def _is_torch(value: Any) -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.nn.Module)
 
 
 def _nnx_params(module: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -265,8 +281,11 @@ def _indexed_parts(paths: list[str]) -> frozenset[str]:
 def map_weights(state: Any, target: Any) -> WeightMap:
     """Map ``state`` (a torch module, such as a Hugging Face ``GPT2LMHeadModel``, or a ``state_dict``
     or the project's weights format) onto ``target``'s weights (an NNX module, a pytree, a linen
-    variables tree); print the result to confirm it, ``apply`` it to get the weights in.
+    variables tree; or, for GPT-2's weights, a torch GPT with the book's names, ``book_weights``);
+    print the result to confirm it, ``apply`` it to get the weights in.
     ValueError naming a target weight no tensor fits, or the tensors left over."""
+    if _is_torch(target):
+        return _onto_torch(state, target)
     tensors = _torch_tensors(state)
     leaves, kind = _targets(target)
     indexed = _indexed_parts([p for p, _, _ in leaves])
@@ -334,3 +353,21 @@ def _concatenated(
             used.update(t.name for t in three)
             return (0, start, joined, (fitted[0], f"concatenated, {fitted[1]}"))
     return None
+
+
+def _onto_torch(state: Any, target: Any) -> WeightMap:
+    """GPT-2's weights onto a torch module with the book's names, in the module's order."""
+    found, values = book_rows(gpt2_arrays(state))
+    rows = {row[0]: row for row in found}
+    params = dict(target.named_parameters())
+    for path, param in params.items():
+        if path not in values or values[path].shape != tuple(param.shape):
+            raise ValueError(
+                f"map_weights: no torch tensor left fits torch parameter {path} of shape {tuple(param.shape)}"
+            )
+    left = list(dict.fromkeys(row[1] for row in found if row[0] not in params))
+    if left:
+        raise ValueError(f"map_weights: torch tensors left unmapped: {', '.join(left)}")
+    dtypes = {path: str(param.dtype).removeprefix("torch.") for path, param in params.items()}
+    mapped = {path: values[path].astype(dtypes[path]) for path in params}
+    return WeightMap(tuple(rows[path] for path in params), mapped, "torch")

@@ -63,6 +63,7 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "numpy_inline_softmax": ("torch_ref", lambda module, params: module.mha),
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
     "jax_scan_heads": ("torch_ref", lambda module, params: module.mha),
+    "jax_loop_heads": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa_scale": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa_mqa": ("user_mqa", lambda module, params: module.mqa),
@@ -348,6 +349,19 @@ BUGS = [
         "jax_scan_heads",
         "w = jax.nn.softmax(s, axis=-1)",
         "w = jax.nn.softmax(s, axis=-2)",
+    ),
+    # JAX port running its heads in a Python loop (unrolled when traced)
+    B(
+        "loop_softmax_over_queries",
+        "jax_loop_heads",
+        "w = jax.nn.softmax(s, axis=-1)",
+        "w = jax.nn.softmax(s, axis=-2)",
+    ),
+    B(
+        "loop_mask_transposed",
+        "jax_loop_heads",
+        "s = jnp.where(causal, s, -jnp.inf)",
+        "s = jnp.where(causal.T, s, -jnp.inf)",
     ),
     # NNX module with its own weight loader
     B(
