@@ -11,10 +11,10 @@ serves nearby lengths; each is compiled once per prompt shape, cache size and sa
 the temperature, ``top_p``, ids and lengths are its arguments). The caches are loop carries that
 XLA updates in place: the program reads the weights as the model holds them (the Linear kernels
 ``(in, out)``, transposed inside the program, where XLA folds each transpose into its product;
-16-bit ones as row blocks in torch's layout, ``generation_params``), a decoding step reads each
-weight once and the cache once (``python -m parity_tests.bench.gpt`` measures its bytes,
-``benchmarks/gpt/results.md``). A ``streamer`` gets each step's tokens from the loop through
-``jax.experimental.io_callback``.
+16-bit ones as row blocks in torch's layout, ``generation_params``, which the loop reads as they
+are: ``reads_16_bit``), a decoding step reads each weight once and the cache once
+(``python -m parity_tests.bench.gpt`` measures its bytes, ``benchmarks/gpt/results.md``).
+A ``streamer`` gets each step's tokens from the loop through ``jax.experimental.io_callback``.
 """
 
 from __future__ import annotations
@@ -127,14 +127,15 @@ def _generate(
 
     def step(state):
         new, _, caches, sequences, tokens, finished, bad_step = state
-        # the weights tied to the step's tokens: otherwise XLA hoists out of the loop what it
-        # computes from the weights alone (a 16-bit weight converted to float32 for a product),
-        # and every step reads that float32 copy, twice the weights' bytes; transposed after the
-        # barrier, where XLA folds each transpose into its product
-        step_stored, tokens = jax.lax.optimization_barrier((stored, tokens))
+        step_stored = stored
+        if reads_16_bit(params["tok_emb.weight"].dtype, batch):
+            # the weights tied to the step's tokens: otherwise XLA hoists out of the loop the
+            # float32 conversion of each weight that its products read as they are, and every
+            # step reads that float32 copy, twice the weights' bytes
+            step_stored, tokens = jax.lax.optimization_barrier((stored, tokens))
         logits, caches = decode(
             torch_layout(step_stored), tokens[:, None], caches, config, last_only=True, linear=blocked_linear
-        )
+        )  # transposed after the barrier, where XLA folds each transpose into its product
         return pick((new, logits, caches, sequences, tokens, finished, bad_step))
 
     zero = jnp.zeros((), jnp.int32)
@@ -175,6 +176,13 @@ def generation_params(model: Any) -> tuple[dict[str, Any], frozenset[str]]:
             view[name] = tuple(weight[start:end] for start, end in row_blocks(weight.shape[0]))
         _HALF_VIEWS[model] = (kernels, view)
     return stored | view, frozenset()
+
+
+def reads_16_bit(dtype: Any, rows: int) -> bool:
+    """Whether XLA:CPU's products of ``rows`` rows (``blocked_linear``'s) read 16-bit weights of
+    ``dtype`` as they are: a GEMV (one row) in either 16-bit dtype, a GEMM in bfloat16 only (a
+    float16 weight it converts to float32 first)."""
+    return jnp.dtype(dtype).itemsize == 2 and (rows == 1 or jnp.dtype(dtype) == jnp.bfloat16)
 
 
 def blocked_linear(x: jax.Array, weight: Any, bias: jax.Array | None = None) -> jax.Array:
