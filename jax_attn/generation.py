@@ -11,10 +11,10 @@ serves nearby lengths; each is compiled once per prompt shape, cache size and sa
 the temperature, ``top_p``, ids and lengths are its arguments). The caches are loop carries that
 XLA updates in place: the program reads the weights as the model holds them (the Linear kernels
 ``(in, out)``, transposed inside the program, where XLA folds each transpose into its product;
-16-bit ones as row blocks in torch's layout, ``generation_params``), a decoding step reads each
-weight once and the cache once (``python -m parity_tests.bench.gpt`` measures its bytes,
-``benchmarks/gpt/results.md``). A ``streamer`` gets each step's tokens from the loop through
-``jax.experimental.io_callback``.
+16-bit ones as row blocks in torch's layout, ``generation_params``, which the loop reads as they
+are: ``reads_16_bit``), a decoding step reads each weight once and the cache once
+(``python -m parity_tests.bench.gpt`` measures its bytes, ``benchmarks/gpt/results.md``).
+A ``streamer`` gets each step's tokens from the loop through ``jax.experimental.io_callback``.
 """
 
 from __future__ import annotations
@@ -90,7 +90,11 @@ def _generate(
     """The sequences ``(B, cache_length)`` (the prompt, the new tokens, then ``fill``), the number of
     new tokens and the first step whose logits were not finite (0: none; 1 is the prompt's pass)."""
     config = {name: dict(value) if isinstance(value, tuple) else value for name, value in config_items}
-    params = {name: value.T if name in transposed else value for name, value in stored.items()}
+
+    def torch_layout(stored):
+        return {name: value.T if name in transposed else value for name, value in stored.items()}
+
+    params = torch_layout(stored)
     batch, num_tokens = token_ids.shape
     init_cache, decode = DECODING[kind]
     caches = init_cache(config | {"context_length": cache_length}, batch, params["tok_emb.weight"].dtype)
@@ -123,9 +127,15 @@ def _generate(
 
     def step(state):
         new, _, caches, sequences, tokens, finished, bad_step = state
+        step_stored = stored
+        if reads_16_bit(params["tok_emb.weight"].dtype, batch):
+            # the weights tied to the step's tokens: otherwise XLA hoists out of the loop the
+            # float32 conversion of each weight that its products read as they are, and every
+            # step reads that float32 copy, twice the weights' bytes
+            step_stored, tokens = jax.lax.optimization_barrier((stored, tokens))
         logits, caches = decode(
-            params, tokens[:, None], caches, config, last_only=True, linear=blocked_linear
-        )
+            torch_layout(step_stored), tokens[:, None], caches, config, last_only=True, linear=blocked_linear
+        )  # transposed after the barrier, where XLA folds each transpose into its product
         return pick((new, logits, caches, sequences, tokens, finished, bad_step))
 
     zero = jnp.zeros((), jnp.int32)
@@ -168,12 +178,32 @@ def generation_params(model: Any) -> tuple[dict[str, Any], frozenset[str]]:
     return stored | view, frozenset()
 
 
+def reads_16_bit(dtype: Any, rows: int) -> bool:
+    """Whether XLA:CPU's products of ``rows`` rows (``blocked_linear``'s) read 16-bit weights of
+    ``dtype`` as they are: a GEMV (one row) in either 16-bit dtype, a GEMM in bfloat16 only (a
+    float16 weight it converts to float32 first)."""
+    return jnp.dtype(dtype).itemsize == 2 and (rows == 1 or jnp.dtype(dtype) == jnp.bfloat16)
+
+
 def blocked_linear(x: jax.Array, weight: Any, bias: jax.Array | None = None) -> jax.Array:
     """``ops.linear`` for a weight given as a tuple of row blocks ``(F_i, D)``: one product per
-    block (XLA:CPU runs them on different threads), concatenated. ``x`` ``(N, D)``."""
+    block (XLA:CPU runs them on different threads), concatenated. ``x`` ``(N, D)``: one row (a
+    decoding step's GEMV, which XLA:CPU computes from the 16-bit block), or more (a prompt's pass),
+    each block's product then accumulated in float32 as asked (XLA:CPU's GEMM reads the 16-bit
+    block; for a plain 16-bit product it first converts the block to float32) and rounded to x's
+    dtype, as the plain product rounds it."""
     if not isinstance(weight, tuple):
         return linear(x, weight, bias)
-    out = jnp.concatenate([x @ block.T for block in weight], axis=-1)  # (N, F)
+    if x.shape[0] == 1:
+        products = [x @ block.T for block in weight]  # (1, F_i)
+    else:
+        products = [
+            jax.lax.dot_general(
+                x, block, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+            ).astype(x.dtype)
+            for block in weight
+        ]  # (N, F_i): x's D against the block's D
+    out = jnp.concatenate(products, axis=-1)  # (N, F)
     return out if bias is None else out + bias
 
 

@@ -2,6 +2,8 @@
 table's half-precision rows), and jax_attn.generate's program (16-bit weights in row blocks, torch's
 layout) against the public decoding functions."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -106,3 +108,37 @@ def test_16_bit_weights_are_read_in_row_blocks_made_once_per_model():
         np.concatenate([np.asarray(block, np.float32) for block in again]),
         np.asarray(jnp.asarray(params["trf_blocks.0.ff.layers.0.weight"] * 2, jnp.bfloat16), np.float32),
     )
+
+
+def float32_weight_shapes(computation, weight_shapes):
+    """The shapes, of ``weight_shapes`` (either layout), of the float32 matrices in an HLO computation:
+    its parameters' (a loop body's: the loop's carry) and its own instructions' (not those of the
+    fusions it calls, each its own computation: a fused conversion is read in place)."""
+    made = {tuple(map(int, dims)) for dims in re.findall(r"\bf32\[(\d+),(\d+)\]", computation)}
+    return made & {shape for weight in weight_shapes for shape in (weight, weight[::-1])}
+
+
+@pytest.mark.parametrize(
+    "dtype, batch",
+    [("bfloat16", 2), ("bfloat16", 1), ("float16", 1)],
+    ids=["bfloat16-gemm", "bfloat16-gemv", "float16-gemv"],
+)
+def test_the_generation_program_converts_no_16_bit_weight_to_float32(dtype, batch):
+    """XLA:CPU converts a 16-bit weight to float32 for a product it has no 16-bit kernel for. Where
+    the decoding step's products read the weights as they are (jax_attn.generation.reads_16_bit: a
+    bfloat16 model, a float16 one at batch 1), the loop's weights pass an optimization barrier
+    (without it XLA hoists each weight's conversion out of the loop, and every step reads the
+    float32 copy): no float32 copy of a weight is made in the loop. In bfloat16 the prompt's
+    products ask for float32 accumulation, and XLA:CPU's GEMM reads the blocks: none before it."""
+    params = torch_ref.to_params(torch_model(seed=7))
+    model = jax_attn.GPTModel.from_params({k: jnp.asarray(v, dtype) for k, v in params.items()}, TINY)
+    ids = jnp.asarray(token_ids(batch, 4, seed=9))
+    arguments, static = jax_generation.program_arguments(model, ids, 6)
+    program = jax_generation._generate.lower(*arguments, **static).compile().as_text()
+    weights = [v for value in arguments[0].values() for v in (value if isinstance(value, tuple) else [value])]
+    shapes = [weight.shape for weight in weights if weight.ndim == 2]
+    computations = {part.split(" ", 1)[0]: part for part in program.split("\n\n")}
+    body = computations[re.search(r" while\(.*body=(%[\w.]+)", program)[1]]
+    assert float32_weight_shapes(body, shapes) == set()
+    if dtype == "bfloat16":
+        assert float32_weight_shapes(computations["ENTRY"], shapes) == set()
