@@ -21,7 +21,8 @@ EXPECTED_MISSES = {
         "blamed on the jnp.where using the mask (line 16), not on the mask's line (15): the inverted "
         "mask holds the reference's masked_fill mask exactly (True: hidden) and is found equal to it; "
         "the where then uses it as True: kept. The numbers alone do not say which of the two lines is "
-        "wrong (nnx_mask_inverted, the same mismatch made in the where, is rightly blamed on the where)"
+        "wrong (nnx_mask_inverted, the same mismatch made in the where, is rightly blamed on the where); "
+        "its cause names line 15 (see the test after the catalogue)"
     ),
 }
 
@@ -117,3 +118,17 @@ def test_the_first_divergence_is_a_value_not_a_mask_nor_token_ids(name, first, m
     source, _ = planted(bug)
     report = run_model(bug.port, source, tmp_path)
     assert (report.first_divergence, report.reference_module) == (first, module), f"\n{report}"
+
+
+def test_a_mask_with_the_references_meaning_used_the_other_way_names_the_line_making_it(tmp_path):
+    """linen_mask_inverted (above): blamed on the where, its cause names the mask's line, where the
+    bug was planted; nnx_mask_inverted, the where's branches swapped, names no other line."""
+    bugs = {bug.name: bug for bug in MODEL_BUGS}
+    source, line = planted(bugs["linen_mask_inverted"])
+    report = run_model("linen_block", source, tmp_path)
+    made = f"the mask it takes ({tmp_path / source_file('linen_block')}.py:{line}, not)"
+    assert report.candidate_location.endswith(f".py:{line + 1}")
+    assert any(cause.startswith(made) for cause in report.causes), f"\n{report}"
+    source, _ = planted(bugs["nnx_mask_inverted"])
+    report = run_model("nnx_gpt2", source, tmp_path)
+    assert not report.ok and not any("the mask it takes" in cause for cause in report.causes), f"\n{report}"

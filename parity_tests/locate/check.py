@@ -384,6 +384,8 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks,
             _scale_after(alignment, counterpart.index), fix, hides,
         )  # fmt: skip
+        if any(cause.startswith("mask inverted") for cause in report.causes):
+            _add_new(report, _mask_taken_as_made(expected, actual, alignment))
         if not report.causes:
             report.causes += _interleaved_pairs(expected, counterpart, a, rtol, atol)
         skipped = _skipped_step(alignment)
@@ -565,6 +567,32 @@ def _source_text(location: str, default: str) -> str:
     linecache.checkcache(path)  # the file as it is now, not as an earlier run read it
     text = linecache.getline(path, int(line)).strip() if line.isdigit() else ""
     return text or default
+
+
+def _mask_taken_as_made(expected: Trace, actual: Trace, alignment: Alignment) -> list[str]:
+    """Where the blamed line uses a boolean mask that another line made equal to the reference's
+    (hiding where True), but hides where it is False (``where(mask, scores, -inf)``): that line
+    gives the mask the reference's meaning, so either of the two lines may be the wrong one."""
+    blamed = actual.records[alignment.shown]
+    for source in blamed.inputs:
+        if actual.records[source].value.dtype != bool or _hides(actual, source) is not False:
+            continue
+        made = actual.records[source]
+        while made.location == blamed.location:  # broadcast on the blamed line: to where it is made
+            inputs = [i for i in made.inputs if actual.records[i].value.dtype == bool]
+            if not inputs:
+                break
+            made = actual.records[inputs[0]]
+        equal = [m.reference for m in alignment.matches.get(source, []) if m.kind == "exact"]
+        if made.location != blamed.location and any(
+            expected.records[r].value.dtype == bool and _hides(expected, r) for r in equal
+        ):
+            return [
+                f"the mask it takes ({made.location}, {made.op}) is the reference's as it is, True = "
+                "hidden, but this line hides where it is False (jax.nn's and Flax's meaning, True = "
+                "attend): invert the mask there, or swap this line's branches"
+            ]
+    return []
 
 
 def _mask_sense(expected: Trace, actual: Trace, mask: Record, location: str) -> str | None:
