@@ -137,7 +137,7 @@ def attention_decode(
     """``multi_head_attention_decode`` with a ``padding_mask`` (bool ``(B, t)``, True = padding: the
     new tokens hidden from every later query), as the GPT's blocks decode; ``empty``: the cache is
     known to hold no token (``attend_cached``); ``linear``: the product of each weight
-    (``ops.linear``'s arguments; ``jax_attn.generate``'s takes 16-bit weights in row blocks)."""
+    (``ops.linear``'s arguments; ``jax_attn.generate``'s accumulates 16-bit ones in float32)."""
     b, num_tokens, _ = x.shape
     rows = x.reshape(b * num_tokens, x.shape[-1])  # (B·t, D): one product per weight, a GEMV at t = 1
     queries = linear(rows, params["W_query.weight"], params.get("W_query.bias")).reshape(b, num_tokens, -1)
