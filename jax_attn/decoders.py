@@ -141,8 +141,8 @@ def decode(
     """The cfg's decoder (``decoder_spec.model_of``) on new ``token_ids`` ``(B, t)`` after the caches'
     tokens: ``llama3_model_decode``, ``qwen3_model_decode``; ``last_only``: the logits of the last
     token alone ``(B, 1, V)``; ``empty``: the caches are known to hold no token (a prompt's pass);
-    ``linear``: the product of each weight, on the B·t rows (``jax_attn.generate``'s takes 16-bit
-    weights in row blocks)."""
+    ``linear``: the product of each weight, on the B·t rows (``jax_attn.generate``'s accumulates
+    16-bit ones in float32)."""
     model = model_of(cfg)
     x = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, t, D)
     arguments = attention_arguments(cfg, model) | {"empty": empty, "linear": linear}

@@ -11,8 +11,8 @@ serves nearby lengths; each is compiled once per prompt shape, cache size and sa
 the temperature, ``top_p``, ids and lengths are its arguments). The caches are loop carries that
 XLA updates in place: the program reads the weights as the model holds them (the Linear kernels
 ``(in, out)``, transposed inside the program, where XLA folds each transpose into its product;
-16-bit ones as row blocks in torch's layout, ``generation_params``, which the loop reads as they
-are: ``reads_16_bit``), a decoding step reads each weight once and the cache once
+16-bit ones in torch's layout, ``generation_params``, which the loop reads as they are:
+``reads_16_bit``), a decoding step reads each weight once and the cache once
 (``python -m parity_tests.bench.gpt`` measures its bytes, ``benchmarks/gpt/results.md``).
 A ``streamer`` gets each step's tokens from the loop through ``jax.experimental.io_callback``.
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import os
 import weakref
 from typing import Any
 
@@ -99,7 +98,7 @@ def _generate(
     init_cache, decode = DECODING[kind]
     caches = init_cache(config | {"context_length": cache_length}, batch, params["tok_emb.weight"].dtype)
     logits, caches = decode(
-        params, token_ids, caches, config, padding, last_only=True, empty=True, linear=blocked_linear
+        params, token_ids, caches, config, padding, last_only=True, empty=True, linear=accumulating_linear
     )  # the prompt's pass
     sequences = jnp.full((batch, cache_length), fill, token_ids.dtype).at[:, :num_tokens].set(token_ids)
 
@@ -134,8 +133,9 @@ def _generate(
             # step reads that float32 copy, twice the weights' bytes
             step_stored, tokens = jax.lax.optimization_barrier((stored, tokens))
         logits, caches = decode(
-            torch_layout(step_stored), tokens[:, None], caches, config, last_only=True, linear=blocked_linear
-        )  # transposed after the barrier, where XLA folds each transpose into its product
+            torch_layout(step_stored), tokens[:, None], caches, config,
+            last_only=True, linear=accumulating_linear,
+        )  # fmt: skip  # transposed after the barrier, where XLA folds each transpose into its product
         return pick((new, logits, caches, sequences, tokens, finished, bad_step))
 
     zero = jnp.zeros((), jnp.int32)
@@ -144,25 +144,17 @@ def _generate(
     return sequences, new, bad_step
 
 
-# model -> (the kernels it held, their row blocks in torch's layout): see generation_params
+# model -> (the kernels it held, them in torch's layout): see generation_params
 _HALF_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def row_blocks(rows: int) -> list[tuple[int, int]]:
-    """The row blocks a 16-bit weight of ``rows`` rows is cut into: one per CPU this process may
-    run on (at most 8, at least 64 rows each)."""
-    count = max(1, min(8, len(os.sched_getaffinity(0)), rows // 64))
-    cuts = [rows * index // count for index in range(count + 1)]
-    return list(itertools.pairwise(cuts))
 
 
 def generation_params(model: Any) -> tuple[dict[str, Any], frozenset[str]]:
     """The weights ``_generate`` reads, and the names it transposes. float32 and float64 kernels as
     the model holds them, ``(in, out)`` (transposed in the program: XLA folds each into its GEMV).
-    16-bit ones as tuples of row blocks in torch's layout ``(out, in)``: XLA:CPU reads a 16-bit
-    weight without first converting it to float32 (five times the bytes) only in that layout, and
-    its GEMV on one thread, so that one block per CPU is one GEMV per thread. The blocks are made
-    once and kept while the model holds the same kernels (one copy of its Linear weights more)."""
+    16-bit ones in torch's layout ``(out, in)``: XLA:CPU reads a 16-bit weight without first
+    converting it to float32 (five times the bytes) only in that layout (its GEMV then runs on two
+    threads). They are made once and kept while the model holds the same kernels (one copy of its
+    Linear weights more)."""
     stored, transposed = model.stored_params()
     if stored["tok_emb.weight"].dtype.itemsize != 2:
         return stored, transposed
@@ -170,10 +162,7 @@ def generation_params(model: Any) -> tuple[dict[str, Any], frozenset[str]]:
     kernels = tuple(stored[name] for name in names)
     held, view = _HALF_VIEWS.get(model, ((), {}))
     if len(held) != len(kernels) or any(a is not b for a, b in zip(held, kernels, strict=False)):
-        view = {}
-        for name, kernel in zip(names, kernels, strict=True):
-            weight = kernel.T  # (out, in)
-            view[name] = tuple(weight[start:end] for start, end in row_blocks(weight.shape[0]))
+        view = {name: jnp.asarray(kernel.T) for name, kernel in zip(names, kernels, strict=True)}
         _HALF_VIEWS[model] = (kernels, view)
     return stored | view, frozenset()
 
@@ -185,25 +174,16 @@ def reads_16_bit(dtype: Any, rows: int) -> bool:
     return jnp.dtype(dtype).itemsize == 2 and (rows == 1 or jnp.dtype(dtype) == jnp.bfloat16)
 
 
-def blocked_linear(x: jax.Array, weight: Any, bias: jax.Array | None = None) -> jax.Array:
-    """``ops.linear`` for a weight given as a tuple of row blocks ``(F_i, D)``: one product per
-    block (XLA:CPU runs them on different threads), concatenated. ``x`` ``(N, D)``: one row (a
-    decoding step's GEMV, which XLA:CPU computes from the 16-bit block), or more (a prompt's pass),
-    each block's product then accumulated in float32 as asked (XLA:CPU's GEMM reads the 16-bit
-    block; for a plain 16-bit product it first converts the block to float32) and rounded to x's
-    dtype, as the plain product rounds it."""
-    if not isinstance(weight, tuple):
+def accumulating_linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+    """``ops.linear`` of x ``(N, D)``. A 16-bit weight's product of several rows (a prompt's pass)
+    accumulated in float32 as asked and rounded to x's dtype, as the plain product rounds it
+    (XLA:CPU's GEMM then reads the weight as it is; for a plain 16-bit product it first converts it
+    to float32); a row's (a decoding step's GEMV, which reads it as it is) and a wider weight's as
+    ``ops.linear``."""
+    if x.shape[0] == 1 or weight.dtype.itemsize > 2:
         return linear(x, weight, bias)
-    if x.shape[0] == 1:
-        products = [x @ block.T for block in weight]  # (1, F_i)
-    else:
-        products = [
-            jax.lax.dot_general(
-                x, block, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
-            ).astype(x.dtype)
-            for block in weight
-        ]  # (N, F_i): x's D against the block's D
-    out = jnp.concatenate(products, axis=-1)  # (N, F)
+    contract_d = (((1,), (1,)), ((), ()))  # x's D against the weight's D
+    out = jax.lax.dot_general(x, weight, contract_d, preferred_element_type=jnp.float32).astype(x.dtype)
     return out if bias is None else out + bias
 
 

@@ -175,7 +175,7 @@ def decode(
     """``gpt_model_decode``; ``last_only``: the logits of the last token alone ``(B, 1, V)`` (the
     output head's product for one position); ``empty``: the caches are known to hold no token (a
     prompt's pass: their keys are not read); ``linear``: the product of each weight
-    (``ops.linear``'s arguments; ``jax_attn.generate``'s takes 16-bit weights in row blocks)."""
+    (``ops.linear``'s arguments; ``jax_attn.generate``'s accumulates 16-bit ones in float32)."""
     positions = token_positions(caches[0], padding_mask, token_ids.shape[1])  # (B, t)
     tok_embeds = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, t, D)
     x = tok_embeds + jnp.asarray(params["pos_emb.weight"])[positions]  # (B, t, D)

@@ -172,8 +172,8 @@ def grouped_attention_decode(
     those tokens hidden from every later query, and taking no position: each row's RoPE positions
     count its tokens alone, ``kv_cache.token_positions``), as the decoders' blocks decode.
     ``empty``: the cache is known to hold no token (``kv_cache.attend_cached``); ``linear``: the
-    product of each weight (``ops.linear``'s arguments; ``jax_attn.generate``'s takes 16-bit weights
-    in row blocks), on x's B·t rows."""
+    product of each weight (``ops.linear``'s arguments; ``jax_attn.generate``'s accumulates 16-bit
+    ones in float32), on x's B·t rows."""
     b, num_tokens, _ = x.shape
     rows = x.reshape(b * num_tokens, x.shape[-1])  # (B·t, D): one product per weight, a GEMV at t = 1
     inv_freq = rope_frequencies(cache.keys.shape[-1], rope_base, rope_freq)  # (H/2,)

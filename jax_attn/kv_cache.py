@@ -102,14 +102,29 @@ def attend_cached(
     context_vec = context_vec.reshape(queries.shape)  # (B, N, t, H)
     zero = jnp.zeros((), jnp.int32)
     cache = KVCache(
-        jax.lax.dynamic_update_slice(cache.keys, keys.astype(cache.keys.dtype), (zero, zero, start, zero)),
-        jax.lax.dynamic_update_slice(
-            cache.values, values.astype(cache.values.dtype), (zero, zero, start, zero)
-        ),
+        write_tokens(cache.keys, keys, start),
+        write_tokens(cache.values, values, start),
         jax.lax.dynamic_update_slice(cache.padding, padding, (zero, start)),
         start + num_tokens,
     )
     return merge_heads(context_vec), cache
+
+
+def write_tokens(cached: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
+    """``cached`` ``(B, G, L, H)`` with ``new`` ``(B, G, t, H)`` written at token ``start``; a 16-bit
+    cache as the unsigned integers of its bits (XLA:CPU computes a 16-bit dynamic-update-slice in
+    float32: the whole cache converted there and back at every token; the integers' is a copy of
+    it, a third of that time)."""
+    new = new.astype(cached.dtype)
+    zero = jnp.zeros((), jnp.int32)
+    if cached.dtype.itemsize != 2:
+        return jax.lax.dynamic_update_slice(cached, new, (zero, zero, start, zero))
+    bits = jax.lax.dynamic_update_slice(
+        jax.lax.bitcast_convert_type(cached, jnp.uint16),
+        jax.lax.bitcast_convert_type(new, jnp.uint16),
+        (zero, zero, start, zero),
+    )
+    return jax.lax.bitcast_convert_type(bits, cached.dtype)
 
 
 def multi_head_attention_decode(
@@ -137,7 +152,7 @@ def attention_decode(
     """``multi_head_attention_decode`` with a ``padding_mask`` (bool ``(B, t)``, True = padding: the
     new tokens hidden from every later query), as the GPT's blocks decode; ``empty``: the cache is
     known to hold no token (``attend_cached``); ``linear``: the product of each weight
-    (``ops.linear``'s arguments; ``jax_attn.generate``'s takes 16-bit weights in row blocks)."""
+    (``ops.linear``'s arguments; ``jax_attn.generate``'s accumulates 16-bit ones in float32)."""
     b, num_tokens, _ = x.shape
     rows = x.reshape(b * num_tokens, x.shape[-1])  # (B·t, D): one product per weight, a GEMV at t = 1
     queries = linear(rows, params["W_query.weight"], params.get("W_query.bias")).reshape(b, num_tokens, -1)

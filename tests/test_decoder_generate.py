@@ -203,7 +203,7 @@ def test_numpy_generate_checks_the_weights_against_the_decoders_cfg(models):
 
 
 def test_jax_generate_takes_a_bfloat16_decoder_as_its_decode_functions_do(models):
-    """16-bit weights reach the program in row blocks (generation_params) through the decoders'
+    """16-bit weights reach the program in torch's layout (generation_params) through the decoders'
     products too: its greedy tokens are those of the public decode function's logits."""
     params, cfg, _, _ = models
     half = {name: jnp.asarray(value, jnp.bfloat16) for name, value in params.items()}

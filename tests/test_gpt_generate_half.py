@@ -1,6 +1,6 @@
 """Generation in bfloat16 and float16: the decoding path against torch_ref in that dtype (the tolerance
-table's half-precision rows), and jax_attn.generate's program (16-bit weights in row blocks, torch's
-layout) against the public decoding functions."""
+table's half-precision rows), and jax_attn.generate's program (16-bit weights in torch's layout)
+against the public decoding functions."""
 
 import re
 
@@ -71,8 +71,8 @@ def test_half_precision_decoding_matches_torch_in_that_dtype(package, dtype):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_the_generation_program_picks_the_argmax_of_the_public_decoding(dtype):
-    """jax_attn.generate reads 16-bit weights as row blocks in torch's layout (generation_params),
-    computes each product block by block and skips the empty cache on the prompt's pass: along the
+    """jax_attn.generate reads 16-bit weights in torch's layout (generation_params), accumulates a
+    prompt's products in float32 and skips the empty cache on the prompt's pass: along the
     tokens it picks, the public gpt_model_decode's logits put each at their maximum, within the
     tolerance table's bound for the dtype (another summation order may round a near tie apart)."""
     params = torch_ref.to_params(torch_model(seed=7))
@@ -87,25 +87,24 @@ def test_the_generation_program_picks_the_argmax_of_the_public_decoding(dtype):
     assert (picked == logits.max(axis=-1)).mean() > 0.8  # mostly the very argmax
 
 
-def test_16_bit_weights_are_read_in_row_blocks_made_once_per_model():
-    """The blocks cover each weight's rows, in torch's layout, and are made again only when the model
-    holds other weights (a load_params)."""
+def test_16_bit_weights_are_read_in_torch_layout_made_once_per_model():
+    """Each 16-bit weight reaches the program in torch's layout ``(out, in)``, made again only when
+    the model holds other weights (a load_params)."""
     params = torch_ref.to_params(torch_model(seed=7))
     model = jax_attn.GPTModel.from_params({k: jnp.asarray(v, jnp.bfloat16) for k, v in params.items()}, TINY)
     stored, transposed = jax_generation.generation_params(model)
     assert transposed == frozenset()
-    blocks = stored["trf_blocks.0.ff.layers.0.weight"]  # torch's (4D, D) = (128, 32)
-    assert isinstance(blocks, tuple)
+    weight = stored["trf_blocks.0.ff.layers.0.weight"]  # torch's (4D, D) = (128, 32)
     np.testing.assert_array_equal(
-        np.concatenate([np.asarray(block, np.float32) for block in blocks]),
+        np.asarray(weight, np.float32),
         np.asarray(jnp.asarray(params["trf_blocks.0.ff.layers.0.weight"], jnp.bfloat16), np.float32),
     )
-    assert jax_generation.generation_params(model)[0]["trf_blocks.0.ff.layers.0.weight"] is blocks  # kept
+    assert jax_generation.generation_params(model)[0]["trf_blocks.0.ff.layers.0.weight"] is weight  # kept
     model.load_params({k: v * 2 for k, v in params.items()})
     again = jax_generation.generation_params(model)[0]["trf_blocks.0.ff.layers.0.weight"]
-    assert again is not blocks
+    assert again is not weight
     np.testing.assert_array_equal(
-        np.concatenate([np.asarray(block, np.float32) for block in again]),
+        np.asarray(again, np.float32),
         np.asarray(jnp.asarray(params["trf_blocks.0.ff.layers.0.weight"] * 2, jnp.bfloat16), np.float32),
     )
 

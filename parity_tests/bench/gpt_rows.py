@@ -148,27 +148,26 @@ def torch_weight_pass(model: Any) -> Callable[[], Any]:
 
 def xla_weight_pass(model: Any) -> Callable[[], Any]:
     """One GEMV over each matrix a token reads, in the layout ``jax_attn.generate`` reads them
-    (``generation_params``: kernels ``(in, out)``, or 16-bit row blocks ``(out, in)``): one program."""
+    (``generation_params``: kernels ``(in, out)``, or 16-bit weights ``(out, in)``): one program."""
     import jax
     import jax.numpy as jnp
 
-    from jax_attn.generation import blocked_linear, generation_params
+    from jax_attn.generation import accumulating_linear, generation_params
 
     stored, transposed = generation_params(model)
     dtype = stored["tok_emb.weight"].dtype
     names = [name for name in stored if name.endswith(".weight") and "_emb." not in name]
-    names = [name for name in names if isinstance(stored[name], tuple) or stored[name].ndim == 2]
-    matrices = {name: stored[name] for name in names}
+    matrices = {name: stored[name] for name in names if stored[name].ndim == 2}
+    names = list(matrices)
 
     def width(name: str) -> int:  # the matrix's input
-        value = matrices[name]
-        return value[0].shape[1] if isinstance(value, tuple) else value.shape[0 if name in transposed else 1]
+        return matrices[name].shape[0 if name in transposed else 1]
 
     rows = {name: jnp.ones((1, width(name)), dtype) for name in names}
 
     def run_pass(rows: dict[str, Any], matrices: dict[str, Any]) -> list[Any]:
         return [
-            blocked_linear(rows[name], matrices[name].T if name in transposed else matrices[name])
+            accumulating_linear(rows[name], matrices[name].T if name in transposed else matrices[name])
             for name in names
         ]
 
@@ -184,7 +183,7 @@ def step_cost(model: Any, cache_length: int) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    from jax_attn.generation import DECODING, IN_PLACE, blocked_linear, generation_params, model_config
+    from jax_attn.generation import DECODING, IN_PLACE, accumulating_linear, generation_params, model_config
     from numpy_attn.decoder_spec import model_kind
 
     config = model_config(model)
@@ -195,7 +194,7 @@ def step_cost(model: Any, cache_length: int) -> dict[str, Any]:
 
     def step(stored: dict[str, Any], token: Any, caches: Any) -> Any:
         params = {name: value.T if name in transposed else value for name, value in stored.items()}
-        logits, caches = decode(params, token, caches, config, last_only=True, linear=blocked_linear)
+        logits, caches = decode(params, token, caches, config, last_only=True, linear=accumulating_linear)
         return jnp.argmax(logits[:, -1], axis=-1), caches
 
     program = jax.jit(step, donate_argnums=2, compiler_options=IN_PLACE)
