@@ -89,11 +89,7 @@ def _generate(
     """The sequences ``(B, cache_length)`` (the prompt, the new tokens, then ``fill``), the number of
     new tokens and the first step whose logits were not finite (0: none; 1 is the prompt's pass)."""
     config = {name: dict(value) if isinstance(value, tuple) else value for name, value in config_items}
-
-    def torch_layout(stored):
-        return {name: value.T if name in transposed else value for name, value in stored.items()}
-
-    params = torch_layout(stored)
+    params = torch_layout(stored, transposed)
     batch, num_tokens = token_ids.shape
     init_cache, decode = DECODING[kind]
     caches = init_cache(config | {"context_length": cache_length}, batch, params["tok_emb.weight"].dtype)
@@ -133,7 +129,7 @@ def _generate(
             # step reads that float32 copy, twice the weights' bytes
             step_stored, tokens = jax.lax.optimization_barrier((stored, tokens))
         logits, caches = decode(
-            torch_layout(step_stored), tokens[:, None], caches, config,
+            torch_layout(step_stored, transposed), tokens[:, None], caches, config,
             last_only=True, linear=accumulating_linear,
         )  # fmt: skip  # transposed after the barrier, where XLA folds each transpose into its product
         return pick((new, logits, caches, sequences, tokens, finished, bad_step))
@@ -167,8 +163,14 @@ def generation_params(model: Any) -> tuple[dict[str, Any], frozenset[str]]:
     return stored | view, frozenset()
 
 
+def torch_layout(stored: dict[str, Any], transposed: frozenset[str]) -> dict[str, Any]:
+    """``generation_params``' weights in torch's layout: the ``transposed`` kernels ``(in, out)`` as
+    ``(out, in)`` (inside a program, where XLA folds each transpose into its product)."""
+    return {name: value.T if name in transposed else value for name, value in stored.items()}
+
+
 def reads_16_bit(dtype: Any, rows: int) -> bool:
-    """Whether XLA:CPU's products of ``rows`` rows (``blocked_linear``'s) read 16-bit weights of
+    """Whether XLA:CPU's products of ``rows`` rows (``accumulating_linear``'s) read 16-bit weights of
     ``dtype`` as they are: a GEMV (one row) in either 16-bit dtype, a GEMM in bfloat16 only (a
     float16 weight it converts to float32 first)."""
     return jnp.dtype(dtype).itemsize == 2 and (rows == 1 or jnp.dtype(dtype) == jnp.bfloat16)

@@ -183,7 +183,14 @@ def step_cost(model: Any, cache_length: int) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    from jax_attn.generation import DECODING, IN_PLACE, accumulating_linear, generation_params, model_config
+    from jax_attn.generation import (
+        DECODING,
+        IN_PLACE,
+        accumulating_linear,
+        generation_params,
+        model_config,
+        torch_layout,
+    )
     from numpy_attn.decoder_spec import model_kind
 
     config = model_config(model)
@@ -193,7 +200,7 @@ def step_cost(model: Any, cache_length: int) -> dict[str, Any]:
     caches = init_cache({**config, "context_length": cache_length}, 1, dtype)
 
     def step(stored: dict[str, Any], token: Any, caches: Any) -> Any:
-        params = {name: value.T if name in transposed else value for name, value in stored.items()}
+        params = torch_layout(stored, transposed)
         logits, caches = decode(params, token, caches, config, last_only=True, linear=accumulating_linear)
         return jnp.argmax(logits[:, -1], axis=-1), caches
 
