@@ -6,9 +6,10 @@
 with jax_attn's functions). One jitted program runs the prompt's pass, then a ``lax.while_loop``
 that decodes a token, picks the next one and stops at ``max_new_tokens`` or when every row has
 reached an eos id: no dispatch and no host wait per token.
-Its caches hold T + ``max_new_tokens`` tokens rounded up to ``CACHE_STEP`` (so that one program
-serves nearby lengths; each is compiled once per prompt shape, cache size and sampling options, and
-the temperature, ``top_p``, ids and lengths are its arguments). The caches are loop carries that
+Its caches (float32 for a 16-bit model on a CPU: ``cache_dtype``) hold T + ``max_new_tokens``
+tokens rounded up to ``CACHE_STEP`` (so that one program serves nearby lengths; each is compiled
+once per prompt shape, cache size and sampling options, and the temperature, ``top_p``, ids and
+lengths are its arguments). The caches are loop carries that
 XLA updates in place: the program reads the weights as the model holds them (the Linear kernels
 ``(in, out)``, transposed inside the program, where XLA folds each transpose into its product;
 16-bit ones in torch's layout, ``generation_params``, which the loop reads as they are:
@@ -60,7 +61,10 @@ IN_PLACE = {
 
 
 # _generate's static arguments: one program per model, config, cache size and sampling options
-STATIC = ("kind", "config_items", "transposed", "cache_length", "top_k", "sample", "use_top_p", "stream")
+STATIC = (
+    "kind", "config_items", "transposed", "cache_length", "cache_dtype",
+    "top_k", "sample", "use_top_p", "stream",
+)  # fmt: skip
 
 # the streamers of the calls running now, by the id their program passes to _put
 _STREAMS: dict[int, dict[str, Any]] = {}
@@ -84,7 +88,7 @@ def _put(stream_id: np.ndarray, tokens: np.ndarray) -> None:
 )
 def _generate(
     stored, token_ids, padding, max_new_tokens, min_new_tokens, temperature, top_p, stops, fill, key,
-    stream_id, *, kind, config_items, transposed, cache_length, top_k, sample, use_top_p, stream,
+    stream_id, *, kind, config_items, transposed, cache_length, cache_dtype, top_k, sample, use_top_p, stream,
 ):  # fmt: skip
     """The sequences ``(B, cache_length)`` (the prompt, the new tokens, then ``fill``), the number of
     new tokens and the first step whose logits were not finite (0: none; 1 is the prompt's pass)."""
@@ -92,7 +96,7 @@ def _generate(
     params = torch_layout(stored, transposed)
     batch, num_tokens = token_ids.shape
     init_cache, decode = DECODING[kind]
-    caches = init_cache(config | {"context_length": cache_length}, batch, params["tok_emb.weight"].dtype)
+    caches = init_cache(config | {"context_length": cache_length}, batch, cache_dtype)
     logits, caches = decode(
         params, token_ids, caches, config, padding, last_only=True, empty=True, linear=accumulating_linear
     )  # the prompt's pass
@@ -161,6 +165,18 @@ def generation_params(model: Any) -> tuple[dict[str, Any], frozenset[str]]:
         view = {name: jnp.asarray(kernel.T) for name, kernel in zip(names, kernels, strict=True)}
         _HALF_VIEWS[model] = (kernels, view)
     return stored | view, frozenset()
+
+
+def cache_dtype(weight: jax.Array) -> np.dtype:
+    """The dtype of the caches ``_generate`` decodes ``weight``'s model with: the weight's, but
+    float32 for a 16-bit model on a CPU, which holds its 16-bit keys and values exactly (the
+    attention's results are rounded to the model's dtype as a 16-bit cache's are). XLA:CPU converts
+    a 16-bit cache to float32 for each of its products and copies it to write a token: a float32
+    cache takes twice the bytes and saves that work (the bfloat16 decode of
+    ``benchmarks/gpt/results.md``). On a GPU the cache keeps the model's dtype."""
+    dtype = np.dtype(weight.dtype)
+    on_cpu = all(device.platform == "cpu" for device in weight.devices())
+    return np.dtype(np.float32) if dtype.itemsize == 2 and on_cpu else dtype
 
 
 def torch_layout(stored: dict[str, Any], transposed: frozenset[str]) -> dict[str, Any]:
@@ -323,6 +339,7 @@ def program_arguments(
         "cache_length": min(
             config["context_length"], math.ceil((num_tokens + max_new_tokens) / CACHE_STEP) * CACHE_STEP
         ),
+        "cache_dtype": cache_dtype(stored["tok_emb.weight"]),
         "top_k": None if top_k is None else int(top_k),
         "sample": sample,
         "use_top_p": sample and top_p is not None,

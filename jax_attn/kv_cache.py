@@ -98,7 +98,8 @@ def attend_cached(
     attn_weights = attn_weights.reshape(b, num_kv_groups, -1, attn_weights.shape[-1])  # (B, G, N/G·t, L + t)
     context_vec = attn_weights[..., -num_tokens:] @ values  # (B, G, N/G·t, H)
     if not empty:
-        context_vec = attn_weights[..., :max_length] @ cache.values + context_vec
+        # rounded to the model's dtype as a 16-bit cache's product is (a float32 cache of 16-bit values)
+        context_vec = (attn_weights[..., :max_length] @ cache.values).astype(dtype) + context_vec
     context_vec = context_vec.reshape(queries.shape)  # (B, N, t, H)
     zero = jnp.zeros((), jnp.int32)
     cache = KVCache(

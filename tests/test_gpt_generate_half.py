@@ -141,3 +141,23 @@ def test_the_generation_program_converts_no_16_bit_weight_to_float32(dtype, batc
     assert float32_weight_shapes(body, shapes) == set()
     if dtype == "bfloat16":
         assert float32_weight_shapes(computations["ENTRY"], shapes) == set()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_16_bit_model_decodes_on_a_cpu_with_float32_caches_of_the_same_tokens(dtype):
+    """On a CPU, jax_attn.generate keeps a 16-bit model's keys and values in float32 caches (XLA:CPU
+    would convert a 16-bit cache to float32 for each product): the caches hold the 16-bit values
+    exactly and the attention's results are rounded to the model's dtype, so that the tokens are
+    those of the same program with caches in the model's dtype. A float32 model's caches stay float32."""
+    params = torch_ref.to_params(torch_model(seed=7))
+    model = jax_attn.GPTModel.from_params({k: jnp.asarray(v, dtype) for k, v in params.items()}, TINY)
+    ids = jnp.asarray(token_ids(2, 4, seed=9))
+    arguments, static = jax_generation.program_arguments(model, ids, 40)
+    assert static["cache_dtype"] == np.float32
+    widened = np.asarray(jax_generation._generate(*arguments, **static)[0])
+    as_model = np.asarray(
+        jax_generation._generate(*arguments, **static | {"cache_dtype": np.dtype(dtype)})[0]
+    )
+    np.testing.assert_array_equal(widened, as_model)
+    float32_model = jax_attn.GPTModel.from_params(params, TINY)
+    assert jax_generation.program_arguments(float32_model, ids, 4)[1]["cache_dtype"] == np.float32

@@ -141,7 +141,7 @@ def run_gpt_benchmark(
 
     import jax_attn
     import numpy_attn
-    from jax_attn.generation import CACHE_STEP
+    from jax_attn.generation import CACHE_STEP, cache_dtype
 
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="attn-parity-gpt-") as folder:
@@ -226,7 +226,11 @@ def run_gpt_benchmark(
         "weight_bytes": {"float32": gpt_bytes, "bfloat16": gpt_bytes // 2, f"float32, {LLAMA}": llama_bytes},
         "kv_cache_bytes": {
             "float32": kv_cache_bytes(config, length=cache_length),
-            "bfloat16": kv_cache_bytes(config, length=cache_length, itemsize=2),
+            "bfloat16": kv_cache_bytes(  # generate's cache: float32 on a CPU
+                config,
+                length=cache_length,
+                itemsize=cache_dtype(models["jax_bfloat16"].stored_params()[0]["tok_emb.weight"]).itemsize,
+            ),
             "float32, whole context": kv_cache_bytes(config),
             f"float32, {LLAMA}": kv_cache_bytes(llama["cfg"], length=cache_length),
         },

@@ -187,6 +187,7 @@ def step_cost(model: Any, cache_length: int) -> dict[str, Any]:
         DECODING,
         IN_PLACE,
         accumulating_linear,
+        cache_dtype,
         generation_params,
         model_config,
         torch_layout,
@@ -196,8 +197,7 @@ def step_cost(model: Any, cache_length: int) -> dict[str, Any]:
     config = model_config(model)
     init_cache, decode = DECODING[model_kind(config)]
     stored, transposed = generation_params(model)
-    dtype = model.stored_params()[0]["tok_emb.weight"].dtype
-    caches = init_cache({**config, "context_length": cache_length}, 1, dtype)
+    caches = init_cache({**config, "context_length": cache_length}, 1, cache_dtype(stored["tok_emb.weight"]))
 
     def step(stored: dict[str, Any], token: Any, caches: Any) -> Any:
         params = torch_layout(stored, transposed)
