@@ -13,6 +13,7 @@ from tests.ports.catalogue import (
     HERE,
     INTEGER_INPUTS,
     WITHOUT_PARAMS,
+    Bug,
     inputs,
     integer_inputs,
     load,
@@ -101,3 +102,27 @@ def test_numpy_has_no_gradients(tmp_path):
     port = load("numpy_mha", (HERE / "numpy_mha.py").read_text(), tmp_path)
     with pytest.raises(TypeError, match="NumPy, which has no gradients"):
         locate_gradients(ref, port.mha, inputs(), params=to_params(ref))
+
+
+def test_a_jax_model_whose_own_code_names_no_jax_has_its_gradients_checked_on_token_ids(tmp_path):
+    """``jax_gpt2.gpt2`` calls its own helpers (one under ``jax.checkpoint``) and names no JAX global:
+    its framework is a guess until it returns a JAX array. Gradient parity refused it as NumPy; it
+    runs forward first, then in JAX with the gradients: correct on GPT-2's token ids, and a
+    stop_gradient planted in a block is located on its line."""
+    from tests.ports.models import MODEL_PORTS, token_ids
+
+    make_reference, _, build = MODEL_PORTS["jax_gpt2"]
+    ref = make_reference()
+    candidate, weights = build(load("jax_gpt2", (HERE / "jax_gpt2.py").read_text(), tmp_path), ref)
+    assert locate_gradients(ref, candidate, token_ids(), params=weights).ok
+    bug = Bug(
+        "grad_block_input_stopped",
+        "jax_gpt2",
+        'x = x + mlp(p["mlp"], norm(p["norm2"], x))',
+        'x = x + mlp(p["mlp"], norm(p["norm2"], jax.lax.stop_gradient(x)))',
+    )
+    source, line = plant(bug)
+    candidate, weights = build(load("jax_gpt2", source, tmp_path), ref)
+    report = locate_gradients(ref, candidate, token_ids(), params=weights)
+    assert report.candidate_location == f"{tmp_path / 'jax_gpt2'}.py:{line}", f"\n{report}"
+    assert report.first_divergence.startswith("gradient of")
