@@ -220,7 +220,9 @@ def capture(
         framework, certain = _guess(fn)
     run = (inputs, params, train, gradient_seed, keep_masks, kept_high)
     # NumPy has no gradients: a guessed NumPy callable runs forward first, for the framework it returns
-    first = run if certain or framework != "numpy" else (inputs, params, train, None, keep_masks, kept_high)
+    first = run
+    if gradient_seed is not None and not certain and framework == "numpy":
+        first = (inputs, params, train, None, keep_masks, kept_high)
     try:
         trace = _capture(fn, framework, *first)
     except Raised as raised:
