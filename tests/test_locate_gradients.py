@@ -42,6 +42,12 @@ def test_planted_backward_bug_is_located_on_its_line(bug, tmp_path):
     assert actual == expected, f"\n{report}"
     assert report.first_divergence.startswith("gradient of")
     assert report.expected != report.actual
+    if bug.cause is not None:  # all but the integer cast (see the catalogue)
+        assert any(bug.cause in cause for cause in report.causes), f"no cause with {bug.cause!r}:\n{report}"
+
+
+def test_every_backward_bug_but_the_integer_cast_has_a_cause():
+    assert [bug.name for bug in GRADIENT_BUGS if not bug.cause] == ["grad_integer_cast_of_the_input"]
 
 
 def test_a_monitoring_listener_in_user_code_is_not_blamed_for_a_backward_rule(tmp_path):

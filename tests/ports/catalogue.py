@@ -582,13 +582,17 @@ GRADIENT_BUGS = [
         "jax_mha",
         'values = linear(params, "W_value", x)',
         'values = jax.lax.stop_gradient(linear(params, "W_value", x))',
+        "the line using it stops the gradient",
     ),
     B(
         "grad_weights_stopped_in_the_helper",
         "jax_mha",
         'return x @ params[f"{name}.weight"].T + params[f"{name}.bias"]',
         'return x @ jax.lax.stop_gradient(params[f"{name}.weight"]).T + params[f"{name}.bias"]',
+        "no gradient reaches the value of out_proj.weight",
     ),
+    # No cause: the input's cotangent is the reference's less what reaches it through the values'
+    # projection, and only each value's whole cotangent is recorded, not what each use adds to it.
     B(
         "grad_integer_cast_of_the_input",
         "jax_mha",
@@ -600,24 +604,34 @@ GRADIENT_BUGS = [
         "jax_jit_mha",
         'k = (x @ wk + params["W_key.bias"]).reshape(b, t, num_heads, h)',
         'k = jax.lax.stop_gradient(x @ wk + params["W_key.bias"]).reshape(b, t, num_heads, h)',
+        "the line using it stops the gradient",
     ),
-    B("grad_nnx_detached_values", "nnx_mha", "v = self.value(x)", "v = jax.lax.stop_gradient(self.value(x))"),
+    B(
+        "grad_nnx_detached_values",
+        "nnx_mha",
+        "v = self.value(x)",
+        "v = jax.lax.stop_gradient(self.value(x))",
+        "the line using it stops the gradient",
+    ),
     B(
         "grad_custom_vjp_bwd_without_the_sum",
         "jax_custom_rules",
         "return (weights * (grad - jnp.sum(grad * weights, axis=-1, keepdims=True)),)",
         "return (weights * grad,)",
+        "the custom_vjp_call rule gives its input a wrong cotangent",
     ),
     B(
         "grad_custom_jvp_scale_not_square_root",
         "jax_custom_rules",
         "return scaled(scores, head_dim), d_scores / jnp.sqrt(head_dim)",
         "return scaled(scores, head_dim), d_scores / head_dim",
+        "the cotangent is the reference's times 0.5",
     ),
     B(
         "grad_torch_keys_detached",
         "torch_sdpa",
         "y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
         "y = F.scaled_dot_product_attention(q, k.detach(), v, is_causal=True)",
+        "the line using it stops the gradient",
     ),
 ]
