@@ -250,10 +250,13 @@ def _left_out(alignment: Alignment) -> str | None:
     ]
     taken = set().union(*(ancestors(candidate, r) for r in [shown.index, *rest])) - set(rest)
     statement = [*line_records(candidate, shown.index), *(candidate.records[r] for r in rest)]
+    computed_from = {x.index: _elementwise_sources(reference, x.index) for x in soon}  # "of it"
     for source in sorted(taken, reverse=True):
         held = [m.reference for m in alignment.matches.get(source, []) if m.kind == "exact"]
         held += [r for r, _, _ in alignment.parts.get(source, [])]
-        for given, record in ((reference.records[r], x) for r in held for x in soon if r < x.index):
+        for given, record in (
+            (reference.records[r], x) for r in held for x in soon if r in computed_from[x.index]
+        ):
             mine = candidate.records[source].value  # the reference's value, or a slice of it
             due = due_value(record.value, mine.shape, alignment.rules)
             if due is None:
@@ -267,20 +270,36 @@ def _left_out(alignment: Alignment) -> str | None:
                 )
             tols = tolerance_of(record, record)
             which = which_norm(due, mine, *tols)
-            reduced = any(  # a statistic of it on the way (a mean over some axis): a norm begun, not left out
-                source in r.inputs and r.value.size < mine.size and r.call.split(".")[-1] not in _PRODUCTS
-                for r in (candidate.records[t] for t in taken | {r.index for r in statement})
-            )
-            if (
-                which is not None
-                and not reduced
-                and not any(which_norm(r.value, mine, *tols) for r in statement)
-            ):
+            if which is not None and not _norm_begun(candidate, source, taken, statement, tols):
                 return (
                     f"norm left out: yours goes on with {where}, where the reference computes {which} "
                     f"of it ({record.location})"
                 )
     return None
+
+
+def _elementwise_sources(trace, index: int) -> set[int]:
+    """The values record ``index`` is computed from through values of its size alone (an
+    activation or a norm of a value: elementwise or row by row, the weights and statistics aside)."""
+    size, found, frontier = trace.records[index].value.size, set(), [index]
+    while frontier:
+        current = frontier.pop()
+        for source in trace.records[current].inputs:
+            if source not in found and trace.records[source].value.size == size:
+                found.add(source)
+                frontier.append(source)
+    return found
+
+
+def _norm_begun(candidate, source: int, taken: set[int], statement: list[Record], tols) -> bool:
+    """Whether the candidate begins a norm of its value ``source`` on the way to the blamed value: a
+    statistic of it taken (a mean over some axis; not a product with a weight), or the blamed
+    statement computing a norm of it (with another eps, say)."""
+    mine = candidate.records[source].value
+    for r in (candidate.records[t] for t in sorted(taken | {r.index for r in statement})):
+        if source in r.inputs and r.value.size < mine.size and r.call.split(".")[-1] not in _PRODUCTS:
+            return True
+    return any(which_norm(r.value, mine, *tols) for r in statement)
 
 
 def _tokens_moved(alignment: Alignment, sizes: dict[str, int]) -> str | None:
@@ -397,7 +416,7 @@ def _rotated(alignment: Alignment) -> str | None:
                     return found[0]
     used = ancestors(reference, reference.output)
     for given in held:  # a value the statement takes, which the reference rotates before it goes on
-        for later in reference.records[given.index + 1 :]:
+        for later in reference.records[given.index + 1 : given.index + 1 + 4 * _SOON]:  # RoPE comes soon
             if later.index not in used or later.shape != given.shape or later.value.dtype.kind != "f":
                 continue
             found = rope_causes(
