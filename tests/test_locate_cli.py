@@ -150,6 +150,12 @@ PORT = f"{HERE / 'numpy_fused.py'}:attention"
         (["--shape", "2,100000,8"],
          "argument --shape: --shape '2,100000,8': an array of shape (2, 100000, 100000) would hold "
          "20000000000 entries, more than the 134217728 a command line may ask for"),
+        (["--shape", "2,100000", "--tokens", "61"],  # token ids (B, T): the scores (B, T, T)
+         "argument --shape: --shape '2,100000': an array of shape (2, 100000, 100000) would hold "
+         "20000000000 entries, more than the 134217728 a command line may ask for (token ids, --tokens 61)"),
+        (["--shape", "4,1024", "--tokens", "50257"],  # ... and the logits (B, T, VOCAB)
+         "argument --shape: --shape '4,1024': an array of shape (4, 1024, 50257) would hold "
+         "205852672 entries, more than the 134217728 a command line may ask for (token ids, --tokens 50257)"),
         (["--shape", "2,5,8", "--seeds", "-1"],
          "argument --seeds: --seeds '-1': expected an integer from 0 to 4294967295"),
         (["--shape", "2,5"], f"the reference {REFERENCE} raises on an input of shape (2, 5): "
@@ -474,6 +480,41 @@ def test_diff_tokens_feeds_a_whole_gpt_its_token_ids(tmp_path, capsys):
     rows = [row.strip("│ ").rstrip() for row in capsys.readouterr().out.splitlines()]
     assert code == 1
     assert f"candidate         {tmp_path / 'gpt.py'}:{source.splitlines().index(planted) + 1}  add" in rows
+
+
+def test_diff_tokens_bound_the_arrays_token_ids_make_not_a_float_inputs():
+    """Token ids ``(B, T)`` make scores ``(B, T, T)`` and logits ``(B, T, VOCAB)``; read as floats
+    ``(T, D)`` the same sizes would make scores ``(B, B)``: 100000 sequences of 5 tokens are a
+    command line's size as token ids (scores of 2.5 million entries), not as floats."""
+    from parity_tests.locate.cli import _check_arrays
+    from parity_tests.usage import UsageError
+
+    _check_arrays([(100000, 5)], 61)
+    with pytest.raises(UsageError, match=r"an array of shape \(100000, 100000\) would hold"):
+        _check_arrays([(100000, 5)], None)
+
+
+def test_diff_tokens_with_gradients_locates_a_backward_bug_in_a_whole_gpt(tmp_path, capsys):
+    """``--tokens`` with ``--gradients``: the GPT against itself has the reference's gradients; a
+    ``detach`` planted on the attention weights leaves the forward pass right and is named on its
+    line, the first diverging value a gradient."""
+    argv = ["diff", GPT, GPT, *GPT_INIT, "--shape", "2,5", "--tokens", "61", "--gradients"]
+    assert main(argv) == 0
+    assert "ok: the outputs match" in capsys.readouterr().out
+    line = "        att = F.softmax(att, dim=-1)"
+    planted = "        att = F.softmax(att, dim=-1).detach()"
+    source = (HERE / "torch_mingpt.py").read_text()
+    assert source.count(line) == 1
+    source = source.replace(line, planted)
+    (tmp_path / "gpt.py").write_text(source)
+    argv[2] = f"{tmp_path / 'gpt.py'}:GPT"
+    assert main(argv[:-1]) == 0  # the forward pass is right
+    capsys.readouterr()
+    assert main(["--width", "400", *argv]) == 1
+    rows = [row.strip("│ ").rstrip() for row in capsys.readouterr().out.splitlines()]
+    at = f"candidate         {tmp_path / 'gpt.py'}:{source.splitlines().index(planted) + 1}"
+    assert any(row.startswith(at) for row in rows), "\n".join(rows)
+    assert any(row.startswith("first divergence  gradient of") for row in rows), "\n".join(rows)
 
 
 NUMPY_RETURNING_JAX = (

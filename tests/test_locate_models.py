@@ -1,7 +1,7 @@
 """Whole models: every bug planted in the whole-model ports (``model_bugs.MODEL_BUGS``: a functional
 NumPy GPT-2, a JAX GPT-2 on a pytree with and without ``jax.jit``, a Flax NNX GPT-2, a Flax linen
 block with nested ``vmap`` and a chunked ``scan`` path, a minGPT-style torch GPT) is located on the
-planted statement, with its cause where the data shows one, but for the expected misses below, and
+planted statement, with the cause the data shows (every bug has one), but for the expected misses below, and
 the ports without bugs pass (no false alarm). The references are transformers' ``GPT2LMHeadModel``
 and a user's minGPT-style torch GPT (``models.MODEL_PORTS``)."""
 
@@ -55,6 +55,10 @@ def test_the_expected_misses_are_planted_bugs():
     assert set(EXPECTED_MISSES) <= {bug.name for bug in MODEL_BUGS}
 
 
+def test_every_model_bug_has_a_cause():
+    assert [bug.name for bug in MODEL_BUGS if not bug.cause] == []
+
+
 SEEDS = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in (1, 2))]  # other inputs: slow
 
 
@@ -65,8 +69,7 @@ def test_planted_model_bug_is_located_on_its_line(bug, seed, tmp_path):
     report = run_model(bug.port, source, tmp_path, seed)
     assert not report.ok
     assert report.candidate_location == f"{tmp_path / source_file(bug.port)}.py:{line}", f"\n{report}"
-    if bug.cause is not None:
-        assert any(bug.cause in cause for cause in report.causes), f"no cause with {bug.cause!r}:\n{report}"
+    assert any(bug.cause in cause for cause in report.causes), f"no cause with {bug.cause!r}:\n{report}"
     if bug.port == "numpy_gpt2":  # the statement blamed, as written (not a helper's line it calls)
         assert report.candidate_op == bug.planted, f"\n{report}"
     if report.worst_index is not None:  # never a float value's entry set against a mask's

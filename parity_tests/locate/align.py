@@ -971,7 +971,10 @@ def scale_left_out(alignment: Alignment) -> int | None:
         if m.kind == "scale" and m.reference in alignment.scaled
     ]
     unscaled += [
-        r for s in sources for r, _, _ in alignment.parts.get(s, []) if (s, r) in alignment.scaled_parts
+        r  # a part held scaled: before the reference's own scale where it is not among the scaled
+        for s in sources
+        for r, _, _ in alignment.parts.get(s, [])
+        if (s, r) in alignment.scaled_parts and r in alignment.scaled
     ]
     return unscaled[0] if unscaled and candidate.records[alignment.blamed].call not in _PRODUCTS else None
 

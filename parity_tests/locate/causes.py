@@ -10,10 +10,13 @@ __all__ = [
     "axis_names",
     "describe_scale",
     "mask_causes",
+    "named_factor",
     "norm_causes",
     "read_causes",
     "rope_causes",
+    "scale_between",
     "tiled_heads_cause",
+    "which_norm",
 ]
 
 
@@ -52,7 +55,7 @@ def _close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
     return float(np.abs(a[finite] - b[finite]).max()) <= atol + rtol * float(np.abs(b[finite]).max())
 
 
-def _named_factor(factor: float, sizes: dict[str, int]) -> str | None:
+def named_factor(factor: float, sizes: dict[str, int]) -> str | None:
     """``larger by sqrt(head_dim)``, ``smaller by num_heads``...: ``factor`` as a size of the run (or
     its square root), head_dim first where two are equal; None when it is none."""
     names = {"head_dim": sizes.get("head_dim"), "num_heads": sizes.get("head"), "d_out": sizes.get("feature")}
@@ -75,16 +78,16 @@ def _describe_factor(factor: float, sizes: dict[str, int], reference_scale: floa
     if reference_scale is not None:
         if math.isclose(factor, reference_scale, rel_tol=1e-3):
             return None
-        named = _named_factor(factor / reference_scale, sizes)
+        named = named_factor(factor / reference_scale, sizes)
         if named is not None:
             return f"{named}, the reference's own scale (applied later) counted"
-    return _named_factor(factor, sizes) or f"{factor:.6g} times the reference"
+    return named_factor(factor, sizes) or f"{factor:.6g} times the reference"
 
 
 def describe_scale(scale: float, sizes: dict[str, int]) -> str:
     """``1/sqrt(head_dim)``, ``num_heads``...: a scale by name where it is a size of the run (or the
     inverse of one, or of its square root), else its number."""
-    named = _named_factor(scale, sizes)
+    named = named_factor(scale, sizes)
     if named is None:
         return f"{scale:.6g}"
     direction, form = named.split(" by ")
@@ -96,6 +99,20 @@ def _factor(expected: np.ndarray, actual: np.ndarray) -> float | None:
     keep = np.isfinite(expected) & np.isfinite(actual)
     denominator = float(expected[keep] @ expected[keep])
     return float(expected[keep] @ actual[keep]) / denominator if denominator > 0 else None
+
+
+def scale_between(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float) -> float | None:
+    """``f`` where ``actual`` is ``f * expected``: the same entries hidden (``-inf`` or a large
+    negative fill), the others within tolerance of ``f`` times the reference's, ``f`` not 0; else
+    None."""
+    hidden = _hidden(expected)
+    if expected.shape != actual.shape or not np.array_equal(hidden, _hidden(actual)) or hidden.all():
+        return None
+    e, a = expected[~hidden], actual[~hidden]
+    factor = _factor(e, a)
+    if factor is None or abs(factor) < 1e-6:  # 0 times the reference is no scale
+        return None
+    return factor if _close(factor * e, a, rtol, atol) else None
 
 
 def _one_diagonal(difference: np.ndarray) -> int | None:
@@ -157,6 +174,18 @@ def _dropped(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float)
 
 def _hidden(value: np.ndarray) -> np.ndarray:
     return ~np.isfinite(value) | (value <= -1e4)
+
+
+def _weak_fill(
+    expected: np.ndarray, actual: np.ndarray, hidden: np.ndarray, rtol: float, atol: float
+) -> float | None:
+    """The one value yours holds where the reference hides (``hidden``), where that value does not
+    hide and yours equals the reference's elsewhere; None otherwise."""
+    filled = actual[hidden]
+    if not filled.size or _hidden(filled).any() or not (filled == filled.flat[0]).all():
+        return None
+    fill = float(filled.flat[0])
+    return fill if _close(np.where(hidden, fill, expected), actual, rtol, atol) else None
 
 
 def read_causes(
@@ -221,6 +250,13 @@ def read_causes(
             rows = ~e.all(axis=-1, keepdims=True) & ~a.all(axis=-1, keepdims=True)
             if np.array_equal((e ^ a) | ~rows, np.ones_like(e)) or np.array_equal(a & rows, ~e & rows):
                 causes.append("mask inverted: the positions hidden are those the reference keeps")
+            elif e.shape[-1] == e.shape[-2] and np.array_equal(np.swapaxes(e, -1, -2), a):
+                causes += mask_causes(e, a)  # the mask transposed
+            elif label == "-inf" and (fill := _weak_fill(expected, actual, e, rtol, atol)) is not None:
+                causes.append(
+                    f"masked with {fill:g} where the reference has -inf: the positions are filled with a "
+                    "value softmax does not hide (fill with -inf or a large negative number)"
+                )
             elif np.array_equal(a & ~e, np.broadcast_to(np.eye(e.shape[-1], dtype=bool), e.shape) & ~e):
                 causes.append("causal mask off by one: the diagonal (each token itself) is hidden too")
             elif (offset := _one_diagonal(e ^ a)) is not None:
@@ -238,7 +274,9 @@ def read_causes(
             break
     keep = np.isfinite(expected) & np.isfinite(actual)
     factor = _factor(expected, actual)
-    if factor is not None and abs(factor) > 1e-6:  # 0 times the reference is no scale: nothing written
+    hidden = _hidden(actual)  # yours hides what the reference does, or nothing (before its mask)
+    same_hidden = np.array_equal(_hidden(expected), hidden) or (masks and not hidden.any())
+    if same_hidden and factor is not None and abs(factor) > 1e-6:  # 0 times the reference: no scale
         if abs(factor - 1) > 1e-3 and _close(
             factor * np.where(keep, expected, 0), np.where(keep, actual, 0), rtol, atol
         ):
@@ -397,6 +435,36 @@ def tiled_heads_cause(expected: np.ndarray, actual: np.ndarray, rtol: float, ato
                 "repeated for its query heads)"
             ]
     return []
+
+
+def which_norm(value: np.ndarray, of: np.ndarray, rtol: float, atol: float) -> str | None:
+    """``"a layer norm"`` where ``value`` is ``(of - mean) / sqrt(variance + eps) * weight + bias``
+    over the last axis (one weight and bias per feature, fitted; eps 1e-5 or 1e-6), ``"an RMS
+    norm"`` where it is ``of / sqrt(mean square + eps) * weight``; None otherwise, and where the
+    numbers cannot tell: fewer than three rows (a weight and a bias fit any two), a feature of
+    ``value`` the same in every row, a row of ``of`` the same in every feature."""
+    if value.shape != of.shape or of.ndim < 2 or of.shape[-1] < 2 or value.dtype.kind != "f":
+        return None
+    x, y = of.reshape(-1, of.shape[-1]).astype(np.float64), value.reshape(-1, of.shape[-1]).astype(np.float64)
+    if x.shape[0] < 3 or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return None
+    if (np.ptp(y, axis=0) <= atol + rtol * np.abs(y).max()).any() or (np.ptp(x, axis=-1) == 0).any():
+        return None  # a feature the same in every row (a weight of 0 fits it), or a row with no spread
+    centred = x - x.mean(-1, keepdims=True)
+    for eps in (1e-5, 1e-6):
+        n = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + eps)
+        dn, dy = n - n.mean(0), y - y.mean(0)  # least squares per feature: y = weight * n + bias
+        with np.errstate(all="ignore"):
+            weight = (dn * dy).sum(0) / (dn * dn).sum(0)
+        fitted = weight * n + (y.mean(0) - weight * n.mean(0))
+        if np.isfinite(fitted).all() and _close(fitted, y, rtol, atol):
+            return "a layer norm"
+        n = x / np.sqrt((x**2).mean(-1, keepdims=True) + eps)
+        with np.errstate(all="ignore"):
+            weight = (n * y).sum(0) / (n * n).sum(0)
+        if np.isfinite(weight).all() and _close(weight * n, y, rtol, atol):
+            return "an RMS norm"
+    return None
 
 
 def norm_causes(expected: np.ndarray, actual: np.ndarray) -> list[str]:

@@ -27,7 +27,14 @@ from parity_tests.locate.align import (
     take_part,
     tolerance_of,
 )
-from parity_tests.locate.causes import axis_names, describe_scale, mask_causes, read_causes, rope_causes
+from parity_tests.locate.causes import (
+    axis_names,
+    describe_scale,
+    mask_causes,
+    read_causes,
+    rope_causes,
+    scale_between,
+)
 from parity_tests.locate.expand import stopped_short
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
@@ -302,7 +309,11 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         )
     unmasked = alignment.unmasked_scores  # a fused call's scores, where the reference masks them
     laid_out = in_layout(blamed.value if unmasked is None else unmasked, counterpart.shape, alignment.rules)
-    misrouted = [m for m in alignment.matches.get(blamed.index, []) if m.kind == "exact"]
+    misrouted = [  # not a weight: the line holding a weight as it is (wte.T) takes no wrong variable
+        m
+        for m in alignment.matches.get(blamed.index, [])
+        if m.kind == "exact" and (expected.records[m.reference].leaf or "input").startswith("input")
+    ]
     activation = activation_cause(alignment)
     if activation is not None:
         report.causes.append(activation)
@@ -355,7 +366,7 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"again where another {name}'s is due"
         )
     unscaled = scale_left_out(alignment)
-    if unscaled is not None and alignment.factors:
+    if unscaled is not None and alignment.factors and not _scaled_otherwise(alignment, unscaled, laid_out):
         report.causes.append(
             f"scale left out: this is computed from the reference's {_label(expected, unscaled)} as it "
             f"is, where the reference scales it by {describe_scale(alignment.factors[0], sizes)} first"
@@ -408,6 +419,31 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             report.causes += read_causes(due, blamed.value, axes, sizes, rtol, atol, masks=True)
         report.causes += transform_causes(alignment, sizes)
     return report
+
+
+def _scaled_otherwise(alignment: Alignment, unscaled: int, laid_out: np.ndarray | None) -> bool:
+    """Whether the blamed line scales the reference value ``unscaled`` after all (a value of its
+    line is that value times a factor other than the one undoing the reference's scale, where
+    ``unscaled`` is computed after it, else 1), or its shown value (``laid_out`` as the
+    counterpart) is the counterpart times a factor other than the one leaving the reference's scale
+    out (its inverse where the counterpart is scaled, else 1): a scale applied, a wrong one, not
+    left out."""
+    counterpart = alignment.reference.records[alignment.counterpart]
+    rtol, atol = tolerance_of(alignment.candidate.records[alignment.shown], counterpart)
+    if laid_out is not None and laid_out.dtype.kind == "f" and counterpart.value.dtype.kind == "f":
+        factor = scale_between(counterpart.value.astype(np.float64), laid_out.astype(np.float64), rtol, atol)
+        left_out = 1 / alignment.factors[0] if counterpart.index in alignment.scaled else 1.0
+        if factor is not None and abs(factor / left_out - 1) > 1e-3:
+            return True
+    given = alignment.reference.records[unscaled].value
+    as_it_is = 1 / alignment.factors[0] if unscaled in alignment.scaled else 1.0  # yours holds it unscaled
+    for record in line_records(alignment.candidate, alignment.shown):
+        due = due_value(given, record.shape, alignment.rules) if record.value.dtype.kind == "f" else None
+        if due is not None and due.dtype.kind == "f":
+            factor = scale_between(due.astype(np.float64), record.value.astype(np.float64), rtol, atol)
+            if factor is not None and abs(factor / as_it_is - 1) > 1e-3:
+                return True
+    return False
 
 
 def _interleaved_pairs(
@@ -477,6 +513,17 @@ def _residual_left_out(expected: Trace, alignment: Alignment) -> str:
     mine = [s for s in total.inputs if any(classes[s] == classes[h] for h in held)]
     other = [expected.records[s] for s in total.inputs if s not in mine]
     added = f" {_label(expected, other[0].index)} ({other[0].location})" if other else " another value"
+    if (
+        mine
+        and other
+        and not (
+            other[0].index in ancestors(expected, mine[0]) or mine[0] in ancestors(expected, other[0].index)
+        )
+    ):  # two terms computed apart (token and position embeddings): no skip connection
+        return (
+            f"a term of a sum left out: this is a value the reference adds{added} to first "
+            f"({total.location}); yours goes on without the sum"
+        )
     return (
         f"a residual connection left out: this is a value the reference adds{added} to first "
         f"({total.location}); yours goes on without the sum"

@@ -15,8 +15,9 @@ keep-masks given to a JAX candidate. Exit 0 when every shape matches, 1 when one
 candidate that raises is a port that diverges: the report names its line raising, the exception
 and the last value it still agreed on), 2 for bad usage, with one line on stderr: a file that
 does not load, a name it lacks or that is not a function, module or class, a class refusing the
-``--init`` values, a size below 1, a seed outside 0 to 2**32 - 1, a ``--tokens`` outside 1 to
-2**31 - 1, a reference that
+``--init`` values, a size below 1, an input making an array past 2**27 entries (one head's scores;
+with ``--tokens`` also the logits ``(B, T, VOCAB)``), a seed outside 0 to 2**32 - 1, a ``--tokens``
+outside 1 to 2**31 - 1, a reference that
 raises on an input of the shape asked for, a NumPy port with ``--gradients``.
 """
 
@@ -110,17 +111,33 @@ def _pairs(items: list[str], flag: str) -> dict[str, Any]:
 
 
 def _shape(text: str) -> tuple[int, ...]:
-    """``B,T,D`` -> the input shape: sizes of at least 1, neither the input nor one head's scores
-    ``(B, T, T)`` past ``MAX_ENTRIES`` entries."""
+    """``B,T,D`` -> the input shape: sizes of at least 1, the input not past ``MAX_ENTRIES`` entries
+    (the arrays it makes: ``_check_arrays``)."""
     try:
         shape = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--shape {text!r}: expected sizes like 2,5,8") from None
     try:
-        check_sizes("--shape", text, shape, [shape, (*shape[:-1], shape[-2]) if len(shape) > 1 else shape])
+        check_sizes("--shape", text, shape, [shape])
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
     return shape
+
+
+def _check_arrays(shapes: list[tuple[int, ...]], vocab: int | None) -> None:
+    """UsageError where an input of one of ``shapes`` makes an array past ``MAX_ENTRIES`` entries:
+    one head's scores, ``(B, T, T)`` for floats ``(B, T, D)``; for token ids ``(B, T)`` (``vocab``
+    given) the scores ``(B, T, T)`` and the logits ``(B, T, VOCAB)``."""
+    for shape in shapes:
+        text = ",".join(map(str, shape))
+        if vocab is not None:
+            arrays, given = [(*shape, shape[-1]), (*shape, vocab)], f" (token ids, --tokens {vocab})"
+        else:
+            arrays, given = [(*shape[:-1], shape[-2]) if len(shape) > 1 else shape], ""
+        try:
+            check_sizes("--shape", text, shape, arrays)
+        except ValueError as error:
+            raise UsageError(f"argument --shape: {error}{given}") from None
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -131,6 +148,7 @@ def _diff(args: argparse.Namespace) -> int:
     from parity_tests.locate.trace import Raised
 
     heatmap = None if args.heatmap is None else png_path(args.heatmap, "first_divergence.png")
+    _check_arrays(args.shape, args.tokens)
     try:
         reference, candidate = load_object(args.reference), load_object(args.candidate)
         init, options = _pairs(args.init, "--init"), _pairs(args.option, "--option")

@@ -193,9 +193,10 @@ def _report(alignment: Alignment, group: _Group, verified: list[str]) -> LocateR
         actual_value=a,
     )
     if not np.any(a):
+        named = record.leaf if record.leaf is not None else f"{record.location} ({record.op})"
         report.causes.append(
-            f"no gradient reaches the value of {record.location} ({record.op}): the line using it "
-            "stops the gradient (stop_gradient, detach, an integer cast)"
+            f"no gradient reaches the value of {named}: the line using it stops the gradient "
+            "(stop_gradient, detach, an integer cast)"
         )
     else:
         if rule is not None:

@@ -219,8 +219,12 @@ def capture(
     if framework is None:
         framework, certain = _guess(fn)
     run = (inputs, params, train, gradient_seed, keep_masks, kept_high)
+    # NumPy has no gradients: a guessed NumPy callable runs forward first, for the framework it returns
+    first = run
+    if gradient_seed is not None and not certain and framework == "numpy":
+        first = (inputs, params, train, None, keep_masks, kept_high)
     try:
-        trace = _capture(fn, framework, *run)
+        trace = _capture(fn, framework, *first)
     except Raised as raised:
         if certain or not isinstance(raised.error, Exception):
             raise
@@ -233,7 +237,7 @@ def capture(
         raise
     if not certain and trace.returned not in (None, framework):  # it computes with what it returns
         return _capture(fn, trace.returned, *run)
-    return trace
+    return trace if first is run else _capture(fn, framework, *run)
 
 
 def _capture(

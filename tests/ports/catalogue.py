@@ -23,6 +23,7 @@ class Bug:
     port: str
     line: str
     planted: str
+    cause: str | None = None  # a phrase one of the causes contains (the numbers show every one here)
 
 
 def reference(kind: str):
@@ -118,34 +119,51 @@ BUGS = [
         "numpy_loop_heads",
         "s = q @ k.swapaxes(-1, -2) / np.sqrt(hd)",
         "s = k @ q.swapaxes(-1, -2) / np.sqrt(hd)",
+        "transposed over (query, key)",
     ),
     # NumPy port scaling the scores in place before the mask
-    B("np_inplace_scale_by_head_dim", "numpy_scale_first", "s[...] = s / np.sqrt(hd)", "s[...] = s / hd"),
-    B("np_inplace_scale_by_d", "numpy_scale_first", "s[...] = s / np.sqrt(hd)", "s[...] = s / np.sqrt(d)"),
+    B(
+        "np_inplace_scale_by_head_dim",
+        "numpy_scale_first",
+        "s[...] = s / np.sqrt(hd)",
+        "s[...] = s / hd",
+        "scale differs: yours is smaller by sqrt(head_dim)",
+    ),
+    B(
+        "np_inplace_scale_by_d",
+        "numpy_scale_first",
+        "s[...] = s / np.sqrt(hd)",
+        "s[...] = s / np.sqrt(d)",
+        "scale differs: yours is smaller by sqrt(num_heads)",
+    ),
     # NumPy port filling a zeros buffer head by head
     B(
         "np_buffer_same_value_head_each_time",
         "numpy_head_buffer",
         "vh = v[:, :, h * hd : (h + 1) * hd]",
         "vh = v[:, :, 0:hd]",
+        "equals head 0 of the reference's values",
     ),
     B(
         "np_buffer_scale_by_d",
         "numpy_head_buffer",
         "s = s / np.sqrt(hd)",
         "s = s / np.sqrt(d)",
+        "scale differs: yours is smaller by sqrt(num_heads)",
     ),
     B(
         "np_buffer_mask_keeps_next_token",
         "numpy_head_buffer",
         "s[:, np.triu(np.ones((t, t), bool), 1)] = -np.inf",
         "s[:, np.triu(np.ones((t, t), bool), 2)] = -np.inf",
+        "causal mask off by one: the next token (key = query + 1) is not hidden",
     ),
     B(
         "np_buffer_written_at_the_wrong_head",
         "numpy_head_buffer",
         "ctx[:, :, h * hd : (h + 1) * hd] = w @ vh",
         "ctx[:, :, (1 - h) * hd : (2 - h) * hd] = w @ vh",
+        "your head 1 holds the reference's head 0",
     ),
     # NumPy port looping over the batch and the heads
     B(
@@ -153,12 +171,14 @@ BUGS = [
         "numpy_batch_head_loop",
         "s = qh @ kh.T / np.sqrt(hd)",
         "s = qh @ kh.T / hd",
+        "scale differs: yours is smaller by sqrt(head_dim)",
     ),
     B(
         "np_batch_head_loop_context_from_queries",
         "numpy_batch_head_loop",
         "ctx[i, :, h * hd : (h + 1) * hd] = w @ vh",
         "ctx[i, :, h * hd : (h + 1) * hd] = w @ qh",
+        "another variable: this takes the reference's queries",
     ),
     # NumPy port looping over the batch, masking in place
     B(
@@ -166,20 +186,29 @@ BUGS = [
         "numpy_batch_loop",
         "s = q @ k.transpose(0, 2, 1) / np.sqrt(hd)",
         "s = q @ k.transpose(0, 2, 1) / hd",
+        "scale differs: yours is smaller by sqrt(head_dim)",
     ),
-    B("np_batch_loop_mask_inverted", "numpy_batch_loop", "s[:, mask] = -np.inf", "s[:, ~mask] = -np.inf"),
+    B(
+        "np_batch_loop_mask_inverted",
+        "numpy_batch_loop",
+        "s[:, mask] = -np.inf",
+        "s[:, ~mask] = -np.inf",
+        "mask inverted",
+    ),
     # NumPy port masking its exp weights by multiplying with np.tril(np.ones(...))
     B(
         "np_mult_mask_scale_by_head_dim",
         "numpy_mult_mask",
         "scores = scores / np.sqrt(hd)",
         "scores = scores / hd",
+        "scale differs: yours is smaller by sqrt(head_dim)",
     ),
     B(  # the product with the values and the merge of the heads in one statement
         "np_mult_mask_heads_merged_without_transpose",
         "numpy_mult_mask",
         "ctx = (weights @ v).transpose(0, 2, 1, 3).reshape(b, t, d)",
         "ctx = (weights @ v).reshape(b, t, d)",
+        "a reshape without the transpose",
     ),
     # compact NumPy port (the README's quickstart): the softmax's normalisation, the product with the
     # values and the merge of the heads in one statement
@@ -188,6 +217,7 @@ BUGS = [
         "numpy_inline_softmax",
         "context = (weights / weights.sum(-1, keepdims=True) @ v).transpose(0, 2, 1, 3).reshape(b, t, d)",
         "context = (weights / weights.sum(-1, keepdims=True) @ v).reshape(b, t, d)",
+        "a reshape without the transpose",
     ),
     # NumPy port of the book's class
     B(
@@ -195,67 +225,84 @@ BUGS = [
         "numpy_mha",
         'q = x @ params["W_query.weight"].T + params["W_query.bias"]',
         'q = x @ params["W_query.weight"] + params["W_query.bias"]',
+        "with W_query.weight transposed",
     ),
     B(
         "np_query_bias_missing",
         "numpy_mha",
         'q = x @ params["W_query.weight"].T + params["W_query.bias"]',
         'q = x @ params["W_query.weight"].T',
+        "a bias missing",
     ),
     B(
         "np_values_from_key_weights",
         "numpy_mha",
         'v = x @ params["W_value.weight"].T + params["W_value.bias"]',
         'v = x @ params["W_key.weight"].T + params["W_key.bias"]',
+        "equals the reference's keys",
     ),
     B(
         "np_heads_split_without_transpose",
         "numpy_mha",
         "q = q.reshape(b, t, num_heads, hd).transpose(0, 2, 1, 3)",
         "q = q.reshape(b, num_heads, t, hd)",
+        "yours holds the reference's queries",
     ),
     B(
         "np_queries_keys_swapped",
         "numpy_mha",
         "scores = q @ k.transpose(0, 1, 3, 2)",
         "scores = k @ q.transpose(0, 1, 3, 2)",
+        "transposed over (query, key)",
     ),
     B(
         "np_mask_off_by_one",
         "numpy_mha",
         "mask = np.triu(np.ones((t, t), dtype=bool), k=1)",
         "mask = np.triu(np.ones((t, t), dtype=bool), k=0)",
+        "causal mask off by one: the diagonal (each token itself) is hidden too",
     ),
     B(
         "np_mask_keeps_next_token",
         "numpy_mha",
         "mask = np.triu(np.ones((t, t), dtype=bool), k=1)",
         "mask = np.triu(np.ones((t, t), dtype=bool), k=2)",
+        "causal mask off by one: the next token (key = query + 1) is not hidden",
     ),
     B(
         "np_mask_inverted",
         "numpy_mha",
         "scores = np.where(mask, -np.inf, scores)",
         "scores = np.where(mask, scores, -np.inf)",
+        "mask inverted",
     ),
-    B("np_scale_by_d_out", "numpy_mha", "scores = scores / np.sqrt(hd)", "scores = scores / np.sqrt(d_out)"),
+    B(
+        "np_scale_by_d_out",
+        "numpy_mha",
+        "scores = scores / np.sqrt(hd)",
+        "scores = scores / np.sqrt(d_out)",
+        "scale differs: yours is smaller by sqrt(num_heads)",
+    ),
     B(
         "np_softmax_over_queries",
         "numpy_mha",
         "weights = softmax(scores, axis=-1)",
         "weights = softmax(scores, axis=-2)",
+        "softmax over the wrong axis",
     ),
     B(
         "np_heads_merged_without_transpose",
         "numpy_mha",
         "ctx = ctx.transpose(0, 2, 1, 3).reshape(b, t, d_out)",
         "ctx = ctx.reshape(b, t, d_out)",
+        "a reshape without the transpose",
     ),
     B(
         "np_output_bias_missing",
         "numpy_mha",
         'out = ctx @ params["out_proj.weight"].T + params["out_proj.bias"]',
         'out = ctx @ params["out_proj.weight"].T',
+        "a bias missing",
     ),
     # plain JAX port
     B(
@@ -263,48 +310,56 @@ BUGS = [
         "jax_mha",
         'return x @ params[f"{name}.weight"].T + params[f"{name}.bias"]',
         'return x @ params[f"{name}.weight"] + params[f"{name}.bias"]',
+        "weight transposed: yours is the reference's",
     ),
     B(
         "jax_keys_from_query_projection",
         "jax_mha",
         'keys = linear(params, "W_key", x)',
         'keys = linear(params, "W_query", x)',
+        "equals the reference's queries",
     ),
     B(
         "jax_values_split_without_transpose",
         "jax_mha",
         "values = values.reshape(b, t, num_heads, head_dim).swapaxes(1, 2)",
         "values = values.reshape(b, num_heads, t, head_dim)",
+        "a reshape without the transpose",
     ),
     B(
         "jax_causal_mask_inverted",
         "jax_mha",
         "attn_scores = jnp.where(causal, attn_scores, -jnp.inf)",
         "attn_scores = jnp.where(causal, -jnp.inf, attn_scores)",
+        "mask inverted",
     ),
     B(
         "jax_fill_zero",
         "jax_mha",
         "attn_scores = jnp.where(causal, attn_scores, -jnp.inf)",
         "attn_scores = jnp.where(causal, attn_scores, 0.0)",
+        "masked with 0 where the reference has -inf",
     ),
     B(
         "jax_scale_not_square_root",
         "jax_mha",
         "attn_weights = jax.nn.softmax(attn_scores / jnp.sqrt(head_dim), axis=-1)",
         "attn_weights = jax.nn.softmax(attn_scores / head_dim, axis=-1)",
+        "scaled by 1/head_dim, where the reference scales by 1/sqrt(head_dim)",
     ),
     B(
         "jax_weights_transposed_in_context",
         "jax_mha",
         "context = attn_weights @ values",
         "context = attn_weights.swapaxes(-1, -2) @ values",
+        "transposed over (query, key): the wrong axes transposed",
     ),
     B(
         "jax_heads_merged_without_transpose",
         "jax_mha",
         "context = context.swapaxes(1, 2).reshape(b, t, num_heads * head_dim)",
         "context = context.reshape(b, t, num_heads * head_dim)",
+        "a reshape without the transpose",
     ),
     # jitted JAX port in (B, T, N, H) layout
     B(
@@ -312,36 +367,42 @@ BUGS = [
         "jax_jit_mha",
         'v = (x @ wv + params["W_value.bias"]).reshape(b, t, num_heads, h)',
         'v = (x @ wv + params["W_key.bias"]).reshape(b, t, num_heads, h)',
+        "taken from another layer",
     ),
     B(
         "jit_prescale_by_d_model",
         "jax_jit_mha",
         "q = q / jnp.sqrt(h).astype(q.dtype)",
         "q = q / jnp.sqrt(d).astype(q.dtype)",
+        "scaled by 1/sqrt(d_out), where the reference scales by 1/sqrt(head_dim)",
     ),
     B(
         "jit_einsum_keys_for_queries",
         "jax_jit_mha",
         's = jnp.einsum("btnh,bsnh->bnts", q, k)',
         's = jnp.einsum("btnh,bsnh->bnts", k, q)',
+        "transposed over (query, key)",
     ),
     B(
         "jit_mask_strict",
         "jax_jit_mha",
         "allowed = jnp.arange(t)[:, None] >= jnp.arange(t)[None, :]",
         "allowed = jnp.arange(t)[:, None] > jnp.arange(t)[None, :]",
+        "causal mask off by one: the diagonal (each token itself) is hidden too",
     ),
     B(
         "jit_softmax_wrong_axis",
         "jax_jit_mha",
         "p = jax.nn.softmax(s, axis=-1)",
         "p = jax.nn.softmax(s, axis=-2)",
+        "softmax over the wrong axis",
     ),
     B(
         "jit_context_einsum_heads_mixed",
         "jax_jit_mha",
         'o = jnp.einsum("bnts,bsnh->btnh", p, v)',
         'o = jnp.einsum("bnts,bsnh->bnth", p, v).reshape(b, t, num_heads, h)',
+        "a reshape without the transpose",
     ),
     # JAX port running its heads with jax.lax.scan
     B(
@@ -349,6 +410,7 @@ BUGS = [
         "jax_scan_heads",
         "w = jax.nn.softmax(s, axis=-1)",
         "w = jax.nn.softmax(s, axis=-2)",
+        "softmax over the wrong axis",
     ),
     # JAX port running its heads in a Python loop (unrolled when traced)
     B(
@@ -356,12 +418,14 @@ BUGS = [
         "jax_loop_heads",
         "w = jax.nn.softmax(s, axis=-1)",
         "w = jax.nn.softmax(s, axis=-2)",
+        "softmax over the wrong axis",
     ),
     B(
         "loop_mask_transposed",
         "jax_loop_heads",
         "s = jnp.where(causal, s, -jnp.inf)",
         "s = jnp.where(causal.T, s, -jnp.inf)",
+        "mask transposed",
     ),
     # NNX module with its own weight loader
     B(
@@ -369,25 +433,35 @@ BUGS = [
         "nnx_mha",
         "scores = jnp.matmul(q, k.transpose(0, 1, 3, 2)) / h**0.5",
         "scores = jnp.matmul(q, k.transpose(0, 1, 3, 2)) / n**0.5",
+        "scale differs: yours is larger by sqrt(num_heads)",
     ),
-    B("nnx_values_from_key_layer", "nnx_mha", "v = self.value(x)", "v = self.key(x)"),
+    B(
+        "nnx_values_from_key_layer",
+        "nnx_mha",
+        "v = self.value(x)",
+        "v = self.key(x)",
+        "equals the reference's keys",
+    ),
     B(
         "nnx_mask_inverted",
         "nnx_mha",
         "scores = jnp.where(mask, -1e9, scores)",
         "scores = jnp.where(mask, scores, -1e9)",
+        "mask inverted",
     ),
     B(
         "nnx_softmax_of_exp",
         "nnx_mha",
         "weights = jax.nn.softmax(scores, axis=-1)",
         "weights = jax.nn.softmax(scores, axis=-1) * 2",
+        "scale differs: yours is larger by sqrt(head_dim)",
     ),
     B(
         "nnx_merge_without_transpose",
         "nnx_mha",
         "context = context.transpose(0, 2, 1, 3).reshape(b, t, n * h)",
         "context = context.reshape(b, t, n * h)",
+        "a reshape without the transpose",
     ),
     # NNX module with a dropout, in eval mode
     B(
@@ -395,6 +469,7 @@ BUGS = [
         "nnx_dropout_mha",
         "weights = self.dropout(weights)",
         "weights = self.dropout(weights, deterministic=False)",
+        "a dropout left on",
     ),
     # JAX port on jax.nn.dot_product_attention
     B(
@@ -403,6 +478,7 @@ BUGS = [
         'out = jax.nn.dot_product_attention(heads("W_query"), heads("W_key"), heads("W_value"), '
         "is_causal=True)",
         'out = jax.nn.dot_product_attention(heads("W_query"), heads("W_key"), heads("W_value"))',
+        "the causal mask is missing",
     ),
     # torch port on F.scaled_dot_product_attention
     B(
@@ -410,18 +486,21 @@ BUGS = [
         "torch_sdpa",
         "y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
         "y = F.scaled_dot_product_attention(q, k, v)",
+        "the causal mask is missing",
     ),
     B(
         "sdpa_scale_not_causal",
         "torch_sdpa_scale",
         "y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)",
         "y = F.scaled_dot_product_attention(q, k, v, scale=1.0)",
+        "the causal mask is missing",
     ),
     B(
         "sdpa_mqa_mask_missing",
         "torch_sdpa_mqa",
         "y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=allowed)",
         "y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v)",
+        "the causal mask is missing",
     ),
     # NumPy port of a user's own fused torch module
     B(
@@ -429,24 +508,28 @@ BUGS = [
         "numpy_fused",
         "q, k, v = np.split(qkv, 3, axis=-1)",
         "q, v, k = np.split(qkv, 3, axis=-1)",
+        "equals the reference's split",
     ),
     B(
         "fused_scale_by_c",
         "numpy_fused",
         "att = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hs)",
         "att = q @ k.transpose(0, 1, 3, 2) / np.sqrt(C)",
+        "scale differs: yours is smaller by sqrt(num_heads)",
     ),
     B(
         "fused_keep_mask_upper",
         "numpy_fused",
         "keep = np.tril(np.ones((T, T), dtype=bool))",
         "keep = np.triu(np.ones((T, T), dtype=bool))",
+        "mask transposed",
     ),
     B(
         "fused_merge_without_transpose",
         "numpy_fused",
         "y = y.transpose(0, 2, 1, 3).reshape(B, T, C)",
         "y = y.reshape(B, T, C)",
+        "a reshape without the transpose",
     ),
     # JAX port of a user's own fused torch module
     B(
@@ -454,24 +537,28 @@ BUGS = [
         "jax_fused",
         'qkv = jnp.dot(x, params["qkv.weight"].T) + params["qkv.bias"]',
         'qkv = jnp.dot(x, params["qkv.weight"].T)',
+        "a bias missing",
     ),
     B(
         "jaxfused_context_from_queries",
         "jax_fused",
         'y = jnp.einsum("bnqk,bknh->bqnh", att, v)',
         'y = jnp.einsum("bnqk,bknh->bqnh", att, q)',
+        "another variable: this takes the reference's split",
     ),
     B(
         "jaxfused_scale_by_heads",
         "jax_fused",
         'att = jnp.einsum("bqnh,bknh->bnqk", q, k) * (C // n_head) ** -0.5',
         'att = jnp.einsum("bqnh,bknh->bnqk", q, k) * n_head**-0.5',
+        "scale differs: yours is larger by sqrt(num_heads)",
     ),
     B(
         "jaxfused_keep_mask_transposed",
         "jax_fused",
         "att = jnp.where(keep[None, None], att, -jnp.inf)",
         "att = jnp.where(keep.T[None, None], att, -jnp.inf)",
+        "mask transposed",
     ),
 ]
 
@@ -495,13 +582,17 @@ GRADIENT_BUGS = [
         "jax_mha",
         'values = linear(params, "W_value", x)',
         'values = jax.lax.stop_gradient(linear(params, "W_value", x))',
+        "the line using it stops the gradient",
     ),
     B(
         "grad_weights_stopped_in_the_helper",
         "jax_mha",
         'return x @ params[f"{name}.weight"].T + params[f"{name}.bias"]',
         'return x @ jax.lax.stop_gradient(params[f"{name}.weight"]).T + params[f"{name}.bias"]',
+        "no gradient reaches the value of out_proj.weight",
     ),
+    # No cause: the input's cotangent is the reference's less what reaches it through the values'
+    # projection, and only each value's whole cotangent is recorded, not what each use adds to it.
     B(
         "grad_integer_cast_of_the_input",
         "jax_mha",
@@ -513,24 +604,34 @@ GRADIENT_BUGS = [
         "jax_jit_mha",
         'k = (x @ wk + params["W_key.bias"]).reshape(b, t, num_heads, h)',
         'k = jax.lax.stop_gradient(x @ wk + params["W_key.bias"]).reshape(b, t, num_heads, h)',
+        "the line using it stops the gradient",
     ),
-    B("grad_nnx_detached_values", "nnx_mha", "v = self.value(x)", "v = jax.lax.stop_gradient(self.value(x))"),
+    B(
+        "grad_nnx_detached_values",
+        "nnx_mha",
+        "v = self.value(x)",
+        "v = jax.lax.stop_gradient(self.value(x))",
+        "the line using it stops the gradient",
+    ),
     B(
         "grad_custom_vjp_bwd_without_the_sum",
         "jax_custom_rules",
         "return (weights * (grad - jnp.sum(grad * weights, axis=-1, keepdims=True)),)",
         "return (weights * grad,)",
+        "the custom_vjp_call rule gives its input a wrong cotangent",
     ),
     B(
         "grad_custom_jvp_scale_not_square_root",
         "jax_custom_rules",
         "return scaled(scores, head_dim), d_scores / jnp.sqrt(head_dim)",
         "return scaled(scores, head_dim), d_scores / head_dim",
+        "the cotangent is the reference's times 0.5",
     ),
     B(
         "grad_torch_keys_detached",
         "torch_sdpa",
         "y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
         "y = F.scaled_dot_product_attention(q, k.detach(), v, is_causal=True)",
+        "the line using it stops the gradient",
     ),
 ]

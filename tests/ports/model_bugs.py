@@ -1,6 +1,6 @@
 """Bugs planted in the whole-model ports (``models.MODEL_PORTS``), one line each, as in
 ``catalogue.BUGS``: ``locate`` must report the planted line; ``cause`` is a phrase one of the
-causes must contain where the data shows one (None where it shows none)."""
+causes must contain (the data shows one for every bug here)."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ MODEL_BUGS = [
         "numpy_gpt2",
         "x = x + ffn(layer_norm(x, **ln_2), **mlp)",
         "x = x + ffn(layer_norm(x, **ln_1), **mlp)",
-        None,
+        "takes the reference's transformer.h.0.ln_1.weight where it uses transformer.h.0.ln_2.weight",
     ),
     B(
         "np_gelu_left_out",
@@ -115,21 +115,21 @@ MODEL_BUGS = [
         "numpy_gpt2",
         "x = wte[ids] + wpe[np.arange(len(ids))]  # [T, D]",
         "x = wte[ids] + wpe[np.arange(1, len(ids) + 1)]  # [T, D]",
-        None,
+        "tokens shifted by +1: your token t holds the reference's embedding in transformer.wpe",
     ),
     B(
         "np_final_norm_left_out",
         "numpy_gpt2",
         "return layer_norm(x, **ln_f) @ wte.T  # [T, V]",
         "return x @ wte.T  # [T, V]",
-        None,
+        "norm left out: yours goes on with the reference's add in transformer.h.1",
     ),
     B(
         "np_batch_glue_first_sequence_each_time",
         "numpy_gpt2",
         "return np.stack([gpt2(ids, **params, n_head=n_head) for ids in token_ids])",
         "return np.stack([gpt2(token_ids[0], **params, n_head=n_head) for ids in token_ids])",
-        None,
+        "the same slice taken again where another batch's is due",
     ),
     # JAX GPT-2 on a pytree, jax.nn.dot_product_attention, blocks under jax.checkpoint
     B(
@@ -165,14 +165,14 @@ MODEL_BUGS = [
         "jax_gpt2",
         'qkv = dense(p["qkv"], x).reshape(b, t, 3, num_heads, d // num_heads)  # (B, T, 3, N, H)',
         'qkv = dense(p["qkv"], x).reshape(b, t, num_heads, 3, d // num_heads).swapaxes(2, 3)',
-        None,
+        "in another order: a reshape without the transpose",
     ),
     B(
         "jax_norm_mean_over_tokens",
         "jax_gpt2",
         "mean = x.mean(-1, keepdims=True)",
         "mean = x.mean(-2, keepdims=True)",
-        None,
+        "mean over the wrong axis: yours is the mean of the reference's add in transformer over its token",
     ),
     B(
         "jax_attention_residual_missing",
@@ -186,14 +186,14 @@ MODEL_BUGS = [
         "jax_gpt2",
         'x = params["embed"]["tokens"][token_ids] + params["embed"]["positions"][:t]  # (B, T, D)',
         'x = params["embed"]["tokens"][token_ids] + params["embed"]["positions"][1 : t + 1]  # (B, T, D)',
-        None,
+        "tokens shifted by +1: your token t holds the reference's embedding in transformer.wpe",
     ),
     B(
         "jax_final_norm_left_out",
         "jax_gpt2",
         'return norm(params["norm_f"], x) @ params["embed"]["tokens"].T  # (B, T, V)',
         'return x @ params["embed"]["tokens"].T  # (B, T, V)',
-        None,
+        "norm left out: yours goes on with the reference's add in transformer.h.1",
     ),
     B(
         "jit_gelu_erf",
@@ -271,14 +271,14 @@ MODEL_BUGS = [
         "nnx_gpt2",
         "x = self.tokens(token_ids) + self.positions(jnp.arange(t))",
         "x = self.tokens(token_ids) + self.positions(jnp.zeros(t, int))",
-        None,
+        "every token holds token 0 of the reference's embedding in wpe",
     ),
     B(
         "nnx_final_norm_left_out",
         "nnx_gpt2",
         "return self.tokens.attend(self.norm(x))  # tied head: x @ embedding.T",
         "return self.tokens.attend(x)  # tied head: x @ embedding.T",
-        None,
+        "norm left out: yours goes on with the reference's add in h.1",
     ),
     # Flax linen block: heads and batch by nested vmap, a chunked scan path
     B(
@@ -342,14 +342,14 @@ MODEL_BUGS = [
         "linen_block_chunked",
         "visible = (start + jnp.arange(chunk))[:, None] >= jnp.arange(t)[None, :]",
         "visible = jnp.arange(chunk)[:, None] >= jnp.arange(t)[None, :]",
-        None,
+        "the same slice taken again where another query's is due",
     ),
     B(
         "chunk_softmax_over_queries",
         "linen_block_chunked",
         "return carry, jax.nn.softmax(scores, axis=-1) @ v",
         "return carry, jax.nn.softmax(scores, axis=0) @ v",
-        None,
+        "NaN where the reference's softmax in attn",
     ),
     B(
         "chunk_scale_left_out",
@@ -399,7 +399,7 @@ MODEL_BUGS = [
         "torch_mingpt",
         "y = y.transpose(1, 2).contiguous().view(B, T, C)",
         "y = y.contiguous().view(B, T, C)",
-        None,
+        "a reshape without the transpose",
     ),
     B(
         "torch_attention_residual_missing",
@@ -413,13 +413,13 @@ MODEL_BUGS = [
         "torch_mingpt",
         "x = self.wte(idx) + self.wpe(pos)",
         "x = self.wte(idx)",
-        None,
+        "a term of a sum left out: this is a value the reference adds embedding in transformer.wpe",
     ),
     B(
         "torch_final_norm_left_out",
         "torch_mingpt",
         "return self.lm_head(self.ln_f(x))",
         "return self.lm_head(x)",
-        None,
+        "norm left out: yours goes on with the reference's add in transformer.h.1",
     ),
 ]
