@@ -3,36 +3,39 @@ against it, the token ids, the caches and the generation options; one text for o
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from numpy_attn import checks, finite, memory
-from numpy_attn.cache_checks import check_cache_memory, check_decode_room, check_kv_cache
+from numpy_attn import checks, finite
+from numpy_attn.cache_checks import check_block_caches, check_cache_memory
 from numpy_attn.gpt_spec import FIRST_WEIGHT, PART_SHAPES, block_shapes, check_config, gpt_param_shapes
 from numpy_attn.gpt_spec import without_gpt_buffers as _without_buffers
 
 A = Mapping[str, Any]
 
 
-def check_part(fw: Any, part: str, params: Any, x: Any) -> None:
-    """``layer_norm``'s or ``feed_forward``'s call: x floating ``(..., D)``, D >= 1, then ``params``
-    exactly the part's weights for D, each of x's dtype."""
-    fw.check_operands(x=x)
+def check_features(fw: Any, x: Any, **operands: Any) -> tuple[int, ...]:
+    """x floating ``(..., D)``, D >= 1, and the other ``operands`` of its dtype; returns x's shape."""
+    fw.check_operands(x=x, **operands)
     shape = tuple(x.shape)
     if not shape or shape[-1] < 1:
         raise ValueError(f"x must have shape (..., D) with D >= 1, got shape {shape}")
-    checks.check_params(params, PART_SHAPES[part](shape[-1]), layer=part, dtype=x.dtype)
+    return shape
 
 
-def layer_norm(fw: Any, a: A) -> None:
-    check_part(fw, "LayerNorm", a["params"], a["x"])
+def check_part(part: str, fw: Any, a: A) -> None:
+    """``layer_norm``'s or ``feed_forward``'s call (``part``): x floating ``(..., D)``, D >= 1, then
+    ``params`` exactly the part's weights for D, each of x's dtype."""
+    shape = check_features(fw, a["x"])
+    checks.check_params(a["params"], PART_SHAPES[part](shape[-1]), layer=part, dtype=a["x"].dtype)
 
 
-def feed_forward(fw: Any, a: A) -> None:
-    check_part(fw, "FeedForward", a["params"], a["x"])
+layer_norm = functools.partial(check_part, "LayerNorm")
+feed_forward = functools.partial(check_part, "FeedForward")
 
 
 def gelu(fw: Any, a: A) -> None:
@@ -134,8 +137,8 @@ def init_gpt_cache(fw: Any, a: A) -> None:
     check_config(config)
     checks.check_size("batch", a["batch"])
     shape = (a["batch"], config["n_heads"], config["context_length"], config["emb_dim"] // config["n_heads"])
-    memory.check_array_size("the cache's keys (batch, num_heads, max_length, head_dim)", shape)
-    check_cache_memory(fw, shape, fw.check_dtype(a["dtype"]), blocks=config["n_layers"])
+    axes = "batch, num_heads, max_length, head_dim"
+    check_cache_memory(fw, shape, axes, a["dtype"], blocks=config["n_layers"])
 
 
 def gpt_model_decode(fw: Any, a: dict[str, Any]) -> None:
@@ -144,40 +147,12 @@ def gpt_model_decode(fw: Any, a: dict[str, Any]) -> None:
     concrete = fw.concrete(a)
     check_gpt_params(fw, a["params"], a["config"], values=concrete)
     check_token_ids(a["token_ids"], a["config"], values=concrete)
-    check_gpt_caches(fw, a["caches"], a["token_ids"].shape, a["config"], a["params"][FIRST_WEIGHT].dtype)
+    heads = a["config"]["n_heads"]
+    check_block_caches(
+        fw, a, "config", heads, a["config"]["emb_dim"] // heads, "init_gpt_cache(config, batch)"
+    )
     if a["padding_mask"] is not None:
         checks.check_padding_mask(a["padding_mask"], *a["token_ids"].shape)
-
-
-def check_gpt_caches(
-    fw: Any, caches: Any, shape: tuple[int, int], config: Mapping[str, Any], dtype: Any
-) -> None:
-    """One cache per block (a tuple or list: TypeError; its length: ValueError), each as the decode
-    functions check theirs (named ``caches[i]``), all holding as many tokens, with room for t more."""
-    if isinstance(caches, fw.kv_cache) or not isinstance(caches, tuple | list):
-        raise TypeError(
-            "caches must be a tuple of KVCache, one per block (init_gpt_cache(config, batch)), "
-            f"got {type(caches).__name__}"
-        )
-    if len(caches) != config["n_layers"]:
-        raise ValueError(
-            f"caches has {len(caches)} KVCache, but config['n_layers'] = {config['n_layers']} "
-            "blocks need one each"
-        )
-    batch, num_tokens = shape
-    x = np.broadcast_to(np.zeros((), dtype), (batch, num_tokens, config["emb_dim"]))  # the blocks' input
-    num_heads = config["n_heads"]
-    for index, cache in enumerate(caches):
-        check_kv_cache(
-            fw, cache, x, num_heads, config["emb_dim"] // num_heads, f"caches[{index}]", "the blocks' input"
-        )
-    lengths = [fw.cache_length(cache) for cache in caches]
-    if len({length for length in lengths if length is not None}) > 1:
-        raise ValueError(f"the caches hold {lengths} tokens: every block's cache must hold the same tokens")
-    for index, (cache, length) in enumerate(zip(caches, lengths, strict=True)):
-        check_decode_room(
-            length, cache.keys.shape[2], x.shape, config["context_length"], name=f"caches[{index}]"
-        )
 
 
 def check_generate_args(a: Mapping[str, Any], shape: tuple[int, ...], config: Mapping[str, Any]) -> None:
