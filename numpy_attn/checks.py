@@ -8,7 +8,7 @@ value of the wrong kind, ValueError for one out of range, naming the argument an
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,8 @@ JAX_FLOATS = ("bfloat16", *NUMPY_FLOATS)
 FLOATS_ACCEPTED = "float16, float32, float64; bfloat16 in jax_attn"  # one text in both packages
 # The largest position a causal mask computes with: jax_attn's positions are int32.
 MAX_POSITION = 2**31 - 1
+INTS = (int, np.integer)
+NUMBERS = (int, float, np.integer, np.floating)
 _FLOAT_NAMES = {np.dtype(name): name for name in NUMPY_FLOATS}  # a dict lookup, not dtype.name's µs
 
 
@@ -107,22 +109,26 @@ def check_flag(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
 
 
-def _check_int(name: str, value: Any, low: int, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+def check_number(
+    name: str, value: Any, what: str, ok: Callable[[Any], bool], kinds: tuple[type, ...] = NUMBERS
+) -> None:
+    """A number of ``kinds`` (TypeError for a bool or another type) for which ``ok`` holds (ValueError);
+    both messages say it must be ``what``."""
+    if isinstance(value, bool) or not isinstance(value, kinds):
         raise TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
-    if value < low:
+    if not ok(value):
         raise ValueError(f"{name} must be {what}, got {value!r}")
 
 
 def check_size(name: str, value: Any) -> None:
     """A size (``num_heads``, ``context_length``, ``block_size``...): a positive int (NumPy's too);
     TypeError for another type (a bool, a float, None), ValueError below 1."""
-    _check_int(name, value, 1, "a positive int")
+    check_number(name, value, "a positive int", lambda v: v >= 1, INTS)
 
 
 def check_count(name: str, value: Any) -> None:
     """A count that may be 0 (``max_new_tokens``): ``check_size``'s rule from 0."""
-    _check_int(name, value, 0, "a non-negative integer")
+    check_number(name, value, "a non-negative integer", lambda v: v >= 0, INTS)
 
 
 def check_divisible(width_name: str, width: int, num_heads: int, *, heads_name: str = "num_heads") -> None:
@@ -206,6 +212,11 @@ def check_linear_shapes(x: Any, weight: Any, bias: Any, weight_name: str = "weig
             f"{weight_name} must have shape (out_features, in_features) with in_features={width} "
             f"(x has shape {x_shape}), got shape {weight_shape}"
         )
+    check_bias(bias, weight_shape)
+
+
+def check_bias(bias: Any, weight_shape: tuple[int, ...]) -> None:
+    """None, or a ``(F,)`` bias for an ``(F, D)`` weight."""
     if bias is not None and tuple(bias.shape) != weight_shape[:1]:
         raise ValueError(
             f"bias must have shape ({weight_shape[0]},) for weight of shape {weight_shape}, "

@@ -96,20 +96,13 @@ DECODERS = {
 
 def _check_number(name: str, value: Any, *, low: float = 0.0) -> None:
     """A finite real number above ``low`` (TypeError for a bool or another type)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise TypeError(
-            f"{name} must be a finite number above {low:g}, got {value!r} ({type(value).__name__})"
-        )
-    if not (math.isfinite(float(value)) and float(value) > low):
-        raise ValueError(f"{name} must be a finite number above {low:g}, got {value!r}")
+    what = f"a finite number above {low:g}"
+    checks.check_number(name, value, what, lambda v: math.isfinite(float(v)) and float(v) > low)
 
 
 def check_eps(eps: Any, name: str = "eps") -> None:
     """An RMSNorm's eps: a finite number >= 0 (TypeError for a bool or another type)."""
-    if isinstance(eps, bool) or not isinstance(eps, int | float | np.integer | np.floating):
-        raise TypeError(f"{name} must be a finite number >= 0, got {eps!r} ({type(eps).__name__})")
-    if not (math.isfinite(float(eps)) and eps >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {eps!r}")
+    checks.check_number(name, eps, "a finite number >= 0", lambda v: math.isfinite(float(v)) and v >= 0)
 
 
 def check_rope_base(value: Any, name: str = "rope_base") -> None:

@@ -185,13 +185,11 @@ def check_generate_args(a: Mapping[str, Any], shape: tuple[int, ...], config: Ma
         )
         raise ValueError(f"temperature must be a finite number >= 0, got {shown}")
     vocab_size = config["vocab_size"]
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int | np.integer)):
-        raise TypeError(
-            f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r} ({type(top_k).__name__})"
-        )
-    if top_k is not None and not 1 <= top_k <= vocab_size:
-        raise ValueError(f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r}")
-    check_top_p(a["top_p"])
+    if top_k is not None:
+        what = f"None or an integer in [1, {vocab_size}]"
+        checks.check_number("top_k", top_k, what, lambda k: 1 <= k <= vocab_size, checks.INTS)
+    if a["top_p"] is not None:  # transformers' top_p: 1 keeps every token, 0 the likeliest
+        checks.check_number("top_p", a["top_p"], "None or a number in [0, 1]", lambda p: 0 <= float(p) <= 1)
     for token in eos_ids(a["eos_token_id"], "eos_token_id", vocab_size):
         check_token_id("eos_token_id", token, vocab_size)
     if a["pad_token_id"] is not None:
@@ -201,16 +199,6 @@ def check_generate_args(a: Mapping[str, Any], shape: tuple[int, ...], config: Ma
     check_streamer(a["streamer"])
     if temperature > 0 and a["rng"] is None:
         raise ValueError("sampling (temperature > 0) needs rng")
-
-
-def check_top_p(top_p: Any) -> None:
-    """None, or a number in [0, 1] (transformers' ``top_p``: 1 keeps every token, 0 the likeliest)."""
-    if top_p is None:
-        return
-    if isinstance(top_p, bool) or not isinstance(top_p, int | float | np.integer | np.floating):
-        raise TypeError(f"top_p must be None or a number in [0, 1], got {top_p!r} ({type(top_p).__name__})")
-    if not 0 <= float(top_p) <= 1:
-        raise ValueError(f"top_p must be None or a number in [0, 1], got {top_p!r}")
 
 
 def eos_ids(eos_token_id: Any, name: str, vocab_size: int) -> list[Any]:

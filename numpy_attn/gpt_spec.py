@@ -9,6 +9,7 @@ lists them; a ``state_dict()`` as it is passes too (``without_gpt_buffers``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -26,8 +27,10 @@ __all__ = [
     "apply_model",
     "block_shapes",
     "check_config",
+    "decode_model",
     "gpt_param_count",
     "gpt_param_shapes",
+    "on_rows",
     "sub_params",
     "without_gpt_buffers",
 ]
@@ -174,3 +177,36 @@ def apply_model(
     logits = out_head(x)  # (B, T, V)
     steps["output"] = logits
     return logits, steps
+
+
+def decode_model(
+    params: Mapping[str, Any], x: Any, caches: Sequence[Any], *, att: Callable[..., tuple[Any, Any]],
+    parts: Callable[[Mapping[str, Any]], dict[str, Part]], head: Mapping[str, Part], last_only: bool,
+) -> tuple[Any, tuple[Any, ...]]:  # fmt: skip
+    """A model's decoding step after the embeddings ``x`` (B, t, D) of its new tokens, in NumPy or JAX:
+    block i is ``apply_block`` over ``parts(its weights)`` with ``att(its att. weights, h, caches[i])``
+    (the output and the new cache), then ``head`` (``out_head`` on the last token alone where
+    ``last_only``). Returns ``(logits (B, 1 or t, V), new caches)``."""
+    new_caches = []
+
+    def block(index: int, cache: Any) -> Callable[[Any], tuple[Any, Steps]]:
+        weights = sub_params(params, f"trf_blocks.{index}.")
+
+        def cached_att(h: Any) -> Any:
+            output, new_cache = att(sub_params(weights, "att."), h, cache)
+            new_caches.append(new_cache)
+            return output
+
+        return functools.partial(apply_block, **parts(weights), att=cached_att)
+
+    out_head = head["out_head"]
+    last = (lambda h: out_head(h[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
+    blocks = [block(index, cache) for index, cache in enumerate(caches)]
+    logits, _ = apply_model(x, blocks=blocks, final_norm=head["final_norm"], out_head=last)
+    return logits, tuple(new_caches)
+
+
+def on_rows(fn: Part, x: Any) -> Any:
+    """``fn`` of x ``(B, t, D)`` computed on its B·t rows ``(B·t, D)``: each weight in one product (a
+    GEMV at t = 1; XLA:CPU converts a 16-bit weight to float32 first for a 3-D product)."""
+    return fn(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
