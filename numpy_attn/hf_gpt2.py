@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,9 @@ class _FileChecks(Framework):
     floats = JAX_FLOATS  # a checkpoint holds what jax_attn computes in: bfloat16 too
 
 
+FILE_CHECKS = _FileChecks()  # the checks of a checkpoint's weights
+
+
 def hf_names(n_layers: int, lm_head: bool) -> dict[str, tuple[tuple[str, ...], bool]]:
     """``HF_NAMES`` for a GPT of ``n_layers`` blocks (``lm_head`` left out where it is tied)."""
     names = {}
@@ -134,6 +137,27 @@ def read_config_json(directory: str, path: str, what: str = "a config.json") -> 
         raise ValueError(f"{name} is not valid JSON: {reason}") from None
 
 
+def check_sizes(name: str, hf_config: Mapping[str, Any], keys: Iterable[str]) -> None:
+    """config.json (``name``) holds each of ``keys``, a positive int."""
+    if missing := [key for key in keys if key not in hf_config]:
+        raise ValueError(f"{name} is missing keys {missing}")
+    for key in keys:
+        check_size(f"{name}: {key}", hf_config[key])
+
+
+def read_checkpoint(directory: str, what: str, read: Callable[[str, str], Any]) -> Any:
+    """``read(config path, weights path)`` of the one version of the checkpoint in ``directory``
+    (``files.read_folder``), both files found regular first (ValueError: not ``what``, naming one missing)."""
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):  # a link to nothing too; a FIFO or a folder is not missing
+            raise ValueError(f"{directory} is not {what}: {name} is missing")
+        files.check_regular_file(path)  # both before either is read
+    return files.read_folder(
+        directory, (CONFIG_FILE, WEIGHTS_FILE), lambda p: read(p[CONFIG_FILE], p[WEIGHTS_FILE])
+    )
+
+
 def _read_config(directory: str, path: str) -> dict[str, Any]:
     """``config.json`` (at ``path``; named as in ``directory``), checked before anything is built from
     it: JSON of at most ``_MAX_CONFIG`` bytes, UTF-8, ``model_type`` gpt2, positive int sizes (an
@@ -145,11 +169,7 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
     if not isinstance(hf_config, dict) or hf_config.get("model_type") != "gpt2":
         model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
         raise ValueError(f"{directory} holds a {model_type!r} model, not 'gpt2'")
-    missing = [key for key in _SIZES.values() if key not in hf_config]
-    if missing:
-        raise ValueError(f"{name} is missing keys {missing}")
-    for key in _SIZES.values():
-        check_size(f"{name}: {key}", hf_config[key])
+    check_sizes(name, hf_config, _SIZES.values())
     check_divisible(f"{name}: n_embd", hf_config["n_embd"], hf_config["n_head"], heads_name="n_head")
     check_flag(f"{name}: tie_word_embeddings", hf_config.setdefault("tie_word_embeddings", True))
     check_dropout(f"{name}: resid_pdrop", hf_config.get("resid_pdrop", 0.1))
@@ -181,17 +201,12 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
     Leftover causal-mask buffers (``attn.bias``, ``attn.masked_bias``) are ignored, as transformers
     ignores them."""
     directory = os.fspath(directory)
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        path = os.path.join(directory, name)
-        if not os.path.exists(path):  # a link to nothing too; a FIFO or a folder is not missing
-            raise ValueError(f"{directory} is not a GPT-2 checkpoint folder: {name} is missing")
-        files.check_regular_file(path)  # both before either is read
-    hf_config, hf = files.read_folder(
+    hf_config, hf = read_checkpoint(
         directory,
-        (CONFIG_FILE, WEIGHTS_FILE),
-        lambda paths: (
-            _read_config(directory, paths[CONFIG_FILE]),
-            _transformer_names(read_arrays(paths[WEIGHTS_FILE], skip=HF_BUFFERS), directory),
+        "a GPT-2 checkpoint folder",
+        lambda config, weights: (
+            _read_config(directory, config),
+            _transformer_names(read_arrays(weights, skip=HF_BUFFERS), directory),
         ),
     )
     config = {ours: hf_config[theirs] for ours, theirs in _SIZES.items()}
@@ -201,7 +216,7 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
     check_params(hf, _hf_shapes(config, lm_head), layer=f"GPT-2 checkpoint {directory}")
     params = book_params(hf, config["n_layers"], lm_head)
     params = {name: params[name] for name in gpt_param_shapes(config)}  # torch's order
-    check_gpt_params(_FileChecks(), params, config)
+    check_gpt_params(FILE_CHECKS, params, config)
     return params, config
 
 
@@ -239,7 +254,7 @@ def save_hf_gpt2(
     a regular file (a FIFO would block); OSError naming ``directory`` where it cannot be written.
     """
     params = without_gpt_buffers(params, config)
-    check_gpt_params(_FileChecks(), params, config)
+    check_gpt_params(FILE_CHECKS, params, config)
     tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
     dtype, shapes = params["tok_emb.weight"].dtype, gpt_param_shapes({**config, "qkv_bias": True})
     hf = {}
