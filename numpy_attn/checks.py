@@ -45,8 +45,10 @@ _REFUSED = (
 )
 
 
-def check_numpy_dtype(name: str, value: Any) -> None:
-    """TypeError unless NumPy reads ``value.dtype``: a torch tensor is refused with how to convert it."""
+def check_numpy_dtype(name: str, value: Any) -> tuple[int, ...]:
+    """``check_array``, then TypeError unless NumPy reads ``value.dtype``: a torch tensor is refused
+    with how to convert it. Returns the shape."""
+    shape = check_array(name, value)
     try:
         np.dtype(value.dtype)
     except TypeError:
@@ -56,6 +58,7 @@ def check_numpy_dtype(name: str, value: Any) -> None:
             f"JAX array (a torch tensor t: t.detach().cpu().numpy(), bfloat16 after .float(); "
             "a torch module's weights: torch_ref.to_params(module))"
         ) from None
+    return shape
 
 
 def check_native_byte_order(name: str, value: Any) -> None:
@@ -70,8 +73,7 @@ def check_native_byte_order(name: str, value: Any) -> None:
 def check_floating(x: Any, floating: tuple[str, ...] = NUMPY_FLOATS, name: str = "x") -> tuple[int, ...]:
     """``x.shape``; TypeError unless ``x`` is an array in the machine's byte order with a dtype in
     ``floating`` (the message names what both packages accept)."""
-    shape = check_array(name, x)
-    check_numpy_dtype(name, x)
+    shape = check_numpy_dtype(name, x)
     check_native_byte_order(name, x)
     dtype = np.dtype(x.dtype)
     if (_FLOAT_NAMES.get(dtype) or dtype.name) not in floating:
@@ -99,7 +101,6 @@ def check_operands(floating: tuple[str, ...], /, *, optional: tuple[str, ...] = 
 def check_mask_operands(**masks: Any) -> None:
     """Each mask given (None: not given) an array NumPy can read; shapes are checked where used."""
     for name, mask in ((name, mask) for name, mask in masks.items() if mask is not None):
-        check_array(name, mask)
         check_numpy_dtype(name, mask)
 
 
@@ -165,8 +166,7 @@ def check_dropout(name: str, p: Any) -> None:
 
 
 def _check_bool_mask(name: str, mask: Any, expected: tuple[int, ...], what: str) -> None:
-    shape = check_array(name, mask)
-    check_numpy_dtype(name, mask)
+    shape = check_numpy_dtype(name, mask)
     if np.dtype(mask.dtype) != np.bool_ or shape != expected:
         raise ValueError(
             f"{name} must be a bool array of shape {what} = {expected}, "
@@ -189,8 +189,7 @@ def check_scores_mask(mask: Any, queries: Any, keys: Any) -> None:
     (a float mask, where Flax's 1 means attend, would hide every key)."""
     if mask is None:
         return
-    shape = check_array("mask", mask)
-    check_numpy_dtype("mask", mask)
+    shape = check_numpy_dtype("mask", mask)
     leading = np.broadcast_shapes(tuple(queries.shape[:-2]), tuple(keys.shape[:-2]))
     scores_shape = (*leading, queries.shape[-2], keys.shape[-2])
     fits = len(shape) <= len(scores_shape) and all(

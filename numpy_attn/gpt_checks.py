@@ -93,7 +93,6 @@ def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, values: bool =
     vocabulary (TypeError), every id in [0, vocab_size) (ValueError, where values are known)."""
     shape, dtype = getattr(token_ids, "shape", None), getattr(token_ids, "dtype", None)
     if shape is not None and dtype is not None:
-        checks.check_array("token_ids", token_ids)
         checks.check_numpy_dtype("token_ids", token_ids)
     if shape is None or not np.issubdtype(np.dtype(dtype), np.integer):
         raise TypeError(f"token_ids must be an integer array (B, T), got {type(token_ids).__name__} {dtype}")
@@ -228,8 +227,7 @@ def check_token_id(name: str, token: Any, vocab_size: int) -> None:
 def check_attention_mask(mask: Any, shape: tuple[int, ...]) -> None:
     """transformers' ``attention_mask``: bool or integer ``(B, T)`` of 0 (padding) and 1 (a token),
     each row left-padded (its padding, if any, before its first token) and holding a token."""
-    mask_shape = checks.check_array("attention_mask", mask)
-    checks.check_numpy_dtype("attention_mask", mask)
+    mask_shape = checks.check_numpy_dtype("attention_mask", mask)
     dtype = np.dtype(mask.dtype)
     if not (dtype == np.bool_ or np.issubdtype(dtype, np.integer)) or tuple(mask_shape) != tuple(shape):
         raise ValueError(

@@ -9,7 +9,8 @@ as ``(in, out)`` (torch's ``Linear`` is ``(out, in)``), fuses the three projecti
 switches the folder to it with one atomic rename of a link, ``.current``; ``config.json`` and
 ``model.safetensors`` are links through it, so transformers' ``from_pretrained`` reads the folder
 as always. A crash, a full disk or a concurrent save leaves the old complete checkpoint or the new
-one; ``load_hf_gpt2`` reads the version the link names when it starts, never a mix.
+one (a killed save may leave a hidden version folder, which the next save removes); ``load_hf_gpt2``
+reads the version the link names when it starts, never a mix.
 """
 
 from __future__ import annotations
@@ -188,18 +189,14 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
 
 
 def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """``(params, config)`` from a transformers GPT-2 folder: the weights in the project's format
-    (torch_ref ``GPTModel``'s names, layout and order; the file's dtype, bfloat16 included) and the
-    book's config dict (``qkv_bias`` True, ``drop_rate`` from ``resid_pdrop``). The checkpoint is
-    read as one version (``save_hf_gpt2``): a save running meanwhile gives the old or the new one.
+    """``(params, config)`` from a transformers GPT-2 folder, read as one version: the weights in the
+    project's format (``GPTModel``'s names, layout and order; the file's dtype, bfloat16 included) and
+    the book's config (``qkv_bias`` True, ``drop_rate`` from ``resid_pdrop``). Leftover causal-mask
+    buffers (``attn.bias``, ``attn.masked_bias``) are ignored, as transformers ignores them.
 
-    Raises ValueError naming a missing file or one that is not a regular file, another
-    architecture, an unsupported setting, a ``config.json`` that is not JSON (UTF-8, at most 1 MiB),
-    whose sizes are not positive ints (TypeError for a non-int, naming the key) or do not cut
-    ``n_embd`` into ``n_head`` heads, a weight under two names, or every missing, unexpected and
-    mis-shaped tensor (``lm_head.weight`` is required when ``tie_word_embeddings`` is false).
-    Leftover causal-mask buffers (``attn.bias``, ``attn.masked_bias``) are ignored, as transformers
-    ignores them."""
+    Raises ValueError (TypeError for a non-int size) naming what in the folder does not fit
+    (``_read_config``'s rules; a weight under two names; every missing, unexpected and mis-shaped
+    tensor, ``lm_head.weight`` required when ``tie_word_embeddings`` is false)."""
     directory = os.fspath(directory)
     hf_config, hf = read_checkpoint(
         directory,
@@ -239,19 +236,14 @@ def save_hf_gpt2(
     directory: str | os.PathLike, params: Mapping[str, np.ndarray], config: Mapping[str, Any]
 ) -> None:
     """Write ``params`` (checked against ``config``; bfloat16 too) as a GPT-2 folder that
-    ``GPT2LMHeadModel.from_pretrained`` and ``load_hf_gpt2`` load. ``lm_head`` is tied to ``wte`` when
-    ``out_head.weight`` equals ``tok_emb.weight``; a model without ``qkv_bias`` gets zero ``c_attn``
-    biases (the same outputs); ``config.json`` holds plain ints and floats.
-
-    Atomic: the new checkpoint is written to a new version folder, flushed to disk, and the folder
-    switches to it with one rename (module docstring); saves to one folder run one at a time (a
-    lock on the folder). The folder's earlier files, transformers' own included, stay readable
-    until then. On any error the folder holds what it held (and no temporary); a process killed
-    mid-save may leave a hidden version folder, which the next save removes.
+    ``GPT2LMHeadModel.from_pretrained`` and ``load_hf_gpt2`` load, atomically (the module docstring;
+    saves to one folder run one at a time). ``lm_head`` is tied to ``wte`` when ``out_head.weight``
+    equals ``tok_emb.weight``; a model without ``qkv_bias`` gets zero ``c_attn`` biases (the same
+    outputs).
 
     Raises ValueError, before anything is written, for weights that do not fit ``config``, a
-    ``directory`` that is not a folder, or a ``config.json`` or ``model.safetensors`` there that is not
-    a regular file (a FIFO would block); OSError naming ``directory`` where it cannot be written.
+    ``directory`` that is not a folder or a checkpoint file there that is not a regular file; OSError
+    naming ``directory`` where it cannot be written.
     """
     params = without_gpt_buffers(params, config)
     check_gpt_params(FILE_CHECKS, params, config)

@@ -17,7 +17,7 @@ from flax import nnx
 from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from numpy_attn.checks import check_array, check_numpy_dtype
+from numpy_attn.checks import check_numpy_dtype
 
 __all__ = ["COLUMN_PARALLEL", "ROW_PARALLEL", "param_spec", "shard_batch", "shard_model"]
 
@@ -136,8 +136,7 @@ def shard_batch(x: jax.Array, mesh: Mesh, *, data_axis: str = "data") -> jax.Arr
 
     TypeError or ValueError naming the argument otherwise.
     """
-    shape = check_array("x", x)
-    check_numpy_dtype("x", x)
+    shape = check_numpy_dtype("x", x)
     if not shape:
         raise ValueError("x must have a batch axis (B, ...), got shape ()")
     check_mesh(mesh)
