@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,20 +34,18 @@ def check_cache_memory(fw: Any, shape: tuple[int, ...], axes: str, dtype: Any, b
                         nbytes, fw.memory_bytes())  # fmt: skip
 
 
-def multi_head_attention_decode(fw: Any, a: A) -> None:
-    check_layer_call(SPECS["MultiHeadAttention"], fw, a)
-    _check_cache(fw, a, a["params"]["out_proj.weight"].shape[1], "context_length")
-
-
-def fused_causal_attention_decode(fw: Any, a: A) -> None:
-    check_layer_call(SPECS["FusedCausalAttention"], fw, a)
-    _check_cache(fw, a, a["params"]["Wo.weight"].shape[1], "context_size")
-
-
-def _check_cache(fw: Any, a: A, width: int, context_name: str) -> None:
+def _layer_decode(layer: str, fw: Any, a: A) -> None:
+    """A decode function's call: the layer's checks, then its ``cache`` (its heads of the width of the
+    output projection's input) with room for x's tokens within the layer's context."""
+    spec = SPECS[layer]
+    check_layer_call(spec, fw, a)
     x, cache, num_heads = a["x"], a["cache"], a["num_heads"]
-    check_kv_cache(fw, cache, x, num_heads, width // num_heads)
-    check_decode_room(fw.cache_length(cache), cache.keys.shape[-2], x.shape, a[context_name], context_name)
+    check_kv_cache(fw, cache, x, num_heads, a["params"][f"{spec.out}.weight"].shape[1] // num_heads)
+    check_decode_room(fw.cache_length(cache), cache.keys.shape[-2], x.shape, a[spec.context], spec.context)
+
+
+multi_head_attention_decode = functools.partial(_layer_decode, "MultiHeadAttention")
+fused_causal_attention_decode = functools.partial(_layer_decode, "FusedCausalAttention")
 
 
 def check_kv_cache(fw: Any, cache: Any, x: Any, num_heads: int, head_dim: int, name: str = "cache",
