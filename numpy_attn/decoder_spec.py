@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from numpy_attn import checks
-from numpy_attn.gpt_spec import BLOCK_STEPS, FIRST_WEIGHT, sub_params
+from numpy_attn.gpt_spec import BLOCK_STEPS, FIRST_WEIGHT, check_config_sizes, sub_params
 
 __all__ = [
     "BLOCK_STEPS",
@@ -152,14 +152,7 @@ def check_config(cfg: Any, model: str) -> None:
     """ValueError naming missing keys or values that cannot build ``model`` (``"Llama3Model"``,
     ``"Qwen3Model"``); TypeError for a size that is not an int, a flag that is not a bool."""
     decoder = DECODERS[model]
-    if not isinstance(cfg, Mapping):
-        raise TypeError(
-            f"cfg must be a mapping with keys {list(decoder.config_keys)}, got {type(cfg).__name__}"
-        )
-    if missing := [key for key in decoder.config_keys if key not in cfg]:
-        raise ValueError(f"cfg is missing keys {missing}; a {model} cfg has {list(decoder.config_keys)}")
-    for key in SIZES:
-        checks.check_size(f"cfg[{key!r}]", cfg[key])
+    check_config_sizes("cfg", cfg, model, decoder.config_keys, SIZES)
     checks.check_divisible(
         "cfg['n_heads']", cfg["n_heads"], cfg["n_kv_groups"], heads_name="cfg['n_kv_groups']"
     )

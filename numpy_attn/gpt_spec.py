@@ -52,18 +52,21 @@ BLOCK_STEPS = {
 def check_config(config: Any) -> None:
     """ValueError naming missing keys or values that cannot build a GPT (TypeError for a size that is
     not an int, as ``check_size``, or a ``qkv_bias`` that is not a bool)."""
-    if not isinstance(config, Mapping):
-        raise TypeError(
-            f"config must be a mapping with keys {list(CONFIG_KEYS)}, got {type(config).__name__}"
-        )
-    missing = [key for key in CONFIG_KEYS if key not in config]
-    if missing:
-        raise ValueError(f"config is missing keys {missing}; a GPT config has {list(CONFIG_KEYS)}")
-    for key in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
-        checks.check_size(f"config[{key!r}]", config[key])
+    check_config_sizes("config", config, "GPT", CONFIG_KEYS, CONFIG_KEYS[:5])  # sizes: vocab_size..n_layers
     checks.check_divisible("emb_dim", config["emb_dim"], config["n_heads"])
     checks.check_dropout("config['drop_rate']", config["drop_rate"])
     checks.check_flag("config['qkv_bias']", config["qkv_bias"])
+
+
+def check_config_sizes(name: str, config: Any, model: str, keys: Sequence[str], sizes: Sequence[str]) -> None:
+    """``config`` (named ``name``) a mapping (TypeError) with every one of ``keys`` (ValueError
+    naming the missing ones and ``model``) and each of ``sizes`` a positive int (``check_size``)."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"{name} must be a mapping with keys {list(keys)}, got {type(config).__name__}")
+    if missing := [key for key in keys if key not in config]:
+        raise ValueError(f"{name} is missing keys {missing}; a {model} {name} has {list(keys)}")
+    for key in sizes:
+        checks.check_size(f"{name}[{key!r}]", config[key])
 
 
 def _prefixed(prefix: str, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
