@@ -22,14 +22,13 @@ from numpy_attn.decoder_spec import (
     check_eps,
     check_rope_base,
     check_rope_freq,
-    decoder_param_shapes,
     gqa_shapes,
     head_dim,
     model_of,
     swiglu_shapes,
     without_decoder_buffers,
 )
-from numpy_attn.gpt_checks import check_features, check_model_weights, check_token_ids
+from numpy_attn.gpt_checks import check_features, check_model_params, check_token_ids
 
 A = Mapping[str, Any]
 
@@ -128,21 +127,13 @@ def grouped_query_attention_decode(fw: Any, a: A) -> None:
     check_decode_room(fw.cache_length(a["cache"]), max_length, shape, max_length, "the cache's max_length")
 
 
-def check_decoder_params(fw: Any, params: Mapping[str, Any], cfg: Mapping[str, Any], model: str, *,
-                         values: bool = True) -> None:  # fmt: skip
-    """One ValueError naming every missing, unexpected and mis-shaped weight of ``model(cfg)``; then
-    one floating dtype, the first weight's (TypeError); then, with ``values``, finite values."""
-    checks.check_mapping(params)
-    check_model_weights(fw, params, decoder_param_shapes(cfg, model), model, values=values)
-
-
 def _model_call(fw: Any, a: dict[str, Any], model: str) -> bool:
     """A model function's cfg, weights (a ``state_dict()`` as it is: RoPE's buffers left out) and
     token ids; returns whether values are known."""
     check_config(a["cfg"], model)
     a["params"] = without_decoder_buffers(a["params"])
     concrete = fw.concrete(a)
-    check_decoder_params(fw, a["params"], a["cfg"], model, values=concrete)
+    check_model_params(fw, model, a["params"], a["cfg"], values=concrete)
     check_token_ids(a["token_ids"], a["cfg"], values=concrete)
     return concrete
 

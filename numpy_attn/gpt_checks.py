@@ -12,6 +12,7 @@ import numpy as np
 
 from numpy_attn import checks, finite
 from numpy_attn.cache_checks import check_block_caches, check_cache_memory
+from numpy_attn.decoder_spec import decoder_param_shapes
 from numpy_attn.gpt_spec import FIRST_WEIGHT, PART_SHAPES, block_shapes, check_config, gpt_param_shapes
 from numpy_attn.gpt_spec import without_gpt_buffers as _without_buffers
 
@@ -62,22 +63,15 @@ def transformer_block(fw: Any, a: A) -> None:
     checks.check_flag("return_steps", a["return_steps"])
 
 
-def check_gpt_params(
-    fw: Any, params: Mapping[str, Any], config: Mapping[str, Any], *, values: bool = True
+def check_model_params(
+    fw: Any, kind: str, params: Any, config: Mapping[str, Any], *, values: bool = True
 ) -> None:
-    """One ValueError naming every missing, unexpected and mis-shaped weight; then one floating
-    dtype, the first weight's (TypeError); then, with ``values``, finite values."""
+    """The weights of the model ``kind`` (``"GPTModel"``, ``"Llama3Model"``, ``"Qwen3Model"``) for
+    ``config``: one ValueError naming every missing, unexpected and mis-shaped weight; then one
+    floating dtype, ``tok_emb.weight``'s (TypeError); then, with ``values``, finite values."""
     checks.check_mapping(params)
-    check_model_weights(fw, params, gpt_param_shapes(config), "GPTModel", values=values)
-
-
-def check_model_weights(
-    fw: Any, params: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]], model: str, *, values: bool
-) -> None:
-    """A model's weights (a mapping) against its ``shapes``: one ValueError naming every missing,
-    unexpected and mis-shaped weight of ``model``; then one floating dtype, ``tok_emb.weight``'s
-    (TypeError); then, with ``values``, finite values. The GPT's, Llama 3's and Qwen3's."""
-    checks.check_params(params, shapes, layer=model)
+    shapes = gpt_param_shapes(config) if kind == "GPTModel" else decoder_param_shapes(config, kind)
+    checks.check_params(params, shapes, layer=kind)
     first = f"params[{FIRST_WEIGHT!r}]"
     checks.check_floating(params[FIRST_WEIGHT], fw.floats, first)
     checks.check_param_dtypes(
@@ -125,7 +119,7 @@ def gpt_model(fw: Any, a: dict[str, Any]) -> None:
     check_config(a["config"])
     without_gpt_buffers(fw, a)
     concrete = fw.concrete(a)
-    check_gpt_params(fw, a["params"], a["config"], values=concrete)
+    check_model_params(fw, "GPTModel", a["params"], a["config"], values=concrete)
     check_token_ids(a["token_ids"], a["config"], values=concrete)
     fw.check_random(a[fw.random])
     checks.check_flag("return_steps", a["return_steps"])
@@ -144,7 +138,7 @@ def gpt_model_decode(fw: Any, a: dict[str, Any]) -> None:
     check_config(a["config"])
     without_gpt_buffers(fw, a)
     concrete = fw.concrete(a)
-    check_gpt_params(fw, a["params"], a["config"], values=concrete)
+    check_model_params(fw, "GPTModel", a["params"], a["config"], values=concrete)
     check_token_ids(a["token_ids"], a["config"], values=concrete)
     heads = a["config"]["n_heads"]
     check_block_caches(

@@ -20,7 +20,6 @@ import numpy as np
 
 from numpy_attn import files
 from numpy_attn.checks import check_flag, check_params
-from numpy_attn.decoder_checks import check_decoder_params
 from numpy_attn.decoder_spec import (
     DECODERS,
     check_config,
@@ -31,6 +30,7 @@ from numpy_attn.decoder_spec import (
     uses_qk_norm,
     without_decoder_buffers,
 )
+from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.hf_gpt2 import (
     CONFIG_FILE,
     FILE_CHECKS,
@@ -188,7 +188,7 @@ def load_hf_decoder(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray]
     params = {ours: np.ascontiguousarray(hf[theirs]) for theirs, ours in names.items()}
     params.setdefault("out_head.weight", params["tok_emb.weight"])
     params = {name: params[name] for name in shapes}  # torch's order
-    check_decoder_params(FILE_CHECKS, params, cfg, model)
+    check_model_params(FILE_CHECKS, model, params, cfg)
     return params, cfg | {"dtype": params["tok_emb.weight"].dtype.name}
 
 
@@ -240,7 +240,7 @@ def _save_hf_decoder(directory: str, params: Mapping[str, np.ndarray], cfg: Mapp
     model = model_of(cfg) if isinstance(cfg, Mapping) else "Llama3Model"
     check_config(cfg, model)
     params = without_decoder_buffers(params)
-    check_decoder_params(FILE_CHECKS, params, cfg, model)
+    check_model_params(FILE_CHECKS, model, params, cfg)
     if model == "Qwen3Model" and not uses_qk_norm(cfg, model):
         raise ValueError(
             "cfg['qk_norm'] is False, which transformers' Qwen3 cannot hold: it always has QK-norm"

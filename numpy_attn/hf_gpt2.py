@@ -25,7 +25,7 @@ import numpy as np
 from numpy_attn import files
 from numpy_attn.checks import JAX_FLOATS, check_divisible, check_dropout, check_flag, check_params, check_size
 from numpy_attn.door import Framework
-from numpy_attn.gpt_checks import check_gpt_params
+from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, gpt_param_shapes, without_gpt_buffers
 from numpy_attn.weights_file import MAX_TENSORS, read_arrays, save_weights
 
@@ -213,7 +213,7 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
     check_params(hf, _hf_shapes(config, lm_head), layer=f"GPT-2 checkpoint {directory}")
     params = book_params(hf, config["n_layers"], lm_head)
     params = {name: params[name] for name in gpt_param_shapes(config)}  # torch's order
-    check_gpt_params(FILE_CHECKS, params, config)
+    check_model_params(FILE_CHECKS, "GPTModel", params, config)
     return params, config
 
 
@@ -246,7 +246,7 @@ def save_hf_gpt2(
     naming ``directory`` where it cannot be written.
     """
     params = without_gpt_buffers(params, config)
-    check_gpt_params(FILE_CHECKS, params, config)
+    check_model_params(FILE_CHECKS, "GPTModel", params, config)
     tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
     dtype, shapes = params["tok_emb.weight"].dtype, gpt_param_shapes({**config, "qkv_bias": True})
     hf = {}
