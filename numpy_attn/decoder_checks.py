@@ -26,9 +26,8 @@ from numpy_attn.decoder_spec import (
     head_dim,
     model_of,
     swiglu_shapes,
-    without_decoder_buffers,
 )
-from numpy_attn.gpt_checks import check_features, check_model_params, check_token_ids
+from numpy_attn.gpt_checks import check_features, check_model_call
 
 A = Mapping[str, Any]
 
@@ -127,17 +126,6 @@ def grouped_query_attention_decode(fw: Any, a: A) -> None:
     check_decode_room(fw.cache_length(a["cache"]), max_length, shape, max_length, "the cache's max_length")
 
 
-def _model_call(fw: Any, a: dict[str, Any], model: str) -> bool:
-    """A model function's cfg, weights (a ``state_dict()`` as it is: RoPE's buffers left out) and
-    token ids; returns whether values are known."""
-    check_config(a["cfg"], model)
-    a["params"] = without_decoder_buffers(a["params"])
-    concrete = fw.concrete(a)
-    check_model_params(fw, model, a["params"], a["cfg"], values=concrete)
-    check_token_ids(a["token_ids"], a["cfg"], values=concrete)
-    return concrete
-
-
 def init_decoder_cache(fw: Any, a: A) -> None:
     """A Llama 3 or Qwen3 cfg (``decoder_spec.model_of``), a positive batch, a floating dtype, and
     caches that fit in memory."""
@@ -151,7 +139,7 @@ def init_decoder_cache(fw: Any, a: A) -> None:
 
 
 def _model_decode(model: str, fw: Any, a: dict[str, Any]) -> None:
-    _model_call(fw, a, model)
+    check_model_call(fw, model, a, a["cfg"])
     init = "init_decoder_cache(cfg, batch)"
     check_block_caches(fw, a, "cfg", a["cfg"]["n_kv_groups"], head_dim(a["cfg"], model), init, grouped=True)
     if a["padding_mask"] is not None:
@@ -159,7 +147,7 @@ def _model_decode(model: str, fw: Any, a: dict[str, Any]) -> None:
 
 
 def _model(model: str, fw: Any, a: dict[str, Any]) -> None:
-    _model_call(fw, a, model)
+    check_model_call(fw, model, a, a["cfg"])
     checks.check_flag("return_steps", a["return_steps"])
 
 

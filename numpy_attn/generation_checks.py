@@ -7,19 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from numpy_attn import decoder_spec, finite, gpt_spec
-from numpy_attn.gpt_checks import check_generate_args, check_model_params, check_token_ids
+from numpy_attn import decoder_spec, finite
+from numpy_attn.gpt_checks import check_generate_args, check_model_params, check_token_ids, without_buffers
 
 __all__ = ["check_generate_call", "check_model_params", "generate", "without_buffers"]
-
-
-def without_buffers(kind: str, params: Any, config: Mapping[str, Any]) -> dict[str, Any]:
-    """The weights of a ``state_dict()`` as it is, its buffers left out (the GPT's masks, RoPE's
-    tables), after the config's checks."""
-    if kind == "GPTModel":
-        return gpt_spec.without_gpt_buffers(params, config)
-    decoder_spec.check_config(config, kind)
-    return decoder_spec.without_decoder_buffers(params)
 
 
 def check_generate_call(fw: Any, a: Mapping[str, Any], config: Mapping[str, Any]) -> None:

@@ -10,11 +10,16 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn import checks, finite
+from numpy_attn import checks, decoder_spec, finite
 from numpy_attn.cache_checks import check_block_caches, check_cache_memory
-from numpy_attn.decoder_spec import decoder_param_shapes
-from numpy_attn.gpt_spec import FIRST_WEIGHT, PART_SHAPES, block_shapes, check_config, gpt_param_shapes
-from numpy_attn.gpt_spec import without_gpt_buffers as _without_buffers
+from numpy_attn.gpt_spec import (
+    FIRST_WEIGHT,
+    PART_SHAPES,
+    block_shapes,
+    check_config,
+    gpt_param_shapes,
+    without_gpt_buffers,
+)
 
 A = Mapping[str, Any]
 
@@ -70,7 +75,9 @@ def check_model_params(
     ``config``: one ValueError naming every missing, unexpected and mis-shaped weight; then one
     floating dtype, ``tok_emb.weight``'s (TypeError); then, with ``values``, finite values."""
     checks.check_mapping(params)
-    shapes = gpt_param_shapes(config) if kind == "GPTModel" else decoder_param_shapes(config, kind)
+    shapes = (
+        gpt_param_shapes(config) if kind == "GPTModel" else decoder_spec.decoder_param_shapes(config, kind)
+    )
     checks.check_params(params, shapes, layer=kind)
     first = f"params[{FIRST_WEIGHT!r}]"
     checks.check_floating(params[FIRST_WEIGHT], fw.floats, first)
@@ -110,17 +117,27 @@ def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, values: bool =
             )
 
 
-def without_gpt_buffers(fw: Any, a: dict[str, Any]) -> None:
-    """The call's ``params`` without the blocks' buffers (a ``state_dict()`` as it is)."""
-    a["params"] = _without_buffers(a["params"], a["config"])
+def without_buffers(kind: str, params: Any, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The weights of the model ``kind``'s ``state_dict()`` as it is, its buffers left out (the GPT's
+    masks, RoPE's tables), after the config's checks."""
+    if kind == "GPTModel":
+        check_config(config)
+        return without_gpt_buffers(params, config)
+    decoder_spec.check_config(config, kind)
+    return decoder_spec.without_decoder_buffers(params)
+
+
+def check_model_call(fw: Any, kind: str, a: dict[str, Any], config: Mapping[str, Any]) -> None:
+    """A model function's ``config``, weights (a ``state_dict()`` as it is: its buffers left out of
+    the call's ``params``) and token ids, their values where known."""
+    a["params"] = without_buffers(kind, a["params"], config)
+    concrete = fw.concrete(a)
+    check_model_params(fw, kind, a["params"], config, values=concrete)
+    check_token_ids(a["token_ids"], config, values=concrete)
 
 
 def gpt_model(fw: Any, a: dict[str, Any]) -> None:
-    check_config(a["config"])
-    without_gpt_buffers(fw, a)
-    concrete = fw.concrete(a)
-    check_model_params(fw, "GPTModel", a["params"], a["config"], values=concrete)
-    check_token_ids(a["token_ids"], a["config"], values=concrete)
+    check_model_call(fw, "GPTModel", a, a["config"])
     fw.check_random(a[fw.random])
     checks.check_flag("return_steps", a["return_steps"])
 
@@ -135,11 +152,7 @@ def init_gpt_cache(fw: Any, a: A) -> None:
 
 
 def gpt_model_decode(fw: Any, a: dict[str, Any]) -> None:
-    check_config(a["config"])
-    without_gpt_buffers(fw, a)
-    concrete = fw.concrete(a)
-    check_model_params(fw, "GPTModel", a["params"], a["config"], values=concrete)
-    check_token_ids(a["token_ids"], a["config"], values=concrete)
+    check_model_call(fw, "GPTModel", a, a["config"])
     heads = a["config"]["n_heads"]
     check_block_caches(
         fw, a, "config", heads, a["config"]["emb_dim"] // heads, "init_gpt_cache(config, batch)"
