@@ -1,5 +1,6 @@
 """What the GPT's functions of numpy_attn and jax_attn check at their door: the config, the weights
-against it, the token ids, the caches and the generation options; one text for one mistake."""
+against it, the token ids, the caches and the generation options; one text for one mistake. A model
+call's weights and token ids are checked here for Llama 3 and Qwen3 too (``check_model_call``)."""
 
 from __future__ import annotations
 
