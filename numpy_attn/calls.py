@@ -70,16 +70,8 @@ def scaled_dot_product_attention(fw: Any, a: A) -> None:
     if a["dropout"] is not None:
         checks.check_dropout("dropout", a["dropout"])
         if a["attn_keep_mask"] is not None:
-            leading = _broadcast(queries.shape[:-2], keys.shape[:-2])
-            shape = (*leading, queries.shape[-2], keys.shape[-2])
-            checks.check_keep_mask("attn_keep_mask", a["attn_keep_mask"], shape)
+            checks.check_keep_mask("attn_keep_mask", a["attn_keep_mask"], checks.scores_shape(queries, keys))
     checks.check_flag("return_steps", a["return_steps"])
-
-
-def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    import numpy as np
-
-    return tuple(np.broadcast_shapes(*map(tuple, shapes)))
 
 
 def split_projection(fw: Any, a: A) -> None:

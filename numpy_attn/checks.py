@@ -184,20 +184,24 @@ def check_padding_mask(mask: Any, batch: int, num_keys: int) -> None:
     _check_bool_mask("padding_mask", mask, (batch, num_keys), "(B, S)")
 
 
+def scores_shape(queries: Any, keys: Any) -> tuple[int, ...]:
+    """The attention scores' shape ``(..., T, S)``: the queries' and keys' leading axes broadcast."""
+    leading = np.broadcast_shapes(tuple(queries.shape[:-2]), tuple(keys.shape[:-2]))
+    return (*leading, queries.shape[-2], keys.shape[-2])
+
+
 def check_scores_mask(mask: Any, queries: Any, keys: Any) -> None:
     """An attention mask: None, or bool (True = hidden) broadcastable to the scores' ``(..., T, S)``
     (a float mask, where Flax's 1 means attend, would hide every key)."""
     if mask is None:
         return
-    shape = check_numpy_dtype("mask", mask)
-    leading = np.broadcast_shapes(tuple(queries.shape[:-2]), tuple(keys.shape[:-2]))
-    scores_shape = (*leading, queries.shape[-2], keys.shape[-2])
-    fits = len(shape) <= len(scores_shape) and all(
-        n in (1, m) for n, m in zip(shape[::-1], scores_shape[::-1], strict=False)
+    shape, scores = check_numpy_dtype("mask", mask), scores_shape(queries, keys)
+    fits = len(shape) <= len(scores) and all(
+        n in (1, m) for n, m in zip(shape[::-1], scores[::-1], strict=False)
     )
     if np.dtype(mask.dtype) != np.bool_ or not fits:
         raise ValueError(
-            f"mask must be a bool array broadcastable to the scores' shape (..., T, S) = {scores_shape}, "
+            f"mask must be a bool array broadcastable to the scores' shape (..., T, S) = {scores}, "
             f"got {np.dtype(mask.dtype).name} array of shape {shape}"
         )
 

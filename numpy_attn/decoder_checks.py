@@ -54,23 +54,17 @@ def swiglu_feed_forward(fw: Any, a: A) -> None:
     checks.check_params(params, swiglu_shapes(shape[-1], hidden), layer="SwiGLUFeedForward", dtype=x.dtype)
 
 
-def check_rope_call(fw: Any, x: Any, rope_base: Any, rope_freq: Any) -> tuple[int, ...]:
-    """x floating ``(..., T, H)``, no empty axis, H even; RoPE's base and scaling. Returns x's shape."""
-    fw.check_operands(x=x)
-    shape = tuple(x.shape)
+def rope(fw: Any, a: A) -> None:
+    """x floating ``(..., T, H)``, no empty axis, H even; RoPE's base and scaling; ``offset`` an int
+    >= 0 (or a traced 0-d integer array in jax_attn) with the positions within int32."""
+    fw.check_operands(x=a["x"])
+    shape = tuple(a["x"].shape)
     if len(shape) < 2 or 0 in shape:
         raise ValueError(f"x must have shape (..., T, H) with no empty axis, got shape {shape}")
     if shape[-1] % 2:
         raise ValueError(f"x has head size H={shape[-1]} (shape {shape}); RoPE rotates pairs: H must be even")
-    check_rope_base(rope_base)
-    check_rope_freq(rope_freq)
-    return shape
-
-
-def rope(fw: Any, a: A) -> None:
-    """``check_rope_call``; ``offset`` an int >= 0 (or a traced 0-d integer array in jax_attn) with
-    the positions within int32."""
-    shape = check_rope_call(fw, a["x"], a["rope_base"], a["rope_freq"])
+    check_rope_base(a["rope_base"])
+    check_rope_freq(a["rope_freq"])
     offset = a["offset"]
     if not checks.is_int_scalar(offset, fw.array_types):
         raise TypeError(f"offset must be an int >= 0, got {offset!r} ({type(offset).__name__})")
