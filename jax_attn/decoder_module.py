@@ -28,8 +28,7 @@ from jax_attn.ops import causal_mask
 from jax_attn.rms_norm import rms_norm
 from numpy_attn import checks
 from numpy_attn import decoder_spec as spec
-from numpy_attn.decoder_checks import check_decoder_params
-from numpy_attn.gpt_checks import check_token_ids
+from numpy_attn.gpt_checks import check_model_params, check_token_ids
 from numpy_attn.gpt_spec import apply_block, apply_model
 from numpy_attn.hf_decoders import load_hf, save_hf
 from numpy_attn.steps import Steps
@@ -167,9 +166,9 @@ class _Decoder(base.TorchWeights):
     ) -> Self:
         """A model holding ``params`` (the weights format, or a ``state_dict()`` with its RoPE buffers),
         in their dtype, loaded by ``load_params``; without ``rngs`` built as shapes (no weight drawn to
-        be thrown away). Raises ``check_decoder_params``' errors."""
+        be thrown away). Raises ``check_model_params``' errors."""
         weights = base.readable_weights(spec.without_decoder_buffers(params))
-        check_decoder_params(jax_attn.FRAMEWORK, weights, cfg, cls.model, values=False)
+        check_model_params(jax_attn.FRAMEWORK, cls.model, weights, cfg, values=False)
         dtype = weights[spec.FIRST_WEIGHT].dtype
         model = base.build_to_load(lambda rngs: cls(cfg, dtype=dtype, rngs=rngs), rngs)
         base.check_loaded(model.load_params(weights))
@@ -194,7 +193,7 @@ class _Decoder(base.TorchWeights):
         return spec.without_decoder_buffers(params)
 
     def _check_load(self, weights: Mapping[str, Any], variables: base.Variables) -> None:
-        check_decoder_params(jax_attn.FRAMEWORK, weights, self.cfg, self.model)
+        check_model_params(jax_attn.FRAMEWORK, self.model, weights, self.cfg)
 
 
 class Llama3Model(_Decoder):

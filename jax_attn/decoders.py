@@ -18,13 +18,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jax_attn.gpt import _on_rows
 from jax_attn.grouped_query import grouped_attention_decode, grouped_query_attention
 from jax_attn.kv_cache import KVCache, init_kv_cache
 from jax_attn.ops import linear
 from jax_attn.rms_norm import rms_norm
 from numpy_attn.decoder_spec import DECODERS, attention_arguments, head_dim, model_of, norm_eps, sub_params
-from numpy_attn.gpt_spec import apply_block, apply_model
+from numpy_attn.gpt_spec import apply_block, apply_model, decode_model, on_rows
 from numpy_attn.steps import Steps
 
 __all__ = [
@@ -146,25 +145,15 @@ def decode(
     model = model_of(cfg)
     x = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, t, D)
     arguments = attention_arguments(cfg, model) | {"empty": empty, "linear": linear}
-    blocks, new_caches = [], []
-    for i, cache in enumerate(caches):
-        block = sub_params(params, f"trf_blocks.{i}.")
+    att = functools.partial(grouped_attention_decode, padding_mask=padding_mask, **arguments)
 
-        def att(h: jax.Array, block: Mapping[str, jax.Array] = block, cache: KVCache = cache) -> jax.Array:
-            output, new_cache = grouped_attention_decode(
-                sub_params(block, "att."), h, cache, padding_mask, **arguments
-            )
-            new_caches.append(new_cache)
-            return output
-
+    def parts(block: Mapping[str, jax.Array]) -> dict[str, Any]:  # the feed-forward on the B·t rows
         feed_forward_rows = functools.partial(_swiglu, sub_params(block, "ff."), linear=linear)  # (B·t, D)
-        parts = _parts(block, cfg, model) | {"ff": functools.partial(_on_rows, feed_forward_rows)}
-        blocks.append(functools.partial(apply_block, **parts, att=att))
+        return _parts(block, cfg, model) | {"ff": functools.partial(on_rows, feed_forward_rows)}
+
     head = _head(params, cfg, model)
-    out_head = functools.partial(_on_rows, lambda h: linear(h, params["out_head.weight"]))  # (B, t, V)
-    head["out_head"] = (lambda h: out_head(h[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
-    logits, _ = apply_model(x, blocks=blocks, **head)  # (B, t, V)
-    return logits, tuple(new_caches)
+    head["out_head"] = functools.partial(on_rows, lambda h: linear(h, params["out_head.weight"]))  # (B, t, V)
+    return decode_model(params, x, caches, att=att, parts=parts, head=head, last_only=last_only)
 
 
 def llama3_model_decode(

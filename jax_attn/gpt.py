@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax_attn.kv_cache import KVCache, attention_decode, init_kv_cache, token_positions
 from jax_attn.multi_head import multi_head_attention
 from jax_attn.ops import dropout, linear
-from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, sub_params
+from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, decode_model, on_rows, sub_params
 from numpy_attn.steps import Steps
 
 __all__ = [
@@ -53,6 +53,11 @@ def gelu(x: jax.Array) -> jax.Array:
 
 def feed_forward(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
     """``FeedForward``: ``layers.0`` (D -> 4D), GELU, ``layers.2`` (4D -> D). Returns ``(..., D)``."""
+    return _feed_forward(params, x, linear)
+
+
+def _feed_forward(params: Mapping[str, Any], x: jax.Array, linear: Callable[..., jax.Array]) -> jax.Array:
+    """``feed_forward`` with ``linear`` the product of each weight (``decode``'s)."""
     hidden = linear(x, params["layers.0.weight"], params["layers.0.bias"])  # (..., 4D)
     return linear(gelu(hidden), params["layers.2.weight"], params["layers.2.bias"])  # (..., D)
 
@@ -179,39 +184,18 @@ def decode(
     positions = token_positions(caches[0], padding_mask, token_ids.shape[1])  # (B, t)
     tok_embeds = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, t, D)
     x = tok_embeds + jnp.asarray(params["pos_emb.weight"])[positions]  # (B, t, D)
-    blocks, new_caches = [], []
-    for i, cache in enumerate(caches):
-        block = sub_params(params, f"trf_blocks.{i}.")
+    att = functools.partial(
+        attention_decode, padding_mask=padding_mask, num_heads=config["n_heads"], empty=empty, linear=linear
+    )
 
-        def att(h: jax.Array, block: Mapping[str, jax.Array] = block, cache: KVCache = cache) -> jax.Array:
-            output, new_cache = attention_decode(
-                sub_params(block, "att."),
-                h,
-                cache,
-                padding_mask,
-                num_heads=config["n_heads"],
-                empty=empty,
-                linear=linear,
-            )
-            new_caches.append(new_cache)
-            return output
+    def parts(block: Mapping[str, jax.Array]) -> dict[str, Any]:  # the feed-forward on the B·t rows
+        feed_forward_rows = functools.partial(_feed_forward, sub_params(block, "ff."), linear=linear)
+        return _parts(block) | {
+            "ff": functools.partial(on_rows, feed_forward_rows),
+            "drop_shortcut": lambda h: h,
+        }
 
-        ff = sub_params(block, "ff.")  # feed_forward's products, by ``linear``
-
-        def feed_forward_rows(x: jax.Array, ff: Mapping[str, jax.Array] = ff) -> jax.Array:
-            hidden = linear(x, ff["layers.0.weight"], ff["layers.0.bias"])  # (B·t, 4D)
-            return linear(gelu(hidden), ff["layers.2.weight"], ff["layers.2.bias"])  # (B·t, D)
-
-        parts = _parts(block) | {"ff": functools.partial(_on_rows, feed_forward_rows)}
-        blocks.append(functools.partial(apply_block, **parts, att=att, drop_shortcut=lambda h: h))
-    head = _head(params)
-    out_head = functools.partial(_on_rows, lambda x: linear(x, params["out_head.weight"]))  # (B, t, V)
-    head["out_head"] = (lambda x: out_head(x[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
-    logits, _ = apply_model(x, blocks=blocks, **head)  # (B, t, V)
-    return logits, tuple(new_caches)
-
-
-def _on_rows(fn: Any, x: jax.Array) -> jax.Array:
-    """``fn`` of x ``(B, t, D)`` computed on its B·t rows ``(B·t, D)``: each weight in one product (a GEMV
-    at t = 1; XLA:CPU converts a 16-bit weight to float32 first for a 3-D product)."""
-    return fn(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
+    head = _head(params) | {
+        "out_head": functools.partial(on_rows, lambda h: linear(h, params["out_head.weight"]))
+    }
+    return decode_model(params, x, caches, att=att, parts=parts, head=head, last_only=last_only)

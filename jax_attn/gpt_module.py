@@ -127,9 +127,9 @@ class GPTModel(base.TorchWeights):
     ) -> Self:
         """A model holding ``params`` (the weights format, or a ``state_dict()`` as it is), in their
         dtype, loaded by ``load_params``; without ``rngs`` built as shapes (no weight drawn to be
-        thrown away), in eval mode with no dropout stream. Raises ``check_gpt_params``' errors."""
+        thrown away), in eval mode with no dropout stream. Raises ``check_model_params``' errors."""
         weights = base.readable_weights(spec.without_gpt_buffers(params, config))
-        gpt_checks.check_gpt_params(jax_attn.FRAMEWORK, weights, config, values=False)
+        gpt_checks.check_model_params(jax_attn.FRAMEWORK, "GPTModel", weights, config, values=False)
         model = base.build_to_load(
             lambda rngs: cls(config, dtype=weights[spec.FIRST_WEIGHT].dtype, rngs=rngs), rngs
         )
@@ -152,4 +152,4 @@ class GPTModel(base.TorchWeights):
         return spec.without_gpt_buffers(params, self.config)
 
     def _check_load(self, weights: Mapping[str, Any], variables: base.Variables) -> None:
-        gpt_checks.check_gpt_params(jax_attn.FRAMEWORK, weights, self.config)
+        gpt_checks.check_model_params(jax_attn.FRAMEWORK, "GPTModel", weights, self.config)

@@ -47,7 +47,7 @@ globals().update(api.export(FRAMEWORK, "numpy_attn"))  # every layer, block, GPT
 def check_gpt_params(params, config) -> None:
     """One ValueError naming every missing, unexpected and mis-shaped weight of ``GPTModel(config)``,
     then one floating dtype for all (TypeError), then finite values."""
-    gpt_checks.check_gpt_params(FRAMEWORK, params, config)
+    gpt_checks.check_model_params(FRAMEWORK, "GPTModel", params, config)
 
 
 __all__ = [

@@ -2,10 +2,10 @@
 
 The layers of the notes come from ``numpy_attn.spec.SPECS`` (each spec names the module of its
 math); ``PUBLIC`` lists everything else: the module of each package that holds its math (or, for
-the framework-neutral fast paths, the one shared module), the check its door runs and the door's
-options. Each package's ``__init__`` calls ``export(FRAMEWORK, package)``, which puts that
-package's math behind ``numpy_attn.door``: the two packages cannot export different functions,
-or the same function with different checks.
+the framework-neutral fast paths, the one shared module), the checks module whose function of
+the same name its door runs, and the door's options. Each package's ``__init__`` calls
+``export(FRAMEWORK, package)``, which puts that package's math behind ``numpy_attn.door``: the two
+packages cannot export different functions, or the same function with different checks.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ __all__ = ["NAMES", "PUBLIC", "Public", "export"]
 @dataclass(frozen=True)
 class Public:
     """One public function: ``module`` holds its math (a module of each package, or a dotted path to
-    one shared framework-neutral module), ``check`` is its door's check, ``steps`` whether it takes
-    ``return_steps``, ``static`` its arguments that are static under ``jax.jit`` (given, an eager
-    jax_attn call runs as the program ``jax.jit`` compiles: a block, a model, a decoding step)."""
+    one shared framework-neutral module), ``checks`` the module whose function of the same name is
+    its door's check, ``steps`` whether it takes ``return_steps``, ``static`` its arguments that are
+    static under ``jax.jit`` (given, an eager jax_attn call runs as the program ``jax.jit`` compiles:
+    a block, a model, a decoding step)."""
 
     module: str
-    check: Callable[..., None]
+    checks: Any  # a module
     steps: bool = False
     static: tuple[str, ...] | None = None
 
@@ -37,66 +38,45 @@ class Public:
 FAST = "numpy_attn.fast.attend"
 PROJECTIONS = "numpy_attn.fast.projections"
 BLOCKWISE = ("causal", "dropout", "block_size")  # static: an eager call runs one compiled program
-BLOCK_STATIC = ("num_heads", "context_length", "dropout_rate")
 GQA_STATIC = ("num_heads", "num_kv_groups", "rope_base", "rope_freq", "norm_eps")
 PUBLIC: dict[str, Public] = {
-    "simplified_self_attention": Public("simplified", calls.simplified_self_attention, steps=True),
+    "simplified_self_attention": Public("simplified", calls, steps=True),
     # the building blocks
-    "softmax": Public("ops", calls.softmax),
-    "softmax_naive": Public("ops", calls.softmax_naive),
-    "causal_mask": Public("ops", calls.causal_mask),
-    "dropout": Public("ops", calls.dropout),
-    "linear": Public("ops", calls.linear),
-    "split_heads": Public("ops", calls.split_heads),
-    "merge_heads": Public("ops", calls.merge_heads),
-    "scaled_dot_product_attention": Public("ops", calls.scaled_dot_product_attention, steps=True),
+    **dict.fromkeys(
+        ("softmax", "softmax_naive", "causal_mask", "dropout", "linear", "split_heads", "merge_heads"),
+        Public("ops", calls),
+    ),
+    "scaled_dot_product_attention": Public("ops", calls, steps=True),
     # the fast paths
-    "attend": Public(FAST, calls.attend),
-    "attend_heads": Public(FAST, calls.attend_heads),
-    "blockwise_attention": Public("fast.blockwise", calls.blockwise_attention, static=BLOCKWISE),
-    "blockwise_self_attention": Public(
-        "fast.blockwise", calls.blockwise_self_attention, static=("num_heads", *BLOCKWISE)
-    ),
-    "qkv_projections": Public(PROJECTIONS, calls.qkv_projections),
-    "qkv_weights": Public(PROJECTIONS, calls.qkv_weights),
-    "split_projection": Public(PROJECTIONS, calls.split_projection),
+    "attend": Public(FAST, calls),
+    "attend_heads": Public(FAST, calls),
+    "blockwise_attention": Public("fast.blockwise", calls, static=BLOCKWISE),
+    "blockwise_self_attention": Public("fast.blockwise", calls, static=("num_heads", *BLOCKWISE)),
+    **dict.fromkeys(("qkv_projections", "qkv_weights", "split_projection"), Public(PROJECTIONS, calls)),
     # decoding with a KV cache
-    "init_kv_cache": Public("kv_cache", cache_checks.init_kv_cache),
-    "multi_head_attention_decode": Public(
-        "kv_cache", cache_checks.multi_head_attention_decode, static=("num_heads", "context_length")
-    ),
-    "fused_causal_attention_decode": Public(
-        "kv_cache", cache_checks.fused_causal_attention_decode, static=("num_heads", "context_size")
-    ),
+    "init_kv_cache": Public("kv_cache", cache_checks),
+    "multi_head_attention_decode": Public("kv_cache", cache_checks, static=("num_heads", "context_length")),
+    "fused_causal_attention_decode": Public("kv_cache", cache_checks, static=("num_heads", "context_size")),
     # the book's GPT (chapter 4)
-    "layer_norm": Public("gpt", gpt_checks.layer_norm),
-    "gelu": Public("gpt", gpt_checks.gelu),
-    "feed_forward": Public("gpt", gpt_checks.feed_forward),
+    **dict.fromkeys(("layer_norm", "gelu", "feed_forward"), Public("gpt", gpt_checks)),
     "transformer_block": Public(
-        "gpt",
-        gpt_checks.transformer_block,
-        steps=True,
-        static=("num_heads", "context_length", "dropout_rate"),
+        "gpt", gpt_checks, steps=True, static=("num_heads", "context_length", "dropout_rate")
     ),
-    "gpt_model": Public("gpt", gpt_checks.gpt_model, steps=True, static=("config",)),
-    "init_gpt_cache": Public("gpt", gpt_checks.init_gpt_cache),
-    "gpt_model_decode": Public("gpt", gpt_checks.gpt_model_decode, static=("config",)),
-    "generate": Public("generation", generation_checks.generate),  # every model: the GPT, Llama 3, Qwen3
+    "gpt_model": Public("gpt", gpt_checks, steps=True, static=("config",)),
+    "init_gpt_cache": Public("gpt", gpt_checks),
+    "gpt_model_decode": Public("gpt", gpt_checks, static=("config",)),
+    "generate": Public("generation", generation_checks),  # every model: the GPT, Llama 3, Qwen3
     # the book's Llama 3 and Qwen3 (numpy_attn.decoder_spec)
-    "rms_norm": Public("rms_norm", decoder_checks.rms_norm),
-    "rope": Public("rope", decoder_checks.rope),
-    "swiglu_feed_forward": Public("decoders", decoder_checks.swiglu_feed_forward),
-    "grouped_query_attention": Public(
-        "grouped_query", decoder_checks.grouped_query_attention, steps=True, static=GQA_STATIC
-    ),
-    "grouped_query_attention_decode": Public(
-        "grouped_query", decoder_checks.grouped_query_attention_decode, static=GQA_STATIC
-    ),
-    "llama3_model": Public("decoders", decoder_checks.llama3_model, steps=True, static=("cfg",)),
-    "qwen3_model": Public("decoders", decoder_checks.qwen3_model, steps=True, static=("cfg",)),
-    "init_decoder_cache": Public("decoders", decoder_checks.init_decoder_cache),
-    "llama3_model_decode": Public("decoders", decoder_checks.llama3_model_decode, static=("cfg",)),
-    "qwen3_model_decode": Public("decoders", decoder_checks.qwen3_model_decode, static=("cfg",)),
+    "rms_norm": Public("rms_norm", decoder_checks),
+    "rope": Public("rope", decoder_checks),
+    "swiglu_feed_forward": Public("decoders", decoder_checks),
+    "grouped_query_attention": Public("grouped_query", decoder_checks, steps=True, static=GQA_STATIC),
+    "grouped_query_attention_decode": Public("grouped_query", decoder_checks, static=GQA_STATIC),
+    "llama3_model": Public("decoders", decoder_checks, steps=True, static=("cfg",)),
+    "qwen3_model": Public("decoders", decoder_checks, steps=True, static=("cfg",)),
+    "init_decoder_cache": Public("decoders", decoder_checks),
+    "llama3_model_decode": Public("decoders", decoder_checks, static=("cfg",)),
+    "qwen3_model_decode": Public("decoders", decoder_checks, static=("cfg",)),
 }
 
 
@@ -117,7 +97,7 @@ def export(
     for name, row in PUBLIC.items():
         shared = row.module.startswith("numpy_attn.")
         math = getattr(importlib.import_module(row.module if shared else f"{package}.{row.module}"), name)
-        check = checks.get(name, row.check)
+        check = checks.get(name, getattr(row.checks, name))
         public[name] = door.block(
             math, check, framework, steps=row.steps, framework_first=shared, static=row.static
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,34 +19,33 @@ def init_kv_cache(fw: Any, a: A) -> None:
     for name in ("batch", "num_heads", "max_length", "head_dim"):
         checks.check_size(name, a[name])
     shape = (a["batch"], a["num_heads"], a["max_length"], a["head_dim"])
-    memory.check_array_size("the cache's keys (batch, num_heads, max_length, head_dim)", shape)
-    dtype = fw.check_dtype(a["dtype"])
-    check_cache_memory(fw, shape, dtype, blocks=1)
+    check_cache_memory(fw, shape, "batch, num_heads, max_length, head_dim", a["dtype"], blocks=1)
 
 
-def check_cache_memory(fw: Any, shape: tuple[int, ...], dtype: Any, blocks: int) -> None:
-    """``blocks`` caches of keys and values of ``shape`` (B, N, L, H) in ``dtype``, and their
-    padding, fit in the framework's memory (ValueError naming the size otherwise)."""
+def check_cache_memory(fw: Any, shape: tuple[int, ...], axes: str, dtype: Any, blocks: int) -> None:
+    """Keys of ``shape`` (B, N, L, H), named by ``axes``, an array may hold; ``dtype`` one the framework
+    computes in; ``blocks`` caches of keys, values and padding that fit in its memory (ValueError
+    naming the size otherwise)."""
+    memory.check_array_size(f"the cache's keys ({axes})", shape)
+    dtype = fw.check_dtype(dtype)
     batch, num_heads, length, head_dim = (int(size) for size in shape)
     nbytes = blocks * (2 * batch * num_heads * length * head_dim * np.dtype(dtype).itemsize + batch * length)
     memory.check_memory(f"{blocks} KV cache(s) of keys and values {tuple(shape)} in {np.dtype(dtype).name}",
                         nbytes, fw.memory_bytes())  # fmt: skip
 
 
-def multi_head_attention_decode(fw: Any, a: A) -> None:
-    check_layer_call(SPECS["MultiHeadAttention"], fw, a)
-    _check_cache(fw, a, a["params"]["out_proj.weight"].shape[1], "context_length")
-
-
-def fused_causal_attention_decode(fw: Any, a: A) -> None:
-    check_layer_call(SPECS["FusedCausalAttention"], fw, a)
-    _check_cache(fw, a, a["params"]["Wo.weight"].shape[1], "context_size")
-
-
-def _check_cache(fw: Any, a: A, width: int, context_name: str) -> None:
+def _layer_decode(layer: str, fw: Any, a: A) -> None:
+    """A decode function's call: the layer's checks, then its ``cache`` (its heads of the width of the
+    output projection's input) with room for x's tokens within the layer's context."""
+    spec = SPECS[layer]
+    check_layer_call(spec, fw, a)
     x, cache, num_heads = a["x"], a["cache"], a["num_heads"]
-    check_kv_cache(fw, cache, x, num_heads, width // num_heads)
-    check_decode_room(fw.cache_length(cache), cache.keys.shape[-2], x.shape, a[context_name], context_name)
+    check_kv_cache(fw, cache, x, num_heads, a["params"][f"{spec.out}.weight"].shape[1] // num_heads)
+    check_decode_room(fw.cache_length(cache), cache.keys.shape[-2], x.shape, a[spec.context], spec.context)
+
+
+multi_head_attention_decode = functools.partial(_layer_decode, "MultiHeadAttention")
+fused_causal_attention_decode = functools.partial(_layer_decode, "FusedCausalAttention")
 
 
 def check_kv_cache(fw: Any, cache: Any, x: Any, num_heads: int, head_dim: int, name: str = "cache",
@@ -93,6 +93,50 @@ def check_kv_cache(fw: Any, cache: Any, x: Any, num_heads: int, head_dim: int, n
         raise TypeError(
             f"{name}.length must be an int or a 0-d integer array (the tokens cached so far), "
             f"got {cache.length!r} ({type(cache.length).__name__})"
+        )
+
+
+def check_group_cache(fw: Any, cache: Any, x: Any, num_kv_groups: int, size: int, name: str = "cache",
+                      x_name: str = "x") -> None:  # fmt: skip
+    """A grouped KV cache: ``check_kv_cache`` with G = ``num_kv_groups`` key/value heads in place of N
+    (ValueError naming G where the cache holds the query heads)."""
+    shape = tuple(getattr(getattr(cache, "keys", None), "shape", ()))
+    if isinstance(cache, fw.kv_cache) and (len(shape) != 4 or shape[1] != num_kv_groups):
+        raise ValueError(
+            f"{name}.keys has shape {shape}, but a grouped cache holds the key/value heads: (B, G, L, H) "
+            f"with G = n_kv_groups = {num_kv_groups} (init_decoder_cache(cfg, batch))"
+        )
+    check_kv_cache(fw, cache, x, num_kv_groups, size, name, x_name)
+
+
+def check_block_caches(fw: Any, a: A, cfg_name: str, heads: int, head_size: int, init: str, *,
+                       grouped: bool = False) -> None:  # fmt: skip
+    """A model's ``caches`` for the call ``a`` (its ``cfg_name`` config, token ids and weights): a tuple
+    or list (TypeError, naming ``init``) of one cache per block (ValueError), each checked as a decode
+    function checks its own (``check_group_cache`` where ``grouped``) against the blocks' input
+    ``(B, t, emb_dim)``, all holding as many tokens, with room for t more."""
+    cfg, caches = a[cfg_name], a["caches"]
+    if isinstance(caches, fw.kv_cache) or not isinstance(caches, tuple | list):
+        raise TypeError(
+            f"caches must be a tuple of KVCache, one per block ({init}), got {type(caches).__name__}"
+        )
+    if len(caches) != cfg["n_layers"]:
+        raise ValueError(
+            f"caches has {len(caches)} KVCache, but {cfg_name}['n_layers'] = {cfg['n_layers']} "
+            "blocks need one each"
+        )
+    dtype = a["params"]["tok_emb.weight"].dtype
+    x = np.broadcast_to(np.zeros((), dtype), (*a["token_ids"].shape, cfg["emb_dim"]))  # (B, t, D)
+    for index, cache in enumerate(caches):
+        (check_group_cache if grouped else check_kv_cache)(
+            fw, cache, x, heads, head_size, f"caches[{index}]", "the blocks' input"
+        )
+    lengths = [fw.cache_length(cache) for cache in caches]
+    if len({length for length in lengths if length is not None}) > 1:
+        raise ValueError(f"the caches hold {lengths} tokens: every block's cache must hold the same tokens")
+    for index, (cache, length) in enumerate(zip(caches, lengths, strict=True)):
+        check_decode_room(
+            length, cache.keys.shape[2], x.shape, cfg["context_length"], name=f"caches[{index}]"
         )
 
 

@@ -70,16 +70,8 @@ def scaled_dot_product_attention(fw: Any, a: A) -> None:
     if a["dropout"] is not None:
         checks.check_dropout("dropout", a["dropout"])
         if a["attn_keep_mask"] is not None:
-            leading = _broadcast(queries.shape[:-2], keys.shape[:-2])
-            shape = (*leading, queries.shape[-2], keys.shape[-2])
-            checks.check_keep_mask("attn_keep_mask", a["attn_keep_mask"], shape)
+            checks.check_keep_mask("attn_keep_mask", a["attn_keep_mask"], checks.scores_shape(queries, keys))
     checks.check_flag("return_steps", a["return_steps"])
-
-
-def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    import numpy as np
-
-    return tuple(np.broadcast_shapes(*map(tuple, shapes)))
 
 
 def split_projection(fw: Any, a: A) -> None:
@@ -217,10 +209,8 @@ def blockwise_attention(fw: Any, a: A) -> None:
     fw.check_operands(queries=queries, keys=keys, values=values)
     checks.check_attention_shapes(queries, keys, values)
     check_leading_axes(queries, keys, values)
-    checks.check_mask_operands(padding_mask=a["padding_mask"], attn_keep_mask=a["attn_keep_mask"])
-    fw.check_random(a[fw.random])
     batch = queries.shape[0] if queries.ndim > 2 else 1
-    _blockwise_args(a, batch, queries.shape[-2], keys.shape[-2], (*queries.shape[:-1], keys.shape[-2]))
+    _blockwise_args(fw, a, batch, queries.shape[-2], keys.shape[-2], (*queries.shape[:-1], keys.shape[-2]))
 
 
 def blockwise_self_attention(fw: Any, a: A) -> None:
@@ -238,17 +228,16 @@ def blockwise_self_attention(fw: Any, a: A) -> None:
         raise ValueError(
             f"weight must stack 3 projections of num_heads={num_heads} equal heads, got shape {weight_shape}"
         )
-    if bias is not None and tuple(bias.shape) != weight_shape[:1]:
-        raise ValueError(
-            f"bias must have shape ({weight_shape[0]},) for weight of shape {weight_shape}, "
-            f"got shape {tuple(bias.shape)}"
-        )
+    checks.check_bias(bias, weight_shape)
+    _blockwise_args(fw, a, shape[0], shape[1], shape[1], (shape[0], num_heads, shape[1], shape[1]))
+
+
+def _blockwise_args(
+    fw: Any, a: A, batch: int, num_queries: int, num_keys: int, keep_shape: tuple[int, ...]
+) -> None:
+    """The blockwise functions' masks, random source, flag, block size and dropout rate."""
     checks.check_mask_operands(padding_mask=a["padding_mask"], attn_keep_mask=a["attn_keep_mask"])
     fw.check_random(a[fw.random])
-    _blockwise_args(a, shape[0], shape[1], shape[1], (shape[0], num_heads, shape[1], shape[1]))
-
-
-def _blockwise_args(a: A, batch: int, num_queries: int, num_keys: int, keep_shape: tuple[int, ...]) -> None:
     checks.check_flag("causal", a["causal"])
     if a["causal"]:
         check_causal_lengths(num_queries, num_keys)

@@ -8,7 +8,7 @@ value of the wrong kind, ValueError for one out of range, naming the argument an
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,8 @@ JAX_FLOATS = ("bfloat16", *NUMPY_FLOATS)
 FLOATS_ACCEPTED = "float16, float32, float64; bfloat16 in jax_attn"  # one text in both packages
 # The largest position a causal mask computes with: jax_attn's positions are int32.
 MAX_POSITION = 2**31 - 1
+INTS = (int, np.integer)
+NUMBERS = (int, float, np.integer, np.floating)
 _FLOAT_NAMES = {np.dtype(name): name for name in NUMPY_FLOATS}  # a dict lookup, not dtype.name's µs
 
 
@@ -43,8 +45,10 @@ _REFUSED = (
 )
 
 
-def check_numpy_dtype(name: str, value: Any) -> None:
-    """TypeError unless NumPy reads ``value.dtype``: a torch tensor is refused with how to convert it."""
+def check_numpy_dtype(name: str, value: Any) -> tuple[int, ...]:
+    """``check_array``, then TypeError unless NumPy reads ``value.dtype``: a torch tensor is refused
+    with how to convert it. Returns the shape."""
+    shape = check_array(name, value)
     try:
         np.dtype(value.dtype)
     except TypeError:
@@ -54,6 +58,7 @@ def check_numpy_dtype(name: str, value: Any) -> None:
             f"JAX array (a torch tensor t: t.detach().cpu().numpy(), bfloat16 after .float(); "
             "a torch module's weights: torch_ref.to_params(module))"
         ) from None
+    return shape
 
 
 def check_native_byte_order(name: str, value: Any) -> None:
@@ -68,8 +73,7 @@ def check_native_byte_order(name: str, value: Any) -> None:
 def check_floating(x: Any, floating: tuple[str, ...] = NUMPY_FLOATS, name: str = "x") -> tuple[int, ...]:
     """``x.shape``; TypeError unless ``x`` is an array in the machine's byte order with a dtype in
     ``floating`` (the message names what both packages accept)."""
-    shape = check_array(name, x)
-    check_numpy_dtype(name, x)
+    shape = check_numpy_dtype(name, x)
     check_native_byte_order(name, x)
     dtype = np.dtype(x.dtype)
     if (_FLOAT_NAMES.get(dtype) or dtype.name) not in floating:
@@ -97,7 +101,6 @@ def check_operands(floating: tuple[str, ...], /, *, optional: tuple[str, ...] = 
 def check_mask_operands(**masks: Any) -> None:
     """Each mask given (None: not given) an array NumPy can read; shapes are checked where used."""
     for name, mask in ((name, mask) for name, mask in masks.items() if mask is not None):
-        check_array(name, mask)
         check_numpy_dtype(name, mask)
 
 
@@ -107,22 +110,26 @@ def check_flag(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
 
 
-def _check_int(name: str, value: Any, low: int, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+def check_number(
+    name: str, value: Any, what: str, ok: Callable[[Any], bool], kinds: tuple[type, ...] = NUMBERS
+) -> None:
+    """A number of ``kinds`` (TypeError for a bool or another type) for which ``ok`` holds (ValueError);
+    both messages say it must be ``what``."""
+    if isinstance(value, bool) or not isinstance(value, kinds):
         raise TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
-    if value < low:
+    if not ok(value):
         raise ValueError(f"{name} must be {what}, got {value!r}")
 
 
 def check_size(name: str, value: Any) -> None:
     """A size (``num_heads``, ``context_length``, ``block_size``...): a positive int (NumPy's too);
     TypeError for another type (a bool, a float, None), ValueError below 1."""
-    _check_int(name, value, 1, "a positive int")
+    check_number(name, value, "a positive int", lambda v: v >= 1, INTS)
 
 
 def check_count(name: str, value: Any) -> None:
     """A count that may be 0 (``max_new_tokens``): ``check_size``'s rule from 0."""
-    _check_int(name, value, 0, "a non-negative integer")
+    check_number(name, value, "a non-negative integer", lambda v: v >= 0, INTS)
 
 
 def check_divisible(width_name: str, width: int, num_heads: int, *, heads_name: str = "num_heads") -> None:
@@ -159,8 +166,7 @@ def check_dropout(name: str, p: Any) -> None:
 
 
 def _check_bool_mask(name: str, mask: Any, expected: tuple[int, ...], what: str) -> None:
-    shape = check_array(name, mask)
-    check_numpy_dtype(name, mask)
+    shape = check_numpy_dtype(name, mask)
     if np.dtype(mask.dtype) != np.bool_ or shape != expected:
         raise ValueError(
             f"{name} must be a bool array of shape {what} = {expected}, "
@@ -178,21 +184,24 @@ def check_padding_mask(mask: Any, batch: int, num_keys: int) -> None:
     _check_bool_mask("padding_mask", mask, (batch, num_keys), "(B, S)")
 
 
+def scores_shape(queries: Any, keys: Any) -> tuple[int, ...]:
+    """The attention scores' shape ``(..., T, S)``: the queries' and keys' leading axes broadcast."""
+    leading = np.broadcast_shapes(tuple(queries.shape[:-2]), tuple(keys.shape[:-2]))
+    return (*leading, queries.shape[-2], keys.shape[-2])
+
+
 def check_scores_mask(mask: Any, queries: Any, keys: Any) -> None:
     """An attention mask: None, or bool (True = hidden) broadcastable to the scores' ``(..., T, S)``
     (a float mask, where Flax's 1 means attend, would hide every key)."""
     if mask is None:
         return
-    shape = check_array("mask", mask)
-    check_numpy_dtype("mask", mask)
-    leading = np.broadcast_shapes(tuple(queries.shape[:-2]), tuple(keys.shape[:-2]))
-    scores_shape = (*leading, queries.shape[-2], keys.shape[-2])
-    fits = len(shape) <= len(scores_shape) and all(
-        n in (1, m) for n, m in zip(shape[::-1], scores_shape[::-1], strict=False)
+    shape, scores = check_numpy_dtype("mask", mask), scores_shape(queries, keys)
+    fits = len(shape) <= len(scores) and all(
+        n in (1, m) for n, m in zip(shape[::-1], scores[::-1], strict=False)
     )
     if np.dtype(mask.dtype) != np.bool_ or not fits:
         raise ValueError(
-            f"mask must be a bool array broadcastable to the scores' shape (..., T, S) = {scores_shape}, "
+            f"mask must be a bool array broadcastable to the scores' shape (..., T, S) = {scores}, "
             f"got {np.dtype(mask.dtype).name} array of shape {shape}"
         )
 
@@ -206,6 +215,11 @@ def check_linear_shapes(x: Any, weight: Any, bias: Any, weight_name: str = "weig
             f"{weight_name} must have shape (out_features, in_features) with in_features={width} "
             f"(x has shape {x_shape}), got shape {weight_shape}"
         )
+    check_bias(bias, weight_shape)
+
+
+def check_bias(bias: Any, weight_shape: tuple[int, ...]) -> None:
+    """None, or a ``(F,)`` bias for an ``(F, D)`` weight."""
     if bias is not None and tuple(bias.shape) != weight_shape[:1]:
         raise ValueError(
             f"bias must have shape ({weight_shape[0]},) for weight of shape {weight_shape}, "

@@ -4,37 +4,37 @@ caches; one text for one mistake."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from numpy_attn import checks, finite, memory
-from numpy_attn.cache_checks import check_cache_memory, check_decode_room, check_kv_cache
+from numpy_attn import checks, finite
+from numpy_attn.cache_checks import (
+    check_block_caches,
+    check_cache_memory,
+    check_decode_room,
+    check_group_cache,
+)
 from numpy_attn.decoder_spec import (
-    FIRST_WEIGHT,
     check_config,
     check_eps,
     check_rope_base,
     check_rope_freq,
-    decoder_param_shapes,
     gqa_shapes,
     head_dim,
     model_of,
     swiglu_shapes,
-    without_decoder_buffers,
 )
-from numpy_attn.gpt_checks import check_model_weights, check_token_ids
+from numpy_attn.gpt_checks import check_features, check_model_call
 
 A = Mapping[str, Any]
 
 
 def rms_norm(fw: Any, a: A) -> None:
     """x floating ``(..., D)``, D >= 1; weight ``(D,)`` of x's dtype; eps a number >= 0."""
-    fw.check_operands(x=a["x"], weight=a["weight"])
-    shape = tuple(a["x"].shape)
-    if not shape or shape[-1] < 1:
-        raise ValueError(f"x must have shape (..., D) with D >= 1, got shape {shape}")
+    shape = check_features(fw, a["x"], weight=a["weight"])
     weight_shape = tuple(a["weight"].shape)
     if weight_shape != shape[-1:]:
         raise ValueError(
@@ -47,33 +47,24 @@ def swiglu_feed_forward(fw: Any, a: A) -> None:
     """x floating ``(..., D)``; params exactly ``fc1``, ``fc2`` ``(F, D)`` and ``fc3`` ``(D, F)``, F
     read from ``fc1.weight``, of x's dtype."""
     params, x = a["params"], a["x"]
-    fw.check_operands(x=x)
-    shape = tuple(x.shape)
-    if not shape or shape[-1] < 1:
-        raise ValueError(f"x must have shape (..., D) with D >= 1, got shape {shape}")
+    shape = check_features(fw, x)
     checks.check_mapping(params)
     fc1 = params.get("fc1.weight")
     hidden = fc1.shape[0] if hasattr(fc1, "shape") and len(fc1.shape) == 2 else 4 * shape[-1]
     checks.check_params(params, swiglu_shapes(shape[-1], hidden), layer="SwiGLUFeedForward", dtype=x.dtype)
 
 
-def check_rope_call(fw: Any, x: Any, rope_base: Any, rope_freq: Any) -> tuple[int, ...]:
-    """x floating ``(..., T, H)``, no empty axis, H even; RoPE's base and scaling. Returns x's shape."""
-    fw.check_operands(x=x)
-    shape = tuple(x.shape)
+def rope(fw: Any, a: A) -> None:
+    """x floating ``(..., T, H)``, no empty axis, H even; RoPE's base and scaling; ``offset`` an int
+    >= 0 (or a traced 0-d integer array in jax_attn) with the positions within int32."""
+    fw.check_operands(x=a["x"])
+    shape = tuple(a["x"].shape)
     if len(shape) < 2 or 0 in shape:
         raise ValueError(f"x must have shape (..., T, H) with no empty axis, got shape {shape}")
     if shape[-1] % 2:
         raise ValueError(f"x has head size H={shape[-1]} (shape {shape}); RoPE rotates pairs: H must be even")
-    check_rope_base(rope_base)
-    check_rope_freq(rope_freq)
-    return shape
-
-
-def rope(fw: Any, a: A) -> None:
-    """``check_rope_call``; ``offset`` an int >= 0 (or a traced 0-d integer array in jax_attn) with
-    the positions within int32."""
-    shape = check_rope_call(fw, a["x"], a["rope_base"], a["rope_freq"])
+    check_rope_base(a["rope_base"])
+    check_rope_freq(a["rope_freq"])
     offset = a["offset"]
     if not checks.is_int_scalar(offset, fw.array_types):
         raise TypeError(f"offset must be an int >= 0, got {offset!r} ({type(offset).__name__})")
@@ -129,49 +120,6 @@ def grouped_query_attention_decode(fw: Any, a: A) -> None:
     check_decode_room(fw.cache_length(a["cache"]), max_length, shape, max_length, "the cache's max_length")
 
 
-def check_group_cache(fw: Any, cache: Any, x: Any, num_kv_groups: int, size: int, name: str = "cache",
-                      x_name: str = "x") -> None:  # fmt: skip
-    """A grouped KV cache: its package's ``KVCache`` with keys and values ``(B, G, L, H)``, G the
-    key/value heads (not the query heads), then ``check_kv_cache``'s other rules."""
-    keys = getattr(cache, "keys", None)
-    shape = tuple(getattr(keys, "shape", ()))
-    if isinstance(cache, fw.kv_cache) and (len(shape) != 4 or shape[1] != num_kv_groups):
-        raise ValueError(
-            f"{name}.keys has shape {shape}, but a grouped cache holds the key/value heads: (B, G, L, H) "
-            f"with G = n_kv_groups = {num_kv_groups} (init_decoder_cache(cfg, batch))"
-        )
-    check_kv_cache(fw, cache, x, num_kv_groups, size, name, x_name)
-
-
-def check_decoder_params(fw: Any, params: Mapping[str, Any], cfg: Mapping[str, Any], model: str, *,
-                         values: bool = True) -> None:  # fmt: skip
-    """One ValueError naming every missing, unexpected and mis-shaped weight of ``model(cfg)``; then
-    one floating dtype, the first weight's (TypeError); then, with ``values``, finite values."""
-    checks.check_mapping(params)
-    check_model_weights(fw, params, decoder_param_shapes(cfg, model), model, values=values)
-
-
-def _model_call(fw: Any, a: dict[str, Any], model: str) -> bool:
-    """A model function's cfg, weights (a ``state_dict()`` as it is: RoPE's buffers left out) and
-    token ids; returns whether values are known."""
-    check_config(a["cfg"], model)
-    a["params"] = without_decoder_buffers(a["params"])
-    concrete = fw.concrete(a)
-    check_decoder_params(fw, a["params"], a["cfg"], model, values=concrete)
-    check_token_ids(a["token_ids"], a["cfg"], values=concrete)
-    return concrete
-
-
-def llama3_model(fw: Any, a: dict[str, Any]) -> None:
-    _model_call(fw, a, "Llama3Model")
-    checks.check_flag("return_steps", a["return_steps"])
-
-
-def qwen3_model(fw: Any, a: dict[str, Any]) -> None:
-    _model_call(fw, a, "Qwen3Model")
-    checks.check_flag("return_steps", a["return_steps"])
-
-
 def init_decoder_cache(fw: Any, a: A) -> None:
     """A Llama 3 or Qwen3 cfg (``decoder_spec.model_of``), a positive batch, a floating dtype, and
     caches that fit in memory."""
@@ -180,42 +128,24 @@ def init_decoder_cache(fw: Any, a: A) -> None:
     check_config(cfg, model)
     checks.check_size("batch", a["batch"])
     shape = (a["batch"], cfg["n_kv_groups"], cfg["context_length"], head_dim(cfg, model))
-    memory.check_array_size("the cache's keys (batch, n_kv_groups, context_length, head_dim)", shape)
-    check_cache_memory(fw, shape, fw.check_dtype(a["dtype"]), blocks=cfg["n_layers"])
+    axes = "batch, n_kv_groups, context_length, head_dim"
+    check_cache_memory(fw, shape, axes, a["dtype"], blocks=cfg["n_layers"])
 
 
-def _model_decode(fw: Any, a: dict[str, Any], model: str) -> None:
-    _model_call(fw, a, model)
-    cfg, caches = a["cfg"], a["caches"]
-    if isinstance(caches, fw.kv_cache) or not isinstance(caches, tuple | list):
-        raise TypeError(
-            "caches must be a tuple of KVCache, one per block (init_decoder_cache(cfg, batch)), "
-            f"got {type(caches).__name__}"
-        )
-    if len(caches) != cfg["n_layers"]:
-        raise ValueError(
-            f"caches has {len(caches)} KVCache, but cfg['n_layers'] = {cfg['n_layers']} blocks need one each"
-        )
-    batch, num_tokens = a["token_ids"].shape
-    x = np.broadcast_to(np.zeros((), a["params"][FIRST_WEIGHT].dtype), (batch, num_tokens, cfg["emb_dim"]))
-    for index, cache in enumerate(caches):
-        check_group_cache(
-            fw, cache, x, cfg["n_kv_groups"], head_dim(cfg, model), f"caches[{index}]", "the blocks' input"
-        )
-    lengths = [fw.cache_length(cache) for cache in caches]
-    if len({length for length in lengths if length is not None}) > 1:
-        raise ValueError(f"the caches hold {lengths} tokens: every block's cache must hold the same tokens")
-    for index, (cache, length) in enumerate(zip(caches, lengths, strict=True)):
-        check_decode_room(
-            length, cache.keys.shape[2], x.shape, cfg["context_length"], name=f"caches[{index}]"
-        )
+def _model_decode(model: str, fw: Any, a: dict[str, Any]) -> None:
+    check_model_call(fw, model, a, a["cfg"])
+    init = "init_decoder_cache(cfg, batch)"
+    check_block_caches(fw, a, "cfg", a["cfg"]["n_kv_groups"], head_dim(a["cfg"], model), init, grouped=True)
     if a["padding_mask"] is not None:
-        checks.check_padding_mask(a["padding_mask"], batch, num_tokens)
+        checks.check_padding_mask(a["padding_mask"], *a["token_ids"].shape)
 
 
-def llama3_model_decode(fw: Any, a: dict[str, Any]) -> None:
-    _model_decode(fw, a, "Llama3Model")
+def _model(model: str, fw: Any, a: dict[str, Any]) -> None:
+    check_model_call(fw, model, a, a["cfg"])
+    checks.check_flag("return_steps", a["return_steps"])
 
 
-def qwen3_model_decode(fw: Any, a: dict[str, Any]) -> None:
-    _model_decode(fw, a, "Qwen3Model")
+llama3_model = functools.partial(_model, "Llama3Model")
+qwen3_model = functools.partial(_model, "Qwen3Model")
+llama3_model_decode = functools.partial(_model_decode, "Llama3Model")
+qwen3_model_decode = functools.partial(_model_decode, "Qwen3Model")

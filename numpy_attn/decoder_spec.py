@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from numpy_attn import checks
-from numpy_attn.gpt_spec import BLOCK_STEPS, FIRST_WEIGHT, sub_params
+from numpy_attn.gpt_spec import BLOCK_STEPS, FIRST_WEIGHT, check_config_sizes, sub_params
 
 __all__ = [
     "BLOCK_STEPS",
@@ -96,20 +96,13 @@ DECODERS = {
 
 def _check_number(name: str, value: Any, *, low: float = 0.0) -> None:
     """A finite real number above ``low`` (TypeError for a bool or another type)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise TypeError(
-            f"{name} must be a finite number above {low:g}, got {value!r} ({type(value).__name__})"
-        )
-    if not (math.isfinite(float(value)) and float(value) > low):
-        raise ValueError(f"{name} must be a finite number above {low:g}, got {value!r}")
+    what = f"a finite number above {low:g}"
+    checks.check_number(name, value, what, lambda v: math.isfinite(float(v)) and float(v) > low)
 
 
 def check_eps(eps: Any, name: str = "eps") -> None:
     """An RMSNorm's eps: a finite number >= 0 (TypeError for a bool or another type)."""
-    if isinstance(eps, bool) or not isinstance(eps, int | float | np.integer | np.floating):
-        raise TypeError(f"{name} must be a finite number >= 0, got {eps!r} ({type(eps).__name__})")
-    if not (math.isfinite(float(eps)) and eps >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {eps!r}")
+    checks.check_number(name, eps, "a finite number >= 0", lambda v: math.isfinite(float(v)) and v >= 0)
 
 
 def check_rope_base(value: Any, name: str = "rope_base") -> None:
@@ -159,14 +152,7 @@ def check_config(cfg: Any, model: str) -> None:
     """ValueError naming missing keys or values that cannot build ``model`` (``"Llama3Model"``,
     ``"Qwen3Model"``); TypeError for a size that is not an int, a flag that is not a bool."""
     decoder = DECODERS[model]
-    if not isinstance(cfg, Mapping):
-        raise TypeError(
-            f"cfg must be a mapping with keys {list(decoder.config_keys)}, got {type(cfg).__name__}"
-        )
-    if missing := [key for key in decoder.config_keys if key not in cfg]:
-        raise ValueError(f"cfg is missing keys {missing}; a {model} cfg has {list(decoder.config_keys)}")
-    for key in SIZES:
-        checks.check_size(f"cfg[{key!r}]", cfg[key])
+    check_config_sizes("cfg", cfg, model, decoder.config_keys, SIZES)
     checks.check_divisible(
         "cfg['n_heads']", cfg["n_heads"], cfg["n_kv_groups"], heads_name="cfg['n_kv_groups']"
     )

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from numpy_attn.decoder_spec import DECODERS, attention_arguments, head_dim, model_of, norm_eps, sub_params
-from numpy_attn.gpt_spec import apply_block, apply_model
+from numpy_attn.gpt_spec import apply_block, apply_model, decode_model
 from numpy_attn.grouped_query import grouped_attention_decode, grouped_query_attention
 from numpy_attn.kv_cache import KVCache, init_kv_cache
 from numpy_attn.ops import linear
@@ -136,23 +136,12 @@ def decode(
     model = model_of(cfg)
     x = params["tok_emb.weight"][token_ids]  # (B, t, D)
     arguments = attention_arguments(cfg, model)
-    blocks, new_caches = [], []
-    for i, cache in enumerate(caches):
-        block = sub_params(params, f"trf_blocks.{i}.")
-
-        def att(h: np.ndarray, block: Mapping[str, np.ndarray] = block, cache: KVCache = cache) -> np.ndarray:
-            output, new_cache = grouped_attention_decode(
-                sub_params(block, "att."), h, cache, padding_mask, **arguments, in_place=in_place
-            )
-            new_caches.append(new_cache)
-            return output
-
-        blocks.append(functools.partial(apply_block, **_parts(block, cfg, model), att=att))
+    att = functools.partial(
+        grouped_attention_decode, padding_mask=padding_mask, **arguments, in_place=in_place
+    )
+    parts = functools.partial(_parts, cfg=cfg, model=model)
     head = _head(params, cfg, model)
-    out_head = head["out_head"]
-    head["out_head"] = (lambda x: out_head(x[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
-    logits, _ = apply_model(x, blocks=blocks, **head)  # (B, t, V)
-    return logits, tuple(new_caches)
+    return decode_model(params, x, caches, att=att, parts=parts, head=head, last_only=last_only)
 
 
 def llama3_model_decode(

@@ -1,15 +1,7 @@
-"""The door of every public function: its arguments checked once, then its math run.
-
-The math functions (``numpy_attn/multi_head.py``, ``jax_attn/multi_head.py``...) trust their
-arguments and always return ``(output, steps)``. Each package's ``__init__`` puts them behind
-this door, which is written once for both: ``layer(spec, framework, fn)`` checks a layer call by
-its ``LayerSpec`` (the weights' names, shapes and dtypes, the input, the sizes, the masks, the
-random source), picks the implementation (the reference math, or the blockwise path of
-``numpy_attn.fast`` for ``"blockwise"``, and ``"auto"`` on long sequences), runs it as one
-program (``Framework.compile``: ``jax.jit`` in jax_attn) and returns the output, or
-``(output, steps)`` with ``return_steps=True``. ``block(fn, check, framework)`` does the same for
-a building block with its own check. A ``Framework`` says what differs between the packages:
-the dtypes, the random source, how arrays are read and how a function is compiled.
+"""The door of every public function, written once for both packages: the call's arguments bound
+and checked once, the implementation picked, the math run (``Framework.compile``: as one ``jax.jit``
+program in jax_attn), the output returned, or ``(output, steps)`` with ``return_steps=True``.
+``layer`` checks a layer call by its ``LayerSpec``; ``block`` runs a building block's own check.
 """
 
 from __future__ import annotations
@@ -45,16 +37,6 @@ class Framework:
 
     def __init__(self, ops: Any = None, blockwise: Any = None, xp: Any = np, kv_cache: type | None = None):
         self.ops, self.blockwise, self.xp, self.kv_cache = ops, blockwise, xp, kv_cache
-
-    def blockwise_attention(self, *args: Any, **kwargs: Any) -> Any:
-        return self.blockwise.blockwise_attention(*args, **kwargs)
-
-    def blockwise_self_attention(self, *args: Any, **kwargs: Any) -> Any:
-        return self.blockwise.blockwise_self_attention(*args, **kwargs)
-
-    def fast_layer(self, spec: LayerSpec, **arguments: Any) -> tuple[Any, Any]:
-        """``spec``'s layer on its fast path."""
-        return fast_layer(spec, self, **arguments)
 
     def check_random(self, value: Any, name: str | None = None) -> None:
         checks.check_rng(value, name or self.random)
@@ -161,7 +143,8 @@ def layer(spec: LayerSpec, framework: Framework, fn: Callable[..., Any]) -> Call
     signature = _signature(fn, DOOR_OPTIONS)
     bind = _binder(signature)
     reference = framework.compile(fn, spec.static)
-    fast = framework.compile(functools.partial(framework.fast_layer, spec), (*spec.static, *DOOR_OPTIONS))
+    run_fast = functools.partial(fast_layer, spec, framework)  # spec's layer on its fast path
+    fast = framework.compile(run_fast, (*spec.static, *DOOR_OPTIONS))
 
     @functools.wraps(fn)
     def public(*args: Any, **kwargs: Any) -> Any:
@@ -177,7 +160,7 @@ def layer(spec: LayerSpec, framework: Framework, fn: Callable[..., Any]) -> Call
                 "block_size": block_size,
                 "return_steps": return_steps,
             }
-            run = fast if concrete else lambda _, **a: framework.fast_layer(spec, **a)
+            run = fast if concrete else lambda _, **a: run_fast(**a)
             output, steps = run(return_steps, **arguments, **options)
         else:
             run = reference if concrete else lambda _, **a: fn(**a)

@@ -7,29 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from numpy_attn import decoder_spec, finite, gpt_spec
-from numpy_attn.decoder_checks import check_decoder_params
-from numpy_attn.gpt_checks import check_generate_args, check_gpt_params, check_token_ids
+from numpy_attn import decoder_spec, finite
+from numpy_attn.gpt_checks import check_generate_args, check_model_params, check_token_ids, without_buffers
 
 __all__ = ["check_generate_call", "check_model_params", "generate", "without_buffers"]
-
-
-def without_buffers(kind: str, params: Any, config: Mapping[str, Any]) -> dict[str, Any]:
-    """The weights of a ``state_dict()`` as it is, its buffers left out (the GPT's masks, RoPE's
-    tables), after the config's checks."""
-    if kind == "GPTModel":
-        return gpt_spec.without_gpt_buffers(params, config)
-    decoder_spec.check_config(config, kind)
-    return decoder_spec.without_decoder_buffers(params)
-
-
-def check_model_params(fw: Any, kind: str, params: Any, config: Mapping[str, Any], *, values: bool) -> None:
-    """The weights of the model of ``kind`` for ``config``: their names, shapes and one floating
-    dtype; with ``values``, finite values."""
-    if kind == "GPTModel":
-        check_gpt_params(fw, params, config, values=values)
-    else:
-        check_decoder_params(fw, params, config, kind, values=values)
 
 
 def check_generate_call(fw: Any, a: Mapping[str, Any], config: Mapping[str, Any]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, sub_params
+from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, decode_model, on_rows, sub_params
 from numpy_attn.kv_cache import KVCache, attention_decode, init_kv_cache, token_positions
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.ops import dropout, linear
@@ -171,33 +171,15 @@ def decode(
     output head's product for one position); ``in_place``: the caches written as they are."""
     positions = token_positions(caches[0], padding_mask, token_ids.shape[1])  # (B, t)
     x = params["tok_emb.weight"][token_ids] + params["pos_emb.weight"][positions]  # (B, t, D)
-    blocks, new_caches = [], []
-    for i, cache in enumerate(caches):
-        block = sub_params(params, f"trf_blocks.{i}.")
-
-        def att(h: np.ndarray, block: Mapping[str, np.ndarray] = block, cache: KVCache = cache) -> np.ndarray:
-            output, new_cache = attention_decode(
-                sub_params(block, "att."),
-                h,
-                cache,
-                padding_mask,
-                num_heads=config["n_heads"],
-                in_place=in_place,
-            )
-            new_caches.append(new_cache)
-            return output
-
-        parts = _parts(block)
-        parts["ff"] = functools.partial(_on_rows, parts["ff"])
-        blocks.append(functools.partial(apply_block, **parts, att=att, drop_shortcut=lambda h: h))
+    att = functools.partial(
+        attention_decode, padding_mask=padding_mask, num_heads=config["n_heads"], in_place=in_place
+    )
     head = _head(params)
-    out_head = functools.partial(_on_rows, head["out_head"])
-    head["out_head"] = (lambda x: out_head(x[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
-    logits, _ = apply_model(x, blocks=blocks, **head)  # (B, t, V)
-    return logits, tuple(new_caches)
+    head["out_head"] = functools.partial(on_rows, head["out_head"])  # (B, t, V)
+    return decode_model(params, x, caches, att=att, parts=_decode_parts, head=head, last_only=last_only)
 
 
-def _on_rows(fn: Any, x: np.ndarray) -> np.ndarray:
-    """``fn`` of x ``(B, t, D)`` computed on its B·t rows ``(B·t, D)``: each weight in one product (a GEMV
-    at t = 1), as jax_attn computes it."""
-    return fn(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
+def _decode_parts(params: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """A block's ``_parts`` for a decoding step: the feed-forward on the B·t rows, no dropout."""
+    parts = _parts(params)
+    return parts | {"ff": functools.partial(on_rows, parts["ff"]), "drop_shortcut": lambda h: h}

@@ -1,38 +1,48 @@
 """What the GPT's functions of numpy_attn and jax_attn check at their door: the config, the weights
-against it, the token ids, the caches and the generation options; one text for one mistake."""
+against it, the token ids, the caches and the generation options; one text for one mistake. A model
+call's weights and token ids are checked here for Llama 3 and Qwen3 too (``check_model_call``)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from numpy_attn import checks, finite, memory
-from numpy_attn.cache_checks import check_cache_memory, check_decode_room, check_kv_cache
-from numpy_attn.gpt_spec import FIRST_WEIGHT, PART_SHAPES, block_shapes, check_config, gpt_param_shapes
-from numpy_attn.gpt_spec import without_gpt_buffers as _without_buffers
+from numpy_attn import checks, decoder_spec, finite
+from numpy_attn.cache_checks import check_block_caches, check_cache_memory
+from numpy_attn.gpt_spec import (
+    FIRST_WEIGHT,
+    PART_SHAPES,
+    block_shapes,
+    check_config,
+    gpt_param_shapes,
+    without_gpt_buffers,
+)
 
 A = Mapping[str, Any]
 
 
-def check_part(fw: Any, part: str, params: Any, x: Any) -> None:
-    """``layer_norm``'s or ``feed_forward``'s call: x floating ``(..., D)``, D >= 1, then ``params``
-    exactly the part's weights for D, each of x's dtype."""
-    fw.check_operands(x=x)
+def check_features(fw: Any, x: Any, **operands: Any) -> tuple[int, ...]:
+    """x floating ``(..., D)``, D >= 1, and the other ``operands`` of its dtype; returns x's shape."""
+    fw.check_operands(x=x, **operands)
     shape = tuple(x.shape)
     if not shape or shape[-1] < 1:
         raise ValueError(f"x must have shape (..., D) with D >= 1, got shape {shape}")
-    checks.check_params(params, PART_SHAPES[part](shape[-1]), layer=part, dtype=x.dtype)
+    return shape
 
 
-def layer_norm(fw: Any, a: A) -> None:
-    check_part(fw, "LayerNorm", a["params"], a["x"])
+def check_part(part: str, fw: Any, a: A) -> None:
+    """``layer_norm``'s or ``feed_forward``'s call (``part``): x floating ``(..., D)``, D >= 1, then
+    ``params`` exactly the part's weights for D, each of x's dtype."""
+    shape = check_features(fw, a["x"])
+    checks.check_params(a["params"], PART_SHAPES[part](shape[-1]), layer=part, dtype=a["x"].dtype)
 
 
-def feed_forward(fw: Any, a: A) -> None:
-    check_part(fw, "FeedForward", a["params"], a["x"])
+layer_norm = functools.partial(check_part, "LayerNorm")
+feed_forward = functools.partial(check_part, "FeedForward")
 
 
 def gelu(fw: Any, a: A) -> None:
@@ -59,22 +69,17 @@ def transformer_block(fw: Any, a: A) -> None:
     checks.check_flag("return_steps", a["return_steps"])
 
 
-def check_gpt_params(
-    fw: Any, params: Mapping[str, Any], config: Mapping[str, Any], *, values: bool = True
+def check_model_params(
+    fw: Any, kind: str, params: Any, config: Mapping[str, Any], *, values: bool = True
 ) -> None:
-    """One ValueError naming every missing, unexpected and mis-shaped weight; then one floating
-    dtype, the first weight's (TypeError); then, with ``values``, finite values."""
+    """The weights of the model ``kind`` (``"GPTModel"``, ``"Llama3Model"``, ``"Qwen3Model"``) for
+    ``config``: one ValueError naming every missing, unexpected and mis-shaped weight; then one
+    floating dtype, ``tok_emb.weight``'s (TypeError); then, with ``values``, finite values."""
     checks.check_mapping(params)
-    check_model_weights(fw, params, gpt_param_shapes(config), "GPTModel", values=values)
-
-
-def check_model_weights(
-    fw: Any, params: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]], model: str, *, values: bool
-) -> None:
-    """A model's weights (a mapping) against its ``shapes``: one ValueError naming every missing,
-    unexpected and mis-shaped weight of ``model``; then one floating dtype, ``tok_emb.weight``'s
-    (TypeError); then, with ``values``, finite values. The GPT's, Llama 3's and Qwen3's."""
-    checks.check_params(params, shapes, layer=model)
+    shapes = (
+        gpt_param_shapes(config) if kind == "GPTModel" else decoder_spec.decoder_param_shapes(config, kind)
+    )
+    checks.check_params(params, shapes, layer=kind)
     first = f"params[{FIRST_WEIGHT!r}]"
     checks.check_floating(params[FIRST_WEIGHT], fw.floats, first)
     checks.check_param_dtypes(
@@ -90,7 +95,6 @@ def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, values: bool =
     vocabulary (TypeError), every id in [0, vocab_size) (ValueError, where values are known)."""
     shape, dtype = getattr(token_ids, "shape", None), getattr(token_ids, "dtype", None)
     if shape is not None and dtype is not None:
-        checks.check_array("token_ids", token_ids)
         checks.check_numpy_dtype("token_ids", token_ids)
     if shape is None or not np.issubdtype(np.dtype(dtype), np.integer):
         raise TypeError(f"token_ids must be an integer array (B, T), got {type(token_ids).__name__} {dtype}")
@@ -114,17 +118,27 @@ def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, values: bool =
             )
 
 
-def without_gpt_buffers(fw: Any, a: dict[str, Any]) -> None:
-    """The call's ``params`` without the blocks' buffers (a ``state_dict()`` as it is)."""
-    a["params"] = _without_buffers(a["params"], a["config"])
+def without_buffers(kind: str, params: Any, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The weights of the model ``kind``'s ``state_dict()`` as it is, its buffers left out (the GPT's
+    masks, RoPE's tables), after the config's checks."""
+    if kind == "GPTModel":
+        check_config(config)
+        return without_gpt_buffers(params, config)
+    decoder_spec.check_config(config, kind)
+    return decoder_spec.without_decoder_buffers(params)
+
+
+def check_model_call(fw: Any, kind: str, a: dict[str, Any], config: Mapping[str, Any]) -> None:
+    """A model function's ``config``, weights (a ``state_dict()`` as it is: its buffers left out of
+    the call's ``params``) and token ids, their values where known."""
+    a["params"] = without_buffers(kind, a["params"], config)
+    concrete = fw.concrete(a)
+    check_model_params(fw, kind, a["params"], config, values=concrete)
+    check_token_ids(a["token_ids"], config, values=concrete)
 
 
 def gpt_model(fw: Any, a: dict[str, Any]) -> None:
-    check_config(a["config"])
-    without_gpt_buffers(fw, a)
-    concrete = fw.concrete(a)
-    check_gpt_params(fw, a["params"], a["config"], values=concrete)
-    check_token_ids(a["token_ids"], a["config"], values=concrete)
+    check_model_call(fw, "GPTModel", a, a["config"])
     fw.check_random(a[fw.random])
     checks.check_flag("return_steps", a["return_steps"])
 
@@ -134,50 +148,18 @@ def init_gpt_cache(fw: Any, a: A) -> None:
     check_config(config)
     checks.check_size("batch", a["batch"])
     shape = (a["batch"], config["n_heads"], config["context_length"], config["emb_dim"] // config["n_heads"])
-    memory.check_array_size("the cache's keys (batch, num_heads, max_length, head_dim)", shape)
-    check_cache_memory(fw, shape, fw.check_dtype(a["dtype"]), blocks=config["n_layers"])
+    axes = "batch, num_heads, max_length, head_dim"
+    check_cache_memory(fw, shape, axes, a["dtype"], blocks=config["n_layers"])
 
 
 def gpt_model_decode(fw: Any, a: dict[str, Any]) -> None:
-    check_config(a["config"])
-    without_gpt_buffers(fw, a)
-    concrete = fw.concrete(a)
-    check_gpt_params(fw, a["params"], a["config"], values=concrete)
-    check_token_ids(a["token_ids"], a["config"], values=concrete)
-    check_gpt_caches(fw, a["caches"], a["token_ids"].shape, a["config"], a["params"][FIRST_WEIGHT].dtype)
+    check_model_call(fw, "GPTModel", a, a["config"])
+    heads = a["config"]["n_heads"]
+    check_block_caches(
+        fw, a, "config", heads, a["config"]["emb_dim"] // heads, "init_gpt_cache(config, batch)"
+    )
     if a["padding_mask"] is not None:
         checks.check_padding_mask(a["padding_mask"], *a["token_ids"].shape)
-
-
-def check_gpt_caches(
-    fw: Any, caches: Any, shape: tuple[int, int], config: Mapping[str, Any], dtype: Any
-) -> None:
-    """One cache per block (a tuple or list: TypeError; its length: ValueError), each as the decode
-    functions check theirs (named ``caches[i]``), all holding as many tokens, with room for t more."""
-    if isinstance(caches, fw.kv_cache) or not isinstance(caches, tuple | list):
-        raise TypeError(
-            "caches must be a tuple of KVCache, one per block (init_gpt_cache(config, batch)), "
-            f"got {type(caches).__name__}"
-        )
-    if len(caches) != config["n_layers"]:
-        raise ValueError(
-            f"caches has {len(caches)} KVCache, but config['n_layers'] = {config['n_layers']} "
-            "blocks need one each"
-        )
-    batch, num_tokens = shape
-    x = np.broadcast_to(np.zeros((), dtype), (batch, num_tokens, config["emb_dim"]))  # the blocks' input
-    num_heads = config["n_heads"]
-    for index, cache in enumerate(caches):
-        check_kv_cache(
-            fw, cache, x, num_heads, config["emb_dim"] // num_heads, f"caches[{index}]", "the blocks' input"
-        )
-    lengths = [fw.cache_length(cache) for cache in caches]
-    if len({length for length in lengths if length is not None}) > 1:
-        raise ValueError(f"the caches hold {lengths} tokens: every block's cache must hold the same tokens")
-    for index, (cache, length) in enumerate(zip(caches, lengths, strict=True)):
-        check_decode_room(
-            length, cache.keys.shape[2], x.shape, config["context_length"], name=f"caches[{index}]"
-        )
 
 
 def check_generate_args(a: Mapping[str, Any], shape: tuple[int, ...], config: Mapping[str, Any]) -> None:
@@ -210,13 +192,11 @@ def check_generate_args(a: Mapping[str, Any], shape: tuple[int, ...], config: Ma
         )
         raise ValueError(f"temperature must be a finite number >= 0, got {shown}")
     vocab_size = config["vocab_size"]
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int | np.integer)):
-        raise TypeError(
-            f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r} ({type(top_k).__name__})"
-        )
-    if top_k is not None and not 1 <= top_k <= vocab_size:
-        raise ValueError(f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r}")
-    check_top_p(a["top_p"])
+    if top_k is not None:
+        what = f"None or an integer in [1, {vocab_size}]"
+        checks.check_number("top_k", top_k, what, lambda k: 1 <= k <= vocab_size, checks.INTS)
+    if a["top_p"] is not None:  # transformers' top_p: 1 keeps every token, 0 the likeliest
+        checks.check_number("top_p", a["top_p"], "None or a number in [0, 1]", lambda p: 0 <= float(p) <= 1)
     for token in eos_ids(a["eos_token_id"], "eos_token_id", vocab_size):
         check_token_id("eos_token_id", token, vocab_size)
     if a["pad_token_id"] is not None:
@@ -226,16 +206,6 @@ def check_generate_args(a: Mapping[str, Any], shape: tuple[int, ...], config: Ma
     check_streamer(a["streamer"])
     if temperature > 0 and a["rng"] is None:
         raise ValueError("sampling (temperature > 0) needs rng")
-
-
-def check_top_p(top_p: Any) -> None:
-    """None, or a number in [0, 1] (transformers' ``top_p``: 1 keeps every token, 0 the likeliest)."""
-    if top_p is None:
-        return
-    if isinstance(top_p, bool) or not isinstance(top_p, int | float | np.integer | np.floating):
-        raise TypeError(f"top_p must be None or a number in [0, 1], got {top_p!r} ({type(top_p).__name__})")
-    if not 0 <= float(top_p) <= 1:
-        raise ValueError(f"top_p must be None or a number in [0, 1], got {top_p!r}")
 
 
 def eos_ids(eos_token_id: Any, name: str, vocab_size: int) -> list[Any]:
@@ -265,8 +235,7 @@ def check_token_id(name: str, token: Any, vocab_size: int) -> None:
 def check_attention_mask(mask: Any, shape: tuple[int, ...]) -> None:
     """transformers' ``attention_mask``: bool or integer ``(B, T)`` of 0 (padding) and 1 (a token),
     each row left-padded (its padding, if any, before its first token) and holding a token."""
-    mask_shape = checks.check_array("attention_mask", mask)
-    checks.check_numpy_dtype("attention_mask", mask)
+    mask_shape = checks.check_numpy_dtype("attention_mask", mask)
     dtype = np.dtype(mask.dtype)
     if not (dtype == np.bool_ or np.issubdtype(dtype, np.integer)) or tuple(mask_shape) != tuple(shape):
         raise ValueError(

@@ -9,6 +9,7 @@ lists them; a ``state_dict()`` as it is passes too (``without_gpt_buffers``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -26,8 +27,10 @@ __all__ = [
     "apply_model",
     "block_shapes",
     "check_config",
+    "decode_model",
     "gpt_param_count",
     "gpt_param_shapes",
+    "on_rows",
     "sub_params",
     "without_gpt_buffers",
 ]
@@ -49,18 +52,21 @@ BLOCK_STEPS = {
 def check_config(config: Any) -> None:
     """ValueError naming missing keys or values that cannot build a GPT (TypeError for a size that is
     not an int, as ``check_size``, or a ``qkv_bias`` that is not a bool)."""
-    if not isinstance(config, Mapping):
-        raise TypeError(
-            f"config must be a mapping with keys {list(CONFIG_KEYS)}, got {type(config).__name__}"
-        )
-    missing = [key for key in CONFIG_KEYS if key not in config]
-    if missing:
-        raise ValueError(f"config is missing keys {missing}; a GPT config has {list(CONFIG_KEYS)}")
-    for key in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
-        checks.check_size(f"config[{key!r}]", config[key])
+    check_config_sizes("config", config, "GPT", CONFIG_KEYS, CONFIG_KEYS[:5])  # sizes: vocab_size..n_layers
     checks.check_divisible("emb_dim", config["emb_dim"], config["n_heads"])
     checks.check_dropout("config['drop_rate']", config["drop_rate"])
     checks.check_flag("config['qkv_bias']", config["qkv_bias"])
+
+
+def check_config_sizes(name: str, config: Any, model: str, keys: Sequence[str], sizes: Sequence[str]) -> None:
+    """``config`` (named ``name``) a mapping (TypeError) with every one of ``keys`` (ValueError
+    naming the missing ones and ``model``) and each of ``sizes`` a positive int (``check_size``)."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"{name} must be a mapping with keys {list(keys)}, got {type(config).__name__}")
+    if missing := [key for key in keys if key not in config]:
+        raise ValueError(f"{name} is missing keys {missing}; a {model} {name} has {list(keys)}")
+    for key in sizes:
+        checks.check_size(f"{name}[{key!r}]", config[key])
 
 
 def _prefixed(prefix: str, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
@@ -174,3 +180,36 @@ def apply_model(
     logits = out_head(x)  # (B, T, V)
     steps["output"] = logits
     return logits, steps
+
+
+def decode_model(
+    params: Mapping[str, Any], x: Any, caches: Sequence[Any], *, att: Callable[..., tuple[Any, Any]],
+    parts: Callable[[Mapping[str, Any]], dict[str, Part]], head: Mapping[str, Part], last_only: bool,
+) -> tuple[Any, tuple[Any, ...]]:  # fmt: skip
+    """A model's decoding step after the embeddings ``x`` (B, t, D) of its new tokens, in NumPy or JAX:
+    block i is ``apply_block`` over ``parts(its weights)`` with ``att(its att. weights, h, caches[i])``
+    (the output and the new cache), then ``head`` (``out_head`` on the last token alone where
+    ``last_only``). Returns ``(logits (B, 1 or t, V), new caches)``."""
+    new_caches = []
+
+    def block(index: int, cache: Any) -> Callable[[Any], tuple[Any, Steps]]:
+        weights = sub_params(params, f"trf_blocks.{index}.")
+
+        def cached_att(h: Any) -> Any:
+            output, new_cache = att(sub_params(weights, "att."), h, cache)
+            new_caches.append(new_cache)
+            return output
+
+        return functools.partial(apply_block, **parts(weights), att=cached_att)
+
+    out_head = head["out_head"]
+    last = (lambda h: out_head(h[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
+    blocks = [block(index, cache) for index, cache in enumerate(caches)]
+    logits, _ = apply_model(x, blocks=blocks, final_norm=head["final_norm"], out_head=last)
+    return logits, tuple(new_caches)
+
+
+def on_rows(fn: Part, x: Any) -> Any:
+    """``fn`` of x ``(B, t, D)`` computed on its B·t rows ``(B·t, D)``: each weight in one product (a
+    GEMV at t = 1; XLA:CPU converts a 16-bit weight to float32 first for a 3-D product)."""
+    return fn(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)

@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from numpy_attn import files
-from numpy_attn.checks import JAX_FLOATS, check_flag, check_params, check_size
-from numpy_attn.decoder_checks import check_decoder_params
+from numpy_attn.checks import check_flag, check_params
 from numpy_attn.decoder_spec import (
     DECODERS,
     check_config,
@@ -31,11 +30,13 @@ from numpy_attn.decoder_spec import (
     uses_qk_norm,
     without_decoder_buffers,
 )
-from numpy_attn.door import Framework
+from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.hf_gpt2 import (
     CONFIG_FILE,
-    WEIGHTS_FILE,
+    FILE_CHECKS,
+    check_sizes,
     load_hf_gpt2,
+    read_checkpoint,
     read_config_json,
     save_hf_gpt2,
     write_checkpoint,
@@ -83,10 +84,6 @@ _SUPPORTED = {
     "use_sliding_window": (False,),
     "partial_rotary_factor": (1.0,),
 }
-
-
-class _FileChecks(Framework):
-    floats = JAX_FLOATS  # a checkpoint holds what jax_attn computes in: bfloat16 too
 
 
 def _names(cfg: Mapping[str, Any], model: str, lm_head: bool) -> dict[str, str]:
@@ -143,10 +140,7 @@ def _read_config(directory: str, path: str) -> tuple[dict[str, Any], str, bool]:
         raise ValueError(f"{directory} holds a {model_type!r} model, not one of {list(MODELS)}")
     model = MODELS[model_type]
     hf_config.setdefault("num_key_value_heads", hf_config.get("num_attention_heads"))
-    if missing := [key for key in _SIZES.values() if key not in hf_config]:
-        raise ValueError(f"{name} is missing keys {missing}")
-    for key in _SIZES.values():
-        check_size(f"{name}: {key}", hf_config[key])
+    check_sizes(name, hf_config, _SIZES.values())
     for key, allowed in _SUPPORTED.items():
         if hf_config.get(key, allowed[0]) not in allowed:
             raise ValueError(f"{name}: {key}={hf_config[key]!r} is not supported, only {allowed}")
@@ -175,28 +169,16 @@ def _read_config(directory: str, path: str) -> tuple[dict[str, Any], str, bool]:
     return cfg, model, tied
 
 
-def _read_folder(directory: str) -> tuple[dict[str, Any], str, bool, dict[str, np.ndarray]]:
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        path = os.path.join(directory, name)
-        if not os.path.exists(path):  # a link to nothing too; a FIFO or a folder is not missing
-            raise ValueError(f"{directory} is not a Hugging Face checkpoint folder: {name} is missing")
-        files.check_regular_file(path)  # both before either is read
-    return files.read_folder(
-        directory,
-        (CONFIG_FILE, WEIGHTS_FILE),
-        lambda paths: (
-            *_read_config(directory, paths[CONFIG_FILE]),
-            read_arrays(paths[WEIGHTS_FILE], skip=_BUFFERS),
-        ),
-    )
-
-
 def load_hf_decoder(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """``(params, cfg)`` from a transformers Llama or Qwen3 folder: the weights in the project's format
     (torch_ref ``Llama3Model``'s or ``Qwen3Model``'s names and order; the file's dtype, bfloat16
     included) and the book's cfg (with ``rms_norm_eps`` and ``dtype``, the weights' dtype name)."""
     directory = os.fspath(directory)
-    cfg, model, tied, hf = _read_folder(directory)
+    cfg, model, tied, hf = read_checkpoint(
+        directory,
+        "a Hugging Face checkpoint folder",
+        lambda config, weights: (*_read_config(directory, config), read_arrays(weights, skip=_BUFFERS)),
+    )
     lm_head = not tied or "lm_head.weight" in hf  # an untied head must be in the file, a tied one may be
     names = _names(cfg, model, lm_head)
     shapes = decoder_param_shapes(cfg, model)
@@ -206,7 +188,7 @@ def load_hf_decoder(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray]
     params = {ours: np.ascontiguousarray(hf[theirs]) for theirs, ours in names.items()}
     params.setdefault("out_head.weight", params["tok_emb.weight"])
     params = {name: params[name] for name in shapes}  # torch's order
-    check_decoder_params(_FileChecks(), params, cfg, model)
+    check_model_params(FILE_CHECKS, model, params, cfg)
     return params, cfg | {"dtype": params["tok_emb.weight"].dtype.name}
 
 
@@ -258,7 +240,7 @@ def _save_hf_decoder(directory: str, params: Mapping[str, np.ndarray], cfg: Mapp
     model = model_of(cfg) if isinstance(cfg, Mapping) else "Llama3Model"
     check_config(cfg, model)
     params = without_decoder_buffers(params)
-    check_decoder_params(_FileChecks(), params, cfg, model)
+    check_model_params(FILE_CHECKS, model, params, cfg)
     if model == "Qwen3Model" and not uses_qk_norm(cfg, model):
         raise ValueError(
             "cfg['qk_norm'] is False, which transformers' Qwen3 cannot hold: it always has QK-norm"

@@ -9,14 +9,15 @@ as ``(in, out)`` (torch's ``Linear`` is ``(out, in)``), fuses the three projecti
 switches the folder to it with one atomic rename of a link, ``.current``; ``config.json`` and
 ``model.safetensors`` are links through it, so transformers' ``from_pretrained`` reads the folder
 as always. A crash, a full disk or a concurrent save leaves the old complete checkpoint or the new
-one; ``load_hf_gpt2`` reads the version the link names when it starts, never a mix.
+one (a killed save may leave a hidden version folder, which the next save removes); ``load_hf_gpt2``
+reads the version the link names when it starts, never a mix.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ import numpy as np
 from numpy_attn import files
 from numpy_attn.checks import JAX_FLOATS, check_divisible, check_dropout, check_flag, check_params, check_size
 from numpy_attn.door import Framework
-from numpy_attn.gpt_checks import check_gpt_params
+from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, gpt_param_shapes, without_gpt_buffers
 from numpy_attn.weights_file import MAX_TENSORS, read_arrays, save_weights
 
@@ -86,6 +87,9 @@ class _FileChecks(Framework):
     floats = JAX_FLOATS  # a checkpoint holds what jax_attn computes in: bfloat16 too
 
 
+FILE_CHECKS = _FileChecks()  # the checks of a checkpoint's weights
+
+
 def hf_names(n_layers: int, lm_head: bool) -> dict[str, tuple[tuple[str, ...], bool]]:
     """``HF_NAMES`` for a GPT of ``n_layers`` blocks (``lm_head`` left out where it is tied)."""
     names = {}
@@ -134,6 +138,27 @@ def read_config_json(directory: str, path: str, what: str = "a config.json") -> 
         raise ValueError(f"{name} is not valid JSON: {reason}") from None
 
 
+def check_sizes(name: str, hf_config: Mapping[str, Any], keys: Iterable[str]) -> None:
+    """config.json (``name``) holds each of ``keys``, a positive int."""
+    if missing := [key for key in keys if key not in hf_config]:
+        raise ValueError(f"{name} is missing keys {missing}")
+    for key in keys:
+        check_size(f"{name}: {key}", hf_config[key])
+
+
+def read_checkpoint(directory: str, what: str, read: Callable[[str, str], Any]) -> Any:
+    """``read(config path, weights path)`` of the one version of the checkpoint in ``directory``
+    (``files.read_folder``), both files found regular first (ValueError: not ``what``, naming one missing)."""
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):  # a link to nothing too; a FIFO or a folder is not missing
+            raise ValueError(f"{directory} is not {what}: {name} is missing")
+        files.check_regular_file(path)  # both before either is read
+    return files.read_folder(
+        directory, (CONFIG_FILE, WEIGHTS_FILE), lambda p: read(p[CONFIG_FILE], p[WEIGHTS_FILE])
+    )
+
+
 def _read_config(directory: str, path: str) -> dict[str, Any]:
     """``config.json`` (at ``path``; named as in ``directory``), checked before anything is built from
     it: JSON of at most ``_MAX_CONFIG`` bytes, UTF-8, ``model_type`` gpt2, positive int sizes (an
@@ -145,11 +170,7 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
     if not isinstance(hf_config, dict) or hf_config.get("model_type") != "gpt2":
         model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
         raise ValueError(f"{directory} holds a {model_type!r} model, not 'gpt2'")
-    missing = [key for key in _SIZES.values() if key not in hf_config]
-    if missing:
-        raise ValueError(f"{name} is missing keys {missing}")
-    for key in _SIZES.values():
-        check_size(f"{name}: {key}", hf_config[key])
+    check_sizes(name, hf_config, _SIZES.values())
     check_divisible(f"{name}: n_embd", hf_config["n_embd"], hf_config["n_head"], heads_name="n_head")
     check_flag(f"{name}: tie_word_embeddings", hf_config.setdefault("tie_word_embeddings", True))
     check_dropout(f"{name}: resid_pdrop", hf_config.get("resid_pdrop", 0.1))
@@ -168,30 +189,21 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
 
 
 def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """``(params, config)`` from a transformers GPT-2 folder: the weights in the project's format
-    (torch_ref ``GPTModel``'s names, layout and order; the file's dtype, bfloat16 included) and the
-    book's config dict (``qkv_bias`` True, ``drop_rate`` from ``resid_pdrop``). The checkpoint is
-    read as one version (``save_hf_gpt2``): a save running meanwhile gives the old or the new one.
+    """``(params, config)`` from a transformers GPT-2 folder, read as one version: the weights in the
+    project's format (``GPTModel``'s names, layout and order; the file's dtype, bfloat16 included) and
+    the book's config (``qkv_bias`` True, ``drop_rate`` from ``resid_pdrop``). Leftover causal-mask
+    buffers (``attn.bias``, ``attn.masked_bias``) are ignored, as transformers ignores them.
 
-    Raises ValueError naming a missing file or one that is not a regular file, another
-    architecture, an unsupported setting, a ``config.json`` that is not JSON (UTF-8, at most 1 MiB),
-    whose sizes are not positive ints (TypeError for a non-int, naming the key) or do not cut
-    ``n_embd`` into ``n_head`` heads, a weight under two names, or every missing, unexpected and
-    mis-shaped tensor (``lm_head.weight`` is required when ``tie_word_embeddings`` is false).
-    Leftover causal-mask buffers (``attn.bias``, ``attn.masked_bias``) are ignored, as transformers
-    ignores them."""
+    Raises ValueError (TypeError for a non-int size) naming what in the folder does not fit
+    (``_read_config``'s rules; a weight under two names; every missing, unexpected and mis-shaped
+    tensor, ``lm_head.weight`` required when ``tie_word_embeddings`` is false)."""
     directory = os.fspath(directory)
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        path = os.path.join(directory, name)
-        if not os.path.exists(path):  # a link to nothing too; a FIFO or a folder is not missing
-            raise ValueError(f"{directory} is not a GPT-2 checkpoint folder: {name} is missing")
-        files.check_regular_file(path)  # both before either is read
-    hf_config, hf = files.read_folder(
+    hf_config, hf = read_checkpoint(
         directory,
-        (CONFIG_FILE, WEIGHTS_FILE),
-        lambda paths: (
-            _read_config(directory, paths[CONFIG_FILE]),
-            _transformer_names(read_arrays(paths[WEIGHTS_FILE], skip=HF_BUFFERS), directory),
+        "a GPT-2 checkpoint folder",
+        lambda config, weights: (
+            _read_config(directory, config),
+            _transformer_names(read_arrays(weights, skip=HF_BUFFERS), directory),
         ),
     )
     config = {ours: hf_config[theirs] for ours, theirs in _SIZES.items()}
@@ -201,7 +213,7 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
     check_params(hf, _hf_shapes(config, lm_head), layer=f"GPT-2 checkpoint {directory}")
     params = book_params(hf, config["n_layers"], lm_head)
     params = {name: params[name] for name in gpt_param_shapes(config)}  # torch's order
-    check_gpt_params(_FileChecks(), params, config)
+    check_model_params(FILE_CHECKS, "GPTModel", params, config)
     return params, config
 
 
@@ -224,22 +236,17 @@ def save_hf_gpt2(
     directory: str | os.PathLike, params: Mapping[str, np.ndarray], config: Mapping[str, Any]
 ) -> None:
     """Write ``params`` (checked against ``config``; bfloat16 too) as a GPT-2 folder that
-    ``GPT2LMHeadModel.from_pretrained`` and ``load_hf_gpt2`` load. ``lm_head`` is tied to ``wte`` when
-    ``out_head.weight`` equals ``tok_emb.weight``; a model without ``qkv_bias`` gets zero ``c_attn``
-    biases (the same outputs); ``config.json`` holds plain ints and floats.
-
-    Atomic: the new checkpoint is written to a new version folder, flushed to disk, and the folder
-    switches to it with one rename (module docstring); saves to one folder run one at a time (a
-    lock on the folder). The folder's earlier files, transformers' own included, stay readable
-    until then. On any error the folder holds what it held (and no temporary); a process killed
-    mid-save may leave a hidden version folder, which the next save removes.
+    ``GPT2LMHeadModel.from_pretrained`` and ``load_hf_gpt2`` load, atomically (the module docstring;
+    saves to one folder run one at a time). ``lm_head`` is tied to ``wte`` when ``out_head.weight``
+    equals ``tok_emb.weight``; a model without ``qkv_bias`` gets zero ``c_attn`` biases (the same
+    outputs).
 
     Raises ValueError, before anything is written, for weights that do not fit ``config``, a
-    ``directory`` that is not a folder, or a ``config.json`` or ``model.safetensors`` there that is not
-    a regular file (a FIFO would block); OSError naming ``directory`` where it cannot be written.
+    ``directory`` that is not a folder or a checkpoint file there that is not a regular file; OSError
+    naming ``directory`` where it cannot be written.
     """
     params = without_gpt_buffers(params, config)
-    check_gpt_params(_FileChecks(), params, config)
+    check_model_params(FILE_CHECKS, "GPTModel", params, config)
     tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
     dtype, shapes = params["tok_emb.weight"].dtype, gpt_param_shapes({**config, "qkv_bias": True})
     hf = {}

@@ -152,7 +152,6 @@ def _checked_arrays(params: Mapping[str, Any], suffix: str) -> dict[str, np.ndar
             raise ValueError(f"{where}: {file_checks.NOT_UTF8}")
         if suffix == ".npz" and len(name.encode()) > _MAX_ZIP_NAME:
             raise ValueError(f"{where}: a name in .npz holds at most {_MAX_ZIP_NAME} bytes of UTF-8")
-        checks.check_array(where, value)
         checks.check_numpy_dtype(where, value)
         array = np.asarray(value)
         if array.ndim == 0:

@@ -17,7 +17,7 @@ from flax import nnx
 from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from numpy_attn.checks import check_array, check_numpy_dtype
+from numpy_attn.checks import check_numpy_dtype
 
 __all__ = ["COLUMN_PARALLEL", "ROW_PARALLEL", "param_spec", "shard_batch", "shard_model"]
 
@@ -38,12 +38,9 @@ def param_spec(
     *,
     kv_heads: int | None = None,
 ) -> P:
-    """Where the parameter at ``path`` lives on ``mesh``: column parallel layers (``COLUMN_PARALLEL``:
-    ``W_query``, ``W_key``, ``W_value``, ``Wqkv``, the GPT's ``ff.layers.0``, the decoders' ``ff.fc1``
-    and ``ff.fc2``) split their kernel's out axis and their bias over ``model_axis``, row parallel
-    layers (``ROW_PARALLEL``: ``out_proj``, ``Wo``, ``ff.layers.2``, ``ff.fc3``) their kernel's in
-    axis; anything else (embeddings, norms with the decoders' ``q_norm`` and ``k_norm``,
-    ``out_head``, the row parallel layers' biases) is replicated.
+    """Where the parameter at ``path`` lives on ``mesh``: the ``COLUMN_PARALLEL`` layers split their
+    kernel's out axis and their bias over ``model_axis``, the ``ROW_PARALLEL`` layers their kernel's in
+    axis; anything else (embeddings, norms, ``out_head``, the row parallel biases) is replicated.
 
     Args: path, the parameter's dotted path (``"trf_blocks.0.att.W_key.kernel"``), Flax's layout
         (kernels ``(in, out)``); shape, its shape; mesh, a ``Mesh`` or ``AbstractMesh``;
@@ -87,10 +84,8 @@ def shard_model(
         mesh axes, or None (not used).
     Returns: ``model`` itself.
 
-    TypeError or ValueError naming the argument for a model or mesh of another kind, or an axis
-    not in the mesh; ValueError naming the parameter for a split that ``param_spec`` refuses (a
-    grouped-query attention whose ``n_kv_groups`` the model axis does not divide), before
-    anything is placed.
+    TypeError or ValueError, before anything is placed, naming the argument or the parameter
+    (``param_spec``'s refusals) that does not fit.
     """
     if not isinstance(model, nnx.Module):
         raise TypeError(f"model must be an nnx.Module, got {type(model).__name__}")
@@ -136,8 +131,7 @@ def shard_batch(x: jax.Array, mesh: Mesh, *, data_axis: str = "data") -> jax.Arr
 
     TypeError or ValueError naming the argument otherwise.
     """
-    shape = check_array("x", x)
-    check_numpy_dtype("x", x)
+    shape = check_numpy_dtype("x", x)
     if not shape:
         raise ValueError("x must have a batch axis (B, ...), got shape ()")
     check_mesh(mesh)

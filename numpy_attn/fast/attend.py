@@ -45,7 +45,7 @@ def attend(
         )  # (..., T, Hv)
         if not blockwise:
             return context_vec, steps
-    context_vec = fw.blockwise_attention(
+    context_vec = fw.blockwise.blockwise_attention(
         queries, keys, values, causal=masking.causal, padding_mask=masking.padding_mask, dropout=dropout.rate,
         attn_keep_mask=keep_mask, block_size=path.block_size, **{fw.random: random},
     )  # fmt: skip
@@ -67,7 +67,7 @@ def attend_heads(
         ``queries``, ``keys``, ``values`` ``(B, T, E)`` and ``attend``'s steps.
     """
     if uses_blockwise(path.implementation, x.shape[-2]) and not return_steps:
-        context_vec = fw.blockwise_self_attention(
+        context_vec = fw.blockwise.blockwise_self_attention(
             x, *qkv, num_heads=num_heads, causal=masking.causal, padding_mask=masking.padding_mask,
             dropout=dropout.rate, attn_keep_mask=dropout.keep_mask, block_size=path.block_size,
             **{fw.random: dropout.rng},

@@ -11,6 +11,7 @@ import torch
 
 import jax_attn
 import numpy_attn
+from jax_attn import gpt as jax_gpt
 from numpy_attn import gpt as numpy_gpt
 from numpy_attn import gpt_spec
 from parity_tests.book_gpt import CONFIG, HELLO_IDS, batch_ids, book_model, model_params
@@ -82,7 +83,15 @@ def gpt() -> list[Shown]:
         "jax": generate_cached(jax_attn, jax_params, jnp.asarray(HELLO_IDS), NEW_TOKENS),
     }
     count = excerpt(parameter_count, "return")
-    ff_code = three((block, "x = self.ff"), (numpy_gpt.feed_forward, "hidden =", "return"))
+    ff_code = three(
+        (block, "x = self.ff"),
+        (numpy_gpt.feed_forward, "hidden =", "return"),
+        (
+            jax_gpt._feed_forward,
+            "hidden =",
+            "return",
+        ),  # jax_attn's feed_forward, its products by decode's linear
+    )
     ff_code["torch"] = joined(ff_code["torch"], excerpt(torch_gpt.FeedForward.__init__, "self.layers ="))
     return [
         shown(
