@@ -361,18 +361,17 @@ def _reduced_elsewhere(alignment: Alignment, sizes: dict[str, int]) -> str | Non
             x = candidate.records[source].value
             if given is None or given.shape != x.shape or x.ndim != mine.value.ndim or x.dtype.kind != "f":
                 continue
-            x = x.astype(np.float64)
+            x, reduced = x.astype(np.float64), mine.value.astype(np.float64)
             axes = [a for a in range(x.ndim) if mine.shape[a] == 1 and x.shape[a] > 1]
             if len(axes) != 1 or any(mine.shape[a] != x.shape[a] for a in range(x.ndim) if a != axes[0]):
                 continue
+            tols, theirs = tolerance_of(mine, given), given.value.astype(np.float64)
             for name, reduce in _REDUCTIONS.items():
-                tols = tolerance_of(mine, given)
-                if not close(reduce(x, axis=axes[0], keepdims=True), mine.value.astype(np.float64), *tols):
+                if not close(reduce(x, axis=axes[0], keepdims=True), reduced, *tols):
                     continue
                 for record in soon:
                     other = [b for b in range(x.ndim) if record.shape == (*x.shape[:b], 1, *x.shape[b + 1 :])]
                     other = [b for b in other if b != axes[0] and x.shape[b] > 1]
-                    theirs = given.value.astype(np.float64)
                     if other and close(reduce(theirs, axis=other[0], keepdims=True), record.value, *tols):
                         names = axis_names(x.shape, sizes)
                         return (
