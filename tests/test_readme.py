@@ -1,11 +1,14 @@
 """The README's and the guides' examples run as written: the documentation must always be true.
 
-Every ```python block runs on its own, in a fresh process started in an empty folder, as a reader
-would paste it; a block whose first line is ``# continues the block above`` runs after the blocks
-before it in its file, in the same process (one test per chain). A ```text block right after a
-block is what that block prints: the test compares it line by line (trailing spaces ignored; the
-folder it ran in and the checkout's shown as ``...``)."""
+Every ```python block runs on its own, in a fresh process in an empty folder, as a reader would
+paste it into ``python -c`` (forked by tests/example_server.py from a process that has imported
+the heavy packages and computed nothing: each example is spared their ~3 s import); a block
+whose first line is ``# continues the block above`` runs after the blocks before it in its file,
+in the same process (one test per chain). A ```text block right after a block is what that block
+prints: the test compares it line by line (trailing spaces ignored; the folder it ran in and the
+checkout's shown as ``...``)."""
 
+import json
 import pathlib
 import re
 import shutil
@@ -41,15 +44,38 @@ def examples(path: pathlib.Path) -> list[tuple[str, list[str], list[str | None]]
 EXAMPLES = [example for path in (README, *GUIDES) for example in examples(path)]
 
 
-@pytest.mark.parametrize("codes, shown", [e[1:] for e in EXAMPLES], ids=[e[0] for e in EXAMPLES])
-def test_every_example_runs_alone_and_prints_what_is_shown(codes, shown, tmp_path):
-    shutil.copytree(ROOT / "examples", tmp_path / "examples")  # what a clone's folder holds
-    result = subprocess.run(
-        [sys.executable, "-c", f"\nprint({SEPARATOR!r})\n".join(codes)], cwd=tmp_path, capture_output=True,
-        text=True, timeout=300, env={"PYTHONPATH": str(ROOT), **_environment()},
+@pytest.fixture(scope="module")
+def python_c(tmp_path_factory):
+    """``python_c(code, folder)``: ``(returncode, stdout, stderr)`` of ``python -c code`` run in
+    ``folder`` with the checkout on PYTHONPATH, each call in a process forked by the server."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", (ROOT / "tests" / "example_server.py").read_text()],
+        cwd=tmp_path_factory.mktemp("server"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={"PYTHONPATH": str(ROOT), **_environment()},
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    printed = result.stdout.replace(str(tmp_path), "...").replace(str(ROOT), "...").split(f"{SEPARATOR}\n")
+    outputs = tmp_path_factory.mktemp("outputs")
+
+    def python_c(code: str, folder: pathlib.Path) -> tuple[int, str, str]:
+        stdout, stderr = outputs / "stdout", outputs / "stderr"
+        request = {"code": code, "cwd": str(folder), "stdout": str(stdout), "stderr": str(stderr)}
+        request["timeout"] = 300
+        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.flush()
+        answer = server.stdout.readline()
+        assert answer, f"the example server ended (status {server.wait()})"
+        return json.loads(answer)["returncode"], stdout.read_text(), stderr.read_text()
+
+    yield python_c
+    server.stdin.close()
+    server.wait(timeout=60)
+
+
+@pytest.mark.parametrize("codes, shown", [e[1:] for e in EXAMPLES], ids=[e[0] for e in EXAMPLES])
+def test_every_example_runs_alone_and_prints_what_is_shown(codes, shown, tmp_path, python_c):
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")  # what a clone's folder holds
+    returncode, stdout, stderr = python_c(f"\nprint({SEPARATOR!r})\n".join(codes), tmp_path)
+    assert returncode == 0, stderr[-3000:]
+    printed = stdout.replace(str(tmp_path), "...").replace(str(ROOT), "...").split(f"{SEPARATOR}\n")
     assert len(printed) == len(codes)
     for number, (output, expected) in enumerate(zip(printed, shown, strict=True)):
         if expected is not None:  # a block with no output shown may print anything
