@@ -26,17 +26,6 @@ from numpy_attn.decoder_spec import MODELS, attention_arguments, cache_shape, mo
 from numpy_attn.gpt_spec import apply_block, apply_model, decode_model, on_rows, sub_params
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "decode",
-    "init_decoder_cache",
-    "llama3_model",
-    "llama3_model_decode",
-    "qwen3_model",
-    "qwen3_model_decode",
-    "silu",
-    "swiglu_feed_forward",
-]
-
 
 def silu(x: jax.Array) -> jax.Array:
     """SiLU, ``x * sigmoid(x)``, with ``sigmoid`` from ``exp(-|x|)`` (no overflow for any x)."""

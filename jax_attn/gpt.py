@@ -22,16 +22,6 @@ from numpy_attn.decoder_spec import cache_shape
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, decode_model, on_rows, sub_params
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "feed_forward",
-    "gelu",
-    "gpt_model",
-    "gpt_model_decode",
-    "init_gpt_cache",
-    "layer_norm",
-    "transformer_block",
-]
-
 
 def layer_norm(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
     """``LayerNorm``: x normalised over its last axis (biased variance, eps 1e-5), then scaled and shifted.

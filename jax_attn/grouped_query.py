@@ -27,14 +27,6 @@ from jax_attn.rope import apply_rope, rope_cos_sin
 from numpy_attn.decoder_spec import rope_frequencies
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "attend_groups",
-    "grouped_attention_decode",
-    "grouped_query_attention",
-    "grouped_query_attention_decode",
-    "rotated_heads",
-]
-
 Norm = Callable[[jax.Array], jax.Array] | None
 
 

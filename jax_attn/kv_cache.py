@@ -24,14 +24,6 @@ import jax.numpy as jnp
 from jax_attn.ops import causal_mask, linear, merge_heads, softmax, split_heads
 from numpy_attn.ops import compute_dtype
 
-__all__ = [
-    "KVCache",
-    "fused_causal_attention_decode",
-    "init_kv_cache",
-    "multi_head_attention_decode",
-    "token_positions",
-]
-
 
 class KVCache(NamedTuple):
     keys: jax.Array  # (B, N, L, H)

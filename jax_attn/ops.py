@@ -14,19 +14,6 @@ import jax.numpy as jnp
 from numpy_attn.ops import compute_dtype
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "causal_mask",
-    "draw_keep_mask",
-    "dropout",
-    "linear",
-    "merge_heads",
-    "rounded",
-    "scaled_dot_product_attention",
-    "softmax",
-    "softmax_naive",
-    "split_heads",
-]
-
 
 def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
     """torch's ``nn.Linear``: ``x @ weight.T + bias``.

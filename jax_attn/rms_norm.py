@@ -5,8 +5,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["rms_norm"]
-
 
 def rms_norm(x: jax.Array, weight: jax.Array, *, eps: float = 1e-6) -> jax.Array:
     """``x / sqrt(mean(x^2) + eps) * weight`` over the last axis (no mean subtracted, no shift),

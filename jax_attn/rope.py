@@ -23,8 +23,6 @@ import jax.numpy as jnp
 
 from numpy_attn.decoder_spec import rope_frequencies
 
-__all__ = ["apply_rope", "rope", "rope_cos_sin"]
-
 
 def rope_cos_sin(positions: jax.Array, inv_freq: Any, dtype: Any) -> tuple[jax.Array, jax.Array]:
     """``(cos, sin)``, each ``(..., T, H)`` in ``dtype``: of the angles ``positions * inv_freq``, both halves.

@@ -10,8 +10,6 @@ import jax
 from jax_attn.ops import linear, scaled_dot_product_attention
 from numpy_attn.steps import Steps
 
-__all__ = ["self_attention_v1", "self_attention_v2"]
-
 
 def self_attention_v1(params: Mapping[str, jax.Array], x: jax.Array) -> tuple[jax.Array, Steps]:
     """``SelfAttentionV1``: raw ``(D, E)`` matrices used as ``x @ W``.

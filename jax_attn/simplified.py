@@ -7,8 +7,6 @@ import jax
 from jax_attn.ops import softmax
 from numpy_attn.steps import Steps
 
-__all__ = ["simplified_self_attention"]
-
 
 def simplified_self_attention(x: jax.Array) -> tuple[jax.Array, Steps]:
     """Every token attends to every token: ``softmax(x @ x^T) @ x``.

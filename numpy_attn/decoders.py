@@ -25,17 +25,6 @@ from numpy_attn.ops import linear
 from numpy_attn.rms_norm import rms_norm
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "decode",
-    "init_decoder_cache",
-    "llama3_model",
-    "llama3_model_decode",
-    "qwen3_model",
-    "qwen3_model_decode",
-    "silu",
-    "swiglu_feed_forward",
-]
-
 
 def silu(x: np.ndarray) -> np.ndarray:
     """SiLU, ``x * sigmoid(x)``, with ``sigmoid`` from ``exp(-|x|)`` (no overflow for any x)."""

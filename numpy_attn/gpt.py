@@ -21,16 +21,6 @@ from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.ops import dropout, linear
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "feed_forward",
-    "gelu",
-    "gpt_model",
-    "gpt_model_decode",
-    "init_gpt_cache",
-    "layer_norm",
-    "transformer_block",
-]
-
 
 def layer_norm(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     """``LayerNorm``: x normalised over its last axis (biased variance, eps 1e-5), then scaled and shifted.

@@ -30,6 +30,7 @@ from numpy_attn.decoder_spec import (
     uses_qk_norm,
     without_buffers,
 )
+from numpy_attn.file_checks import MAX_TENSORS
 from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.hf_gpt2 import (
     CONFIG_FILE,
@@ -41,9 +42,7 @@ from numpy_attn.hf_gpt2 import (
     save_hf_gpt2,
     write_checkpoint,
 )
-from numpy_attn.weights_file import MAX_TENSORS, read_arrays
-
-__all__ = ["HF_NAMES", "load_hf", "save_hf"]
+from numpy_attn.weights_file import read_arrays
 
 MODEL_TYPES = {"llama": "Llama3Model", "qwen3": "Qwen3Model"}  # config.json's model_type -> ours
 ARCHITECTURES = {"Llama3Model": "LlamaForCausalLM", "Qwen3Model": "Qwen3ForCausalLM"}

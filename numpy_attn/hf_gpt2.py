@@ -26,11 +26,10 @@ from numpy_attn import files
 from numpy_attn.checks import JAX_FLOATS, check_divisible, check_dropout, check_flag, check_params, check_size
 from numpy_attn.decoder_spec import gpt_param_shapes, without_buffers
 from numpy_attn.door import Framework
+from numpy_attn.file_checks import MAX_TENSORS
 from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.gpt_spec import LAYER_NORM_EPS
-from numpy_attn.weights_file import MAX_TENSORS, read_arrays, save_weights
-
-__all__ = ["HF_BUFFERS", "HF_NAMES", "book_params", "hf_names", "load_hf_gpt2", "save_hf_gpt2"]
+from numpy_attn.weights_file import read_arrays, save_weights
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 HF_BUFFERS = (".attn.bias", ".attn.masked_bias")  # old causal-mask buffers, which transformers ignores
