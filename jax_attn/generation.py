@@ -284,20 +284,11 @@ def generate(
 
 
 def program_arguments(
-    model: Any,
-    token_ids: jax.Array,
-    max_new_tokens: int,
-    *,
-    attention_mask: jax.Array | None = None,
-    min_new_tokens: int = 0,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    eos_token_id: int | list[int] | None = None,
-    pad_token_id: int | None = None,
-    rng: jax.Array | None = None,
-    stream_id: int = -1,
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    model: Any, token_ids: jax.Array, max_new_tokens: int, *, attention_mask: jax.Array | None = None,
+    min_new_tokens: int = 0, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+    eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
+    rng: jax.Array | None = None, stream_id: int = -1,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:  # fmt: skip
     """``_generate``'s arguments and static arguments for a call of ``generate`` (checked): what it
     runs, and what the tests and the benchmark lower to read the compiled program."""
     config, token_ids = model.model_config, jnp.asarray(token_ids)
