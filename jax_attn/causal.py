@@ -11,8 +11,6 @@ import jax.numpy as jnp
 from jax_attn.ops import causal_mask, linear, scaled_dot_product_attention
 from numpy_attn.steps import Steps
 
-__all__ = ["causal_attention", "multi_head_attention_wrapper"]
-
 
 def causal_attention(
     params: Mapping[str, jax.Array],
@@ -55,14 +53,8 @@ def multi_head_attention_wrapper(
     key: jax.Array | None = None,
     attn_keep_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, Steps]:
-    """``MultiHeadAttentionWrapper``: ``num_heads`` independent ``CausalAttention`` heads, concatenated.
-
-    Args:
-        params: ``heads.{i}.W_query``... for each head i (``causal_attention``'s weights).
-        x: ``(B, T, D)``; attn_keep_mask: bool ``(B, N, T, S)``, head i takes ``[:, i]``.
-    Returns: ``(output (B, T, N * E), steps)``: each head's steps under ``heads.{i}.``, then
-    ``context_vec`` and ``output``.
-    """
+    """``MultiHeadAttentionWrapper``: ``num_heads`` independent ``CausalAttention`` heads, concatenated. As
+    ``numpy_attn.multi_head_attention_wrapper``; ``key`` (a ``jax.random`` key) in place of ``rng``."""
     head_outputs, steps = [], Steps()
     for i in range(num_heads):
         prefix = f"heads.{i}."

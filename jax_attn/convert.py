@@ -18,8 +18,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["LAYOUT", "as_jax", "flax_path", "to_flax", "torch_name", "torch_value"]
-
 Path = tuple[str | int, ...]
 # the last part of a Flax path -> (the last part of its torch name, whether the value is transposed)
 LAYOUT = {"kernel": ("weight", True), "embedding": ("weight", False)}

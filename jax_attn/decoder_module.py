@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 import jax
 import jax.numpy as jnp
@@ -23,24 +23,14 @@ from flax import nnx
 import jax_attn
 from jax_attn import module_base as base
 from jax_attn.decoders import silu
+from jax_attn.gpt_module import ModelWeights
 from jax_attn.grouped_query import attend_groups, rotated_heads
 from jax_attn.ops import causal_mask
 from jax_attn.rms_norm import rms_norm
-from numpy_attn import checks
 from numpy_attn import decoder_spec as spec
-from numpy_attn.gpt_checks import check_model_params, check_token_ids
 from numpy_attn.gpt_spec import apply_block, apply_model
 from numpy_attn.hf_decoders import load_hf, save_hf
 from numpy_attn.steps import Steps
-
-__all__ = [
-    "DecoderBlock",
-    "GroupedQueryAttention",
-    "Llama3Model",
-    "Qwen3Model",
-    "RMSNorm",
-    "SwiGLUFeedForward",
-]
 
 Output = jax.Array | tuple[jax.Array, Steps]  # the output, or (output, steps) with return_steps
 
@@ -104,7 +94,7 @@ class DecoderBlock(nnx.Module):
     ``return_steps`` and the ``gpt_spec.BLOCK_STEPS``."""
 
     def __init__(self, cfg: Mapping[str, Any], model: str, *, dtype: Any, rngs: nnx.Rngs) -> None:
-        weight, eps = spec.DECODERS[model].norm_weight, spec.norm_eps(cfg, model)
+        weight, eps = spec.MODELS[model].norms[0], spec.norm_eps(cfg, model)
         arguments = spec.attention_arguments(cfg, model)
         heads = (arguments.pop("num_heads"), arguments.pop("num_kv_groups"), spec.head_dim(cfg, model))
         qk_norm = spec.uses_qk_norm(cfg, model)
@@ -121,7 +111,7 @@ class DecoderBlock(nnx.Module):
         return (x, steps) if return_steps else x
 
 
-class _Decoder(base.TorchWeights):
+class _Decoder(ModelWeights):
     """Token ids ``(B, T)``, T <= context_length -> logits ``(B, T, V)``.
 
     Drawn as torch draws it (embeddings N(0, 1), Linear layers U(±1/sqrt(in_features)), RMSNorms
@@ -132,68 +122,38 @@ class _Decoder(base.TorchWeights):
     dtype, rngs or token ids raise numpy_attn's errors (``decoder_checks``).
     """
 
-    model: ClassVar[str]
-
     def __init__(self, cfg: Mapping[str, Any], *, dtype: Any = None, rngs: nnx.Rngs) -> None:
-        spec.check_config(cfg, self.model)
-        base.check_rngs(rngs)
-        dtype = dtype if dtype is not None else spec.dtype_name(cfg) or jnp.float32
-        one_block = spec.decoder_param_shapes({**cfg, "n_layers": 1}, self.model)  # every block's shapes
-        base.check_weights_to_draw(dtype, one_block, self.model, spec.decoder_param_count(cfg, self.model))
-        dtype = jax_attn.FRAMEWORK.check_dtype(dtype)
+        spec.check_config(cfg, self.model)  # before its dtype is read
+        dtype = spec.dtype_name(cfg) or jnp.float32 if dtype is None else dtype
+        dtype = self._check_build(cfg, dtype, rngs)
         self.cfg = dict(cfg)
         vocab, emb = cfg["vocab_size"], cfg["emb_dim"]
         init = base.torch_normal
         self.tok_emb = nnx.Embed(vocab, emb, dtype=dtype, param_dtype=dtype, embedding_init=init, rngs=rngs)
         blocks = [DecoderBlock(cfg, self.model, dtype=dtype, rngs=rngs) for _ in range(cfg["n_layers"])]
         self.trf_blocks = nnx.List(blocks)
-        weight = spec.DECODERS[self.model].norm_weight
+        weight = spec.MODELS[self.model].norms[0]
         self.final_norm = RMSNorm(emb, spec.norm_eps(cfg, self.model), weight_name=weight, dtype=dtype)
         self.out_head = base.torch_linear(emb, vocab, False, dtype, rngs)
 
     def __call__(self, token_ids: jax.Array, *, return_steps: bool = False) -> Output:
-        checks.check_flag("return_steps", return_steps)
-        known = jax_attn.FRAMEWORK.concrete({"token_ids": token_ids})  # not traced: their values checked
-        check_token_ids(token_ids, self.cfg, values=known)
+        self._check_call(token_ids, return_steps)
         x = self.tok_emb(token_ids)  # (B, T, D)
         blocks = [functools.partial(block, return_steps=True) for block in self.trf_blocks]
         logits, steps = apply_model(x, blocks=blocks, final_norm=self.final_norm, out_head=self.out_head)
         return (logits, steps) if return_steps else logits  # (B, T, V)
 
     @classmethod
-    def from_params(
-        cls, params: Mapping[str, Any], cfg: Mapping[str, Any], *, rngs: nnx.Rngs | None = None
-    ) -> Self:
-        """A model holding ``params`` (the weights format, or a ``state_dict()`` with its RoPE buffers),
-        in their dtype, loaded by ``load_params``; without ``rngs`` built as shapes (no weight drawn to
-        be thrown away). Raises ``check_model_params``' errors."""
-        weights = base.readable_weights(spec.without_decoder_buffers(params))
-        check_model_params(jax_attn.FRAMEWORK, cls.model, weights, cfg, values=False)
-        dtype = weights[spec.FIRST_WEIGHT].dtype
-        model = base.build_to_load(lambda rngs: cls(cfg, dtype=dtype, rngs=rngs), rngs)
-        base.check_loaded(model.load_params(weights))
-        return model
-
-    @classmethod
     def from_hf(cls, directory: str | os.PathLike, *, rngs: nnx.Rngs | None = None) -> Self:
         """A model from a transformers folder of this architecture (``numpy_attn.load_hf``)."""
         params, cfg = load_hf(directory)
-        if spec.model_of(cfg) != cls.model or "qkv_bias" in cfg:
+        if spec.model_kind(cfg) != cls.model:
             raise ValueError(f"{os.fspath(directory)} holds no {cls.model}: load it with jax_attn.from_hf")
         return cls.from_params(params, cfg, rngs=rngs)
 
     def save_hf(self, directory: str | os.PathLike) -> None:
         """Write the model as a folder transformers' ``AutoModelForCausalLM.from_pretrained`` loads."""
         save_hf(directory, self.to_params(), self.cfg)
-
-    def _format(self) -> dict[str, tuple[int, ...]]:
-        return spec.decoder_param_shapes(self.cfg, self.model)
-
-    def _without_buffers(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return spec.without_decoder_buffers(params)
-
-    def _check_load(self, weights: Mapping[str, Any], variables: base.Variables) -> None:
-        check_model_params(jax_attn.FRAMEWORK, self.model, weights, self.cfg)
 
 
 class Llama3Model(_Decoder):
@@ -212,7 +172,5 @@ def from_hf(directory: str | os.PathLike, *, rngs: nnx.Rngs | None = None) -> nn
     """The model of a transformers folder, by its config.json's ``model_type``: a ``GPTModel`` (gpt2),
     a ``Llama3Model`` (llama) or a ``Qwen3Model`` (qwen3), its weights in their dtype."""
     params, cfg = load_hf(directory)
-    if "qkv_bias" in cfg:
-        return jax_attn.GPTModel.from_params(params, cfg, rngs=rngs)
-    model = Qwen3Model if spec.model_of(cfg) == "Qwen3Model" else Llama3Model
-    return model.from_params(params, cfg, rngs=rngs)
+    classes = {cls.model: cls for cls in (jax_attn.GPTModel, Llama3Model, Qwen3Model)}
+    return classes[spec.model_kind(cfg)].from_params(params, cfg, rngs=rngs)

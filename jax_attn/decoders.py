@@ -1,12 +1,5 @@
-"""The book's Llama 3 and Qwen3 in JAX, on the weights format (torch_ref ``Llama3Model``'s and
-``Qwen3Model``'s names).
-
-Axis letters: B batch, T tokens, D model width (``emb_dim``), F ``hidden_dim``, V vocabulary, G
-key/value heads. A block is pre-RMSNorm: ``x + att(norm1(x))``, then ``x + ff(norm2(x))``, with
-grouped-query attention (``jax_attn.grouped_query``) and a SwiGLU feed-forward; no position
-embeddings (RoPE rotates queries and keys), no dropout. The two models differ in their cfg only
-(``numpy_attn.decoder_spec``); the loops over blocks are ``numpy_attn.gpt_spec``'s, which numpy_attn
-runs too.
+"""The book's Llama 3 and Qwen3 in JAX: ``numpy_attn.decoders`` (its docstring; axis letters as
+there), with ``jax_attn.grouped_query``'s attention.
 """
 
 from __future__ import annotations
@@ -22,20 +15,9 @@ from jax_attn.grouped_query import grouped_attention_decode, grouped_query_atten
 from jax_attn.kv_cache import KVCache, init_kv_cache
 from jax_attn.ops import linear
 from jax_attn.rms_norm import rms_norm
-from numpy_attn.decoder_spec import DECODERS, attention_arguments, head_dim, model_of, norm_eps, sub_params
-from numpy_attn.gpt_spec import apply_block, apply_model, decode_model, on_rows
+from numpy_attn.decoder_spec import MODELS, attention_arguments, cache_shape, model_of, norm_eps
+from numpy_attn.gpt_spec import apply_block, apply_model, decode_model, on_rows, sub_params
 from numpy_attn.steps import Steps
-
-__all__ = [
-    "decode",
-    "init_decoder_cache",
-    "llama3_model",
-    "llama3_model_decode",
-    "qwen3_model",
-    "qwen3_model_decode",
-    "silu",
-    "swiglu_feed_forward",
-]
 
 
 def silu(x: jax.Array) -> jax.Array:
@@ -45,11 +27,8 @@ def silu(x: jax.Array) -> jax.Array:
 
 
 def swiglu_feed_forward(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
-    """The decoders' ``FeedForward``: ``fc3(silu(fc1(x)) * fc2(x))``, D -> F -> D, no biases.
-
-    Args: params ``fc1.weight`` and ``fc2.weight`` ``(F, D)``, ``fc3.weight`` ``(D, F)``; x ``(..., D)``.
-    Returns: ``(..., D)``.
-    """
+    """The decoders' ``FeedForward``: ``fc3(silu(fc1(x)) * fc2(x))``, D -> F -> D, no biases. As
+    ``numpy_attn.swiglu_feed_forward``."""
     return _swiglu(params, x, linear)
 
 
@@ -61,7 +40,7 @@ def _swiglu(params: Mapping[str, Any], x: jax.Array, linear: Callable[..., jax.A
 
 def _parts(params: Mapping[str, jax.Array], cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     """A block's ``norm1``, ``norm2`` and ``ff`` for ``apply_block``, and ``drop_shortcut`` (none)."""
-    weight, eps = DECODERS[model].norm_weight, norm_eps(cfg, model)
+    weight, eps = MODELS[model].norms[0], norm_eps(cfg, model)
     return {
         "norm1": functools.partial(rms_norm, weight=params[f"norm1.{weight}"], eps=eps),
         "norm2": functools.partial(rms_norm, weight=params[f"norm2.{weight}"], eps=eps),
@@ -72,7 +51,7 @@ def _parts(params: Mapping[str, jax.Array], cfg: Mapping[str, Any], model: str) 
 
 def _head(params: Mapping[str, jax.Array], cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     """``apply_model``'s final RMSNorm and output head."""
-    weight = params[f"final_norm.{DECODERS[model].norm_weight}"]
+    weight = params[f"final_norm.{MODELS[model].norms[0]}"]
     return {
         "final_norm": functools.partial(rms_norm, weight=weight, eps=norm_eps(cfg, model)),
         "out_head": lambda x: linear(x, params["out_head.weight"]),  # (B, T, V)
@@ -98,31 +77,22 @@ def llama3_model(
     params: Mapping[str, jax.Array], token_ids: jax.Array, cfg: Mapping[str, Any]
 ) -> tuple[jax.Array, Steps]:
     """The book's ``Llama3Model``: token embeddings, ``n_layers`` blocks (GQA with RoPE scaled by
-    ``rope_freq``), a final RMSNorm and the output head.
-
-    Args: params the model's weights (RMSNorms' ``weight``); token_ids integer ``(B, T)``, T <=
-    context_length; cfg the book's.
-    Returns: ``(logits (B, T, V), steps)``: ``embeddings``, each block's steps as
-    ``trf_blocks.{i}.<step>``, ``final_norm``, ``output``.
-    """
+    ``rope_freq``), a final RMSNorm and the output head. As ``numpy_attn.llama3_model``."""
     return _model("Llama3Model", params, token_ids, cfg)
 
 
 def qwen3_model(
     params: Mapping[str, jax.Array], token_ids: jax.Array, cfg: Mapping[str, Any]
 ) -> tuple[jax.Array, Steps]:
-    """The book's ``Qwen3Model`` (dense): as ``llama3_model``, with ``head_dim``, QK-norm where
-    ``qk_norm`` and RMSNorms' ``scale``.
-
-    Returns: ``(logits (B, T, V), steps)``, the steps ``llama3_model``'s.
-    """
+    """The book's ``Qwen3Model`` (dense): as ``llama3_model``, with ``head_dim``, QK-norm where ``qk_norm``
+    and RMSNorms' ``scale``. As ``numpy_attn.qwen3_model``."""
     return _model("Qwen3Model", params, token_ids, cfg)
 
 
 def init_decoder_cache(cfg: Mapping[str, Any], batch: int, dtype: Any = jnp.float32) -> tuple[KVCache, ...]:
     """Empty grouped KV caches, one per block, each ``(B, G, context_length, H)``: the key/value heads
     alone (``n_kv_groups``, not ``n_heads``), for a Llama 3 or Qwen3 ``cfg``."""
-    shape = (batch, cfg["n_kv_groups"], cfg["context_length"], head_dim(cfg, model_of(cfg)))  # (B, G, L, H)
+    shape = cache_shape(cfg, model_of(cfg), batch)  # (B, G, L, H)
     return tuple(init_kv_cache(*shape, dtype) for _ in range(cfg["n_layers"]))
 
 
@@ -163,14 +133,8 @@ def llama3_model_decode(
     cfg: Mapping[str, Any],
     padding_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
-    """``llama3_model`` on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens
-    (``init_decoder_cache``), at positions ``caches[0].length`` onwards.
-
-    Args: padding_mask bool ``(B, t)``, True = padding: those tokens are hidden from every query and
-    take no position (a token's RoPE position counts the tokens before it that are not padding:
-    prompts of different lengths, left-padded, decode as each would alone).
-    Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions.
-    """
+    """``llama3_model`` on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens (``init_decoder_cache``),
+    at positions ``caches[0].length`` onwards. As ``numpy_attn.llama3_model_decode``."""
     return decode(params, token_ids, caches, cfg, padding_mask)
 
 
@@ -181,9 +145,6 @@ def qwen3_model_decode(
     cfg: Mapping[str, Any],
     padding_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
-    """``qwen3_model`` on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens, ``padding_mask``
-    as ``llama3_model_decode``'s.
-
-    Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions.
-    """
+    """``qwen3_model`` on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens, ``padding_mask`` as
+    ``llama3_model_decode``'s. As ``numpy_attn.qwen3_model_decode``."""
     return decode(params, token_ids, caches, cfg, padding_mask)

@@ -18,8 +18,6 @@ import numpy as np
 from numpy_attn import checks, memory
 from numpy_attn.door import Framework
 
-__all__ = ["JaxFramework", "check_key", "check_x64"]
-
 
 def check_key(key: Any, name: str = "key") -> None:
     """None, or one ``jax.random`` key: a typed key (``jax.random.key(seed)``) or a raw ``uint32``

@@ -18,17 +18,10 @@ from jax_attn.ops import (
 )
 from numpy_attn.steps import Steps
 
-__all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single_head_attention"]
-
 
 def fused_single_head_attention(params: Mapping[str, jax.Array], x: jax.Array) -> tuple[jax.Array, Steps]:
     """``FusedSingleHeadAttention`` (note 003's ``SingleHeadAttention``): one bidirectional head of
-    size E = D // 4.
-
-    Args: params ``Wqkv`` (``.weight`` ``(3E, D)``) and ``Wo`` (``.weight`` ``(D, E)``), biases
-    with ``bias``; x ``(B, T, D)``.
-    Returns: ``(output (B, T, D), steps)``.
-    """
+    size E = D // 4. As ``numpy_attn.fused_single_head_attention``."""
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3E)
     queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, T, E): the notes' unbind
     context_vec, steps = scaled_dot_product_attention(queries, keys, values)  # (B, T, E)
@@ -40,14 +33,8 @@ def fused_single_head_attention(params: Mapping[str, jax.Array], x: jax.Array) -
 def fused_multi_head_attention(
     params: Mapping[str, jax.Array], x: jax.Array, *, num_heads: int
 ) -> tuple[jax.Array, Steps]:
-    """``FusedMultiHeadAttention`` (note 003's ``MultiHeadAttention``): bidirectional heads.
-
-    The notes' ``reshape(B, T, 3, N, H).transpose(3, 1).unbind(2)`` is ``Wqkv(x)`` cut into thirds,
-    each split into heads, as written here.
-    Args: params ``Wqkv`` (``.weight`` ``(3D, D)``) and ``Wo`` (``.weight`` ``(D, D)``), biases with
-    ``bias``; x ``(B, T, D)``, D divisible by ``num_heads``.
-    Returns: ``(output (B, T, D), steps)``.
-    """
+    """``FusedMultiHeadAttention`` (note 003's ``MultiHeadAttention``): bidirectional heads. As
+    ``numpy_attn.fused_multi_head_attention``."""
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3D)
     queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, T, D)
     steps = Steps(queries=queries, keys=keys, values=values)
@@ -72,19 +59,9 @@ def fused_causal_attention(
     attn_keep_mask: jax.Array | None = None,
     out_keep_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, Steps]:
-    """``FusedCausalAttention`` (note 003's ``CausalAttention``): causal heads, a padding mask, and
-    dropout on the attention weights and on the output.
-
-    Args:
-        params: as ``fused_multi_head_attention``'s.
-        x: ``(B, T, D)``, T <= context_size.
-        padding_mask: bool ``(B, S)``, True = padding: hidden from every query; None: no padding.
-        attn_drop, out_drop, key, attn_keep_mask, out_keep_mask: dropout happens with a ``key``
-            (split in two: weights, output) or the keep-masks (bool, True = keep: ``(B, N, T, S)``
-            and ``(B, T, D)``).
-    Returns: ``(output (B, T, D), steps)``; the steps end with ``projected``, before output dropout.
-    A query whose every visible key is padding gets zero weights (torch: NaN).
-    """
+    """``FusedCausalAttention`` (note 003's ``CausalAttention``): causal heads, a padding mask, and dropout on
+    the attention weights and on the output. As ``numpy_attn.fused_causal_attention``; ``key`` (a
+    ``jax.random`` key) in place of ``rng`` (split in two: weights, output)."""
     b, num_tokens, d_in = x.shape
     attn_key, out_key = (None, None) if key is None else jax.random.split(key)  # weights, output
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, T, 3D)

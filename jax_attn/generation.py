@@ -31,24 +31,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
-from jax_attn import decoders, gpt
 from jax_attn.ops import linear
 from jax_attn.sampling import next_tokens, suppress_stops
 from numpy_attn import finite
-from numpy_attn.decoder_spec import DECODERS, model_kind
-from numpy_attn.generation import Decoding, fill_id, stop_ids
-from numpy_attn.generation_checks import check_generate_call, check_model_params
-from numpy_attn.gpt_checks import check_logits_finite
-from numpy_attn.gpt_spec import CONFIG_KEYS
+from numpy_attn.decoder_spec import MODELS, model_kind
+from numpy_attn.generation import decoding, fill_id, stop_ids
+from numpy_attn.generation_checks import check_generate_call
+from numpy_attn.gpt_checks import check_logits_finite, check_model_params
 
-__all__ = ["DECODING", "generate"]
-
-# model kind (decoder_spec.model_kind) -> its caches and decoding step, as numpy_attn.generation's
-DECODING = {
-    "GPTModel": Decoding(gpt.init_gpt_cache, gpt.decode),
-    "Llama3Model": Decoding(decoders.init_decoder_cache, decoders.decode),
-    "Qwen3Model": Decoding(decoders.init_decoder_cache, decoders.decode),
-}
+DECODING = decoding("jax_attn")  # model kind (decoder_spec.model_kind) -> its caches and decoding step
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 CACHE_STEP = 64  # the caches' length is T + max_new_tokens rounded up to a multiple of this
@@ -205,16 +196,10 @@ def accumulating_linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None 
     return out if bias is None else out + bias
 
 
-def model_config(model: Any) -> dict[str, Any]:
-    """The config of a model ``generate`` takes: a ``GPTModel``'s ``config``, a decoder's ``cfg``."""
-    return model.config if hasattr(model, "config") else model.cfg
-
-
 def config_items(kind: str, config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """The config keys the decoding of ``kind`` reads, hashable (a static argument of ``_generate``):
     a mapping (Llama 3's ``rope_freq``) as a tuple of its items."""
-    keys = CONFIG_KEYS if kind == "GPTModel" else DECODERS[kind].config_keys
-    keys = (*keys, *(["rms_norm_eps"] if "rms_norm_eps" in config else []))
+    keys = (*MODELS[kind].keys, *(["rms_norm_eps"] if "rms_norm_eps" in config else []))
     frozen = (
         (key, tuple(sorted(config[key].items())) if isinstance(config[key], dict) else config[key])
         for key in keys
@@ -227,17 +212,16 @@ def check_generate(fw: Any, a: dict[str, Any]) -> None:
     or ``Qwen3Model``, then as numpy_attn's (its weights' names, shapes and dtype, the ids, ``rng`` a
     ``jax.random`` key, the options). The weights' values were checked as the model got them; a
     non-finite one found by non-finite logits is named then."""
-    from jax_attn.decoder_module import Llama3Model, Qwen3Model
-    from jax_attn.gpt_module import GPTModel
+    from jax_attn.gpt_module import ModelWeights
 
     model = a["model"]
-    if not isinstance(model, GPTModel | Llama3Model | Qwen3Model):
+    if not isinstance(model, ModelWeights):
         raise TypeError(
             "model must be a jax_attn.GPTModel, Llama3Model or Qwen3Model (from_params(params, config) or "
             "jax_attn.from_hf(folder); numpy_attn.generate takes params and config instead), got "
             f"{type(model).__name__}"
         )
-    config = model_config(model)
+    config = model.model_config
     stored, transposed = model.stored_params()
     shapes = {
         name: jax.ShapeDtypeStruct(value.shape[::-1] if name in transposed else value.shape, value.dtype)
@@ -300,23 +284,14 @@ def generate(
 
 
 def program_arguments(
-    model: Any,
-    token_ids: jax.Array,
-    max_new_tokens: int,
-    *,
-    attention_mask: jax.Array | None = None,
-    min_new_tokens: int = 0,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    eos_token_id: int | list[int] | None = None,
-    pad_token_id: int | None = None,
-    rng: jax.Array | None = None,
-    stream_id: int = -1,
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    model: Any, token_ids: jax.Array, max_new_tokens: int, *, attention_mask: jax.Array | None = None,
+    min_new_tokens: int = 0, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+    eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
+    rng: jax.Array | None = None, stream_id: int = -1,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:  # fmt: skip
     """``_generate``'s arguments and static arguments for a call of ``generate`` (checked): what it
     runs, and what the tests and the benchmark lower to read the compiled program."""
-    config, token_ids = model_config(model), jnp.asarray(token_ids)
+    config, token_ids = model.model_config, jnp.asarray(token_ids)
     kind = model_kind(config)
     stored, transposed = generation_params(model)
     num_tokens = token_ids.shape[1]

@@ -1,9 +1,5 @@
-"""The book's chapter-4 GPT in JAX, on the weights format (torch_ref ``GPTModel``'s names).
-
-Axis letters: B batch, T tokens, D model width (``emb_dim``), V vocabulary. A block is pre-LayerNorm:
-``x + att(norm1(x))``, then ``x + ff(norm2(x))``; dropout after the embeddings, on the attention
-weights and on both residual branches (``drop_rate``) when a ``key`` is passed, split for each draw.
-The loops over blocks are ``numpy_attn.gpt_spec``'s, which numpy_attn runs too.
+"""The book's chapter-4 GPT in JAX: ``numpy_attn.gpt`` (its docstring; axis letters as there), with
+dropout drawn from a ``key``, split for each draw, in place of an ``rng``.
 """
 
 from __future__ import annotations
@@ -18,26 +14,14 @@ import jax.numpy as jnp
 from jax_attn.kv_cache import KVCache, attention_decode, init_kv_cache, token_positions
 from jax_attn.multi_head import multi_head_attention
 from jax_attn.ops import dropout, linear
+from numpy_attn.decoder_spec import cache_shape
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, decode_model, on_rows, sub_params
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "feed_forward",
-    "gelu",
-    "gpt_model",
-    "gpt_model_decode",
-    "init_gpt_cache",
-    "layer_norm",
-    "transformer_block",
-]
-
 
 def layer_norm(params: Mapping[str, jax.Array], x: jax.Array) -> jax.Array:
-    """``LayerNorm``: x normalised over its last axis (biased variance, eps 1e-5), then scaled and shifted.
-
-    Args: params ``scale`` and ``shift``, each ``(D,)``; x ``(..., D)``.
-    Returns: ``(..., D)``.
-    """
+    """``LayerNorm``: x normalised over its last axis (biased variance, eps 1e-5), then scaled and shifted. As
+    ``numpy_attn.layer_norm``."""
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     var = x.var(axis=-1, keepdims=True)  # (..., 1), biased
     norm_x = (x - mean) / jnp.sqrt(var + LAYER_NORM_EPS)
@@ -71,12 +55,8 @@ def transformer_block(
     dropout_rate: float = 0.0,
     key: jax.Array | None = None,
 ) -> tuple[jax.Array, Steps]:
-    """``TransformerBlock``: ``x + drop(att(norm1(x)))``, then ``+ drop(ff(norm2(.)))``.
-
-    Args: params a block's (``att.*``, ``ff.*``, ``norm1.*``, ``norm2.*``); x ``(B, T, D)``;
-    dropout (``dropout_rate``) only with a ``key``.
-    Returns: ``(output (B, T, D), steps)``, the steps ``BLOCK_STEPS``.
-    """
+    """``TransformerBlock``: ``x + drop(att(norm1(x)))``, then ``+ drop(ff(norm2(.)))``. As
+    ``numpy_attn.transformer_block``; ``key`` (a ``jax.random`` key) in place of ``rng``."""
     att_key, drop_key = (None, None) if key is None else jax.random.split(key)
     drop_keys = iter([None] * 2 if drop_key is None else jax.random.split(drop_key, 2))  # the 2 residuals
     return apply_block(
@@ -113,14 +93,8 @@ def gpt_model(
     *,
     key: jax.Array | None = None,
 ) -> tuple[jax.Array, Steps]:
-    """``GPTModel``: token embeddings plus position embeddings, ``n_layers`` blocks, a final
-    LayerNorm and the output head.
-
-    Args: params the model's weights; token_ids integer ``(B, T)``, T <= context_length; config the
-    book's; dropout (``drop_rate``) only with a ``key``.
-    Returns: ``(logits (B, T, V), steps)``: ``embeddings``, each block's steps as
-    ``trf_blocks.{i}.<step>``, ``final_norm``, ``output``.
-    """
+    """``GPTModel``: token embeddings plus position embeddings, ``n_layers`` blocks, a final LayerNorm and the
+    output head. As ``numpy_attn.gpt_model``; ``key`` (a ``jax.random`` key) in place of ``rng``."""
     num_tokens = token_ids.shape[1]
     keys = [None] * (config["n_layers"] + 1) if key is None else jax.random.split(key, config["n_layers"] + 1)
     tok_embeds = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, T, D); jnp: traced ids index it
@@ -141,12 +115,9 @@ def gpt_model(
 
 
 def init_gpt_cache(config: Mapping[str, Any], batch: int, dtype: Any = jnp.float32) -> tuple[KVCache, ...]:
-    """Empty KV caches, one per block, for ``context_length`` tokens."""
-    head_dim = config["emb_dim"] // config["n_heads"]
-    return tuple(
-        init_kv_cache(batch, config["n_heads"], config["context_length"], head_dim, dtype)
-        for _ in range(config["n_layers"])
-    )
+    """Empty KV caches, one per block, each ``(B, N, context_length, H)``."""
+    shape = cache_shape(config, "GPTModel", batch)  # (B, N, L, H)
+    return tuple(init_kv_cache(*shape, dtype) for _ in range(config["n_layers"]))
 
 
 def gpt_model_decode(
@@ -156,13 +127,8 @@ def gpt_model_decode(
     config: Mapping[str, Any],
     padding_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
-    """The GPT on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens (evaluation mode).
-
-    Args: padding_mask bool ``(B, t)``, True = padding: those tokens are hidden from every query and
-    take no position (a token's position counts the tokens before it that are not padding: prompts
-    of different lengths, left-padded, decode as each would alone).
-    Returns: ``(logits (B, t, V), caches)``: the full pass's logits at those positions; new caches.
-    """
+    """The GPT on new ``token_ids`` ``(B, t)`` after the ``caches``' tokens (evaluation mode). As
+    ``numpy_attn.gpt_model_decode``."""
     return decode(params, token_ids, caches, config, padding_mask)
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 import jax_attn
@@ -24,10 +25,15 @@ from jax_attn import module_base as base
 from jax_attn.modules import MultiHeadAttention
 from numpy_attn import checks, gpt_checks
 from numpy_attn import gpt_spec as spec
+from numpy_attn.decoder_spec import (
+    MODELS,
+    decoder_param_count,
+    decoder_param_shapes,
+    without_buffers,
+)
+from numpy_attn.gpt_spec import FIRST_WEIGHT
 from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.steps import Steps
-
-__all__ = ["GELU", "FeedForward", "GPTModel", "LayerNorm", "TransformerBlock"]
 
 Output = jax.Array | tuple[jax.Array, Steps]  # the output, or (output, steps) with return_steps
 
@@ -82,7 +88,58 @@ class TransformerBlock(nnx.Module):
         return (x, steps) if return_steps else x
 
 
-class GPTModel(base.TorchWeights):
+class ModelWeights(base.TorchWeights):
+    """A model of ``numpy_attn.decoder_spec.MODELS`` (``model``, its key) holding its config under the
+    row's ``config_name``: its weights format, its checks of a build, of token ids and of weights."""
+
+    model: ClassVar[str]
+
+    @property
+    def model_config(self) -> dict[str, Any]:
+        """The config the model was built from: a ``GPTModel``'s ``config``, a decoder's ``cfg``."""
+        return getattr(self, MODELS[self.model].config_name)
+
+    def _check_build(self, config: Any, dtype: Any, rngs: nnx.Rngs) -> np.dtype:
+        """The constructor's checks: the config, ``rngs``, weights of ``dtype`` that fit in memory.
+        Returns the dtype."""
+        MODELS[self.model].check_config(config)
+        base.check_rngs(rngs)
+        one_block = decoder_param_shapes({**config, "n_layers": 1}, self.model)  # every block's shapes
+        base.check_weights_to_draw(dtype, one_block, self.model, decoder_param_count(config, self.model))
+        return jax_attn.FRAMEWORK.check_dtype(dtype)
+
+    def _check_call(self, token_ids: Any, return_steps: bool) -> None:
+        """A call's checks: ``return_steps`` a bool, the token ids (their values where not traced)."""
+        checks.check_flag("return_steps", return_steps)
+        known = jax_attn.FRAMEWORK.concrete({"token_ids": token_ids})
+        gpt_checks.check_token_ids(token_ids, self.model_config, values=known)
+
+    @classmethod
+    def from_params(
+        cls, params: Mapping[str, Any], config: Mapping[str, Any], *, rngs: nnx.Rngs | None = None
+    ) -> Self:
+        """A model holding ``params`` (the weights format, or a ``state_dict()`` as it is: its buffers
+        left out), in their dtype, loaded by ``load_params``; without ``rngs`` built as shapes (no
+        weight drawn to be thrown away; a GPT in eval mode with no dropout stream). Raises
+        ``check_model_params``' errors."""
+        weights = base.readable_weights(without_buffers(cls.model, params, config))
+        gpt_checks.check_model_params(jax_attn.FRAMEWORK, cls.model, weights, config, values=False)
+        dtype = weights[FIRST_WEIGHT].dtype
+        module = base.build_to_load(lambda rngs: cls(config, dtype=dtype, rngs=rngs), rngs)
+        base.check_loaded(module.load_params(weights))
+        return module
+
+    def _format(self) -> dict[str, tuple[int, ...]]:
+        return decoder_param_shapes(self.model_config, self.model)
+
+    def _without_buffers(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return without_buffers(self.model, params, self.model_config)
+
+    def _check_load(self, weights: Mapping[str, Any], variables: base.Variables) -> None:
+        gpt_checks.check_model_params(jax_attn.FRAMEWORK, self.model, weights, self.model_config)
+
+
+class GPTModel(ModelWeights):
     """The book's ``GPTModel(config)``: token ids ``(B, T)``, T <= context_length -> logits ``(B, T, V)``.
 
     Drawn as torch draws it (embeddings N(0, 1), Linear layers U(±1/sqrt(in_features)), LayerNorms
@@ -94,11 +151,10 @@ class GPTModel(base.TorchWeights):
     A bad config, dtype, rngs or token ids raise numpy_attn's errors (``gpt_checks``).
     """
 
+    model = "GPTModel"
+
     def __init__(self, config: Mapping[str, Any], *, dtype: Any = jnp.float32, rngs: nnx.Rngs) -> None:
-        spec.check_config(config)
-        base.check_rngs(rngs)
-        one_block = spec.gpt_param_shapes({**config, "n_layers": 1})  # every block's shapes
-        base.check_weights_to_draw(dtype, one_block, "GPTModel", spec.gpt_param_count(config))
+        dtype = self._check_build(config, dtype, rngs)
         self.config = dict(config)
         vocab, emb = config["vocab_size"], config["emb_dim"]
         embed = functools.partial(nnx.Embed, dtype=dtype, param_dtype=dtype, embedding_init=base.torch_normal)
@@ -111,30 +167,13 @@ class GPTModel(base.TorchWeights):
         self.out_head = base.torch_linear(emb, vocab, False, dtype, rngs)
 
     def __call__(self, token_ids: jax.Array, *, return_steps: bool = False) -> Output:
-        checks.check_flag("return_steps", return_steps)
-        known = jax_attn.FRAMEWORK.concrete({"token_ids": token_ids})  # not traced: their values checked
-        gpt_checks.check_token_ids(token_ids, self.config, values=known)
+        self._check_call(token_ids, return_steps)
         tok_embeds = self.tok_emb(token_ids)  # (B, T, D)
         pos_embeds = self.pos_emb.embedding[: token_ids.shape[1]]  # (T, D)
         x = self.drop_emb(tok_embeds + pos_embeds)  # (B, T, D)
         blocks = [functools.partial(block, return_steps=True) for block in self.trf_blocks]
         logits, steps = spec.apply_model(x, blocks=blocks, final_norm=self.final_norm, out_head=self.out_head)
         return (logits, steps) if return_steps else logits  # (B, T, V)
-
-    @classmethod
-    def from_params(
-        cls, params: Mapping[str, Any], config: Mapping[str, Any], *, rngs: nnx.Rngs | None = None
-    ) -> Self:
-        """A model holding ``params`` (the weights format, or a ``state_dict()`` as it is), in their
-        dtype, loaded by ``load_params``; without ``rngs`` built as shapes (no weight drawn to be
-        thrown away), in eval mode with no dropout stream. Raises ``check_model_params``' errors."""
-        weights = base.readable_weights(spec.without_gpt_buffers(params, config))
-        gpt_checks.check_model_params(jax_attn.FRAMEWORK, "GPTModel", weights, config, values=False)
-        model = base.build_to_load(
-            lambda rngs: cls(config, dtype=weights[spec.FIRST_WEIGHT].dtype, rngs=rngs), rngs
-        )
-        base.check_loaded(model.load_params(weights))
-        return model
 
     @classmethod
     def from_hf_gpt2(cls, directory: str | os.PathLike, *, rngs: nnx.Rngs | None = None) -> Self:
@@ -144,12 +183,3 @@ class GPTModel(base.TorchWeights):
     def save_hf_gpt2(self, directory: str | os.PathLike) -> None:
         """Write the model as a folder transformers' ``GPT2LMHeadModel.from_pretrained`` loads."""
         save_hf_gpt2(directory, self.to_params(), self.config)
-
-    def _format(self) -> dict[str, tuple[int, ...]]:
-        return spec.gpt_param_shapes(self.config)
-
-    def _without_buffers(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return spec.without_gpt_buffers(params, self.config)
-
-    def _check_load(self, weights: Mapping[str, Any], variables: base.Variables) -> None:
-        gpt_checks.check_model_params(jax_attn.FRAMEWORK, "GPTModel", weights, self.config)

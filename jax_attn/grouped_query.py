@@ -1,14 +1,7 @@
-"""Grouped-query attention (GQA), the attention of the book's Llama 3 and Qwen3, with its KV cache.
-
-N query heads share G = ``num_kv_groups`` key/value heads: query head n reads key/value head
-``n // (N / G)`` (the book's ``repeat_interleave``). Here the keys and values are never repeated:
-the query heads are grouped ``(B, G, N/G, T, H)`` and broadcast against ``(B, G, 1, S, H)``, so that
-a KV cache holds the G key/value heads alone. Queries and keys are rotated by RoPE after the
-optional RMSNorm of each head (QK-norm, Qwen3: ``q_norm``, ``k_norm``). Axis letters: B batch, T
-query tokens, S key tokens, N query heads, G key/value heads, H head size, D model width.
-``numpy_attn/grouped_query.py`` is the same file in NumPy; the cache is read and written by
-``kv_cache.attend_cached``, as the multi-head layers' (shapes never change: under ``jax.jit``
-decoding compiles once per input length).
+"""Grouped-query attention (GQA), the attention of the book's Llama 3 and Qwen3, with its KV cache:
+``numpy_attn.grouped_query`` in JAX (its docstring says how; axis letters as there). The cache is
+read and written by ``kv_cache.attend_cached``, as the multi-head layers' (shapes never change:
+under ``jax.jit`` decoding compiles once per input length).
 """
 
 from __future__ import annotations
@@ -27,14 +20,6 @@ from jax_attn.rope import apply_rope, rope_cos_sin
 from numpy_attn.decoder_spec import rope_frequencies
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "attend_groups",
-    "grouped_attention_decode",
-    "grouped_query_attention",
-    "grouped_query_attention_decode",
-    "rotated_heads",
-]
-
 Norm = Callable[[jax.Array], jax.Array] | None
 
 
@@ -42,12 +27,10 @@ def rotated_heads(
     queries: jax.Array, keys: jax.Array, values: jax.Array, *, num_heads: int, num_kv_groups: int,
     inv_freq: Any, positions: jax.Array | None = None, q_norm: Norm = None, k_norm: Norm = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, Steps]:  # fmt: skip
-    """The projections ``(B, T, N*H)``, ``(B, S, G*H)``, ``(B, S, G*H)`` split into heads, queries and
-    keys normalised (``q_norm``, ``k_norm``) and rotated for ``positions``: integer ``(T,)``, or
-    ``(B, T)`` (each row its own: a left-padded batch decoding); None: 0, 1, ..., T - 1.
-
-    Returns: ``(queries (B, N, T, H), keys (B, G, S, H), values (B, G, S, H), steps)``.
-    """
+    """The projections ``(B, T, N*H)``, ``(B, S, G*H)``, ``(B, S, G*H)`` split into heads, queries and keys
+    normalised (``q_norm``, ``k_norm``) and rotated for ``positions``: integer ``(T,)``, or ``(B, T)`` (each
+    row its own: a left-padded batch decoding); None: 0, 1, ..., T - 1. As
+    ``numpy_attn.grouped_query.rotated_heads``."""
     steps = Steps(queries=queries, keys=keys, values=values)
     queries = split_heads(queries, num_heads)  # (B, N, T, H)
     keys = split_heads(keys, num_kv_groups)  # (B, G, S, H)
@@ -67,13 +50,8 @@ def rotated_heads(
 def attend_groups(
     queries: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array
 ) -> tuple[jax.Array, Steps]:
-    """Query head n attends with key/value head ``n // (N/G)``; mask bool, True = hidden,
-    broadcastable to ``(B, 1, 1, T, S)``.
-
-    Args: queries ``(B, N, T, H)``; keys and values ``(B, G, S, H)``.
-    Returns: ``(context_vec (B, T, N*H), steps)``: ``attn_scores``, ``masked_scores``,
-    ``attn_weights``, each ``(B, N, T, S)``.
-    """
+    """Query head n attends with key/value head ``n // (N/G)``; mask bool, True = hidden, broadcastable to
+    ``(B, 1, 1, T, S)``. As ``numpy_attn.grouped_query.attend_groups``."""
     b, num_heads, num_tokens, head_size = queries.shape
     num_kv_groups = keys.shape[1]
     group_size = num_heads // num_kv_groups
@@ -106,16 +84,8 @@ def grouped_query_attention(
     norm_eps: float = 1e-6,
 ) -> tuple[jax.Array, Steps]:
     """``GroupedQueryAttention``: causal attention of ``num_heads`` query heads sharing ``num_kv_groups``
-    key/value heads, RoPE on queries and keys, QK-norm where the weights have it.
-
-    Args:
-        params: ``W_query.weight`` ``(N*H, D)``, ``W_key.weight`` and ``W_value.weight`` ``(G*H, D)``,
-            ``out_proj.weight`` ``(D, N*H)`` (no biases); ``q_norm.scale`` and ``k_norm.scale``
-            ``(H,)`` for QK-norm (eps ``norm_eps``).
-        x: ``(B, T, D)``.
-        rope_base, rope_freq: RoPE's (``jax_attn.rope``).
-    Returns: ``(output (B, T, D), steps)``, the steps ``decoder_spec.GQA_STEPS``.
-    """
+    key/value heads, RoPE on queries and keys, QK-norm where the weights have it. As
+    ``numpy_attn.grouped_query_attention``."""
     queries = linear(x, params["W_query.weight"])  # (B, T, N*H)
     keys = linear(x, params["W_key.weight"])  # (B, S, G*H)
     values = linear(x, params["W_value.weight"])  # (B, S, G*H)
@@ -143,11 +113,8 @@ def grouped_query_attention_decode(
     norm_eps: float = 1e-6,
 ) -> tuple[jax.Array, KVCache]:
     """``GroupedQueryAttention`` on new tokens x ``(B, t, D)`` after the ``cache``'s, at positions
-    ``cache.length`` onwards: the cache holds the G rotated key heads and the value heads, ``(B, G, L,
-    H)``, N/G times less than a multi-head cache.
-
-    Returns: ``(output (B, t, D), new cache)``: the full causal pass's outputs at those positions.
-    """
+    ``cache.length`` onwards: the cache holds the G rotated key heads and the value heads, ``(B, G, L, H)``,
+    N/G times less than a multi-head cache. As ``numpy_attn.grouped_query_attention_decode``."""
     return grouped_attention_decode(
         params, x, cache, None, num_heads=num_heads, num_kv_groups=num_kv_groups, rope_base=rope_base,
         rope_freq=rope_freq, norm_eps=norm_eps,

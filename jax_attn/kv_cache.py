@@ -24,14 +24,6 @@ import jax.numpy as jnp
 from jax_attn.ops import causal_mask, linear, merge_heads, softmax, split_heads
 from numpy_attn.ops import compute_dtype
 
-__all__ = [
-    "KVCache",
-    "fused_causal_attention_decode",
-    "init_kv_cache",
-    "multi_head_attention_decode",
-    "token_positions",
-]
-
 
 class KVCache(NamedTuple):
     keys: jax.Array  # (B, N, L, H)
@@ -131,12 +123,8 @@ def write_tokens(cached: jax.Array, new: jax.Array, start: jax.Array) -> jax.Arr
 def multi_head_attention_decode(
     params: Mapping[str, jax.Array], x: jax.Array, cache: KVCache, *, num_heads: int, context_length: int
 ) -> tuple[jax.Array, KVCache]:
-    """``MultiHeadAttention`` on new tokens given the cache of the earlier ones (evaluation mode).
-
-    Args: params as ``multi_head_attention``'s; x ``(B, t, D)``; the cache's tokens plus t within
-    the cache and ``context_length``.
-    Returns: ``(output (B, t, E), new_cache)``: the full causal pass's outputs at those positions.
-    """
+    """``MultiHeadAttention`` on new tokens given the cache of the earlier ones (evaluation mode). As
+    ``numpy_attn.multi_head_attention_decode``."""
     return attention_decode(params, x, cache, None, num_heads=num_heads)
 
 
@@ -178,12 +166,8 @@ def fused_causal_attention_decode(
     num_heads: int,
     context_size: int,
 ) -> tuple[jax.Array, KVCache]:
-    """``FusedCausalAttention`` on new tokens given the cache of the earlier ones (evaluation mode).
-
-    Args: params as ``fused_causal_attention``'s; x ``(B, t, D)``; padding_mask bool ``(B, t)``,
-    True = padding: the new tokens hidden from every later query.
-    Returns: ``(output (B, t, D), new_cache)``.
-    """
+    """``FusedCausalAttention`` on new tokens given the cache of the earlier ones (evaluation mode). As
+    ``numpy_attn.fused_causal_attention_decode``."""
     qkv = linear(x, params["Wqkv.weight"], params.get("Wqkv.bias"))  # (B, t, 3D)
     queries, keys, values = jnp.split(qkv, 3, axis=-1)  # 3 x (B, t, D)
     context_vec, cache = attend_cached(

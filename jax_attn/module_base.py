@@ -27,11 +27,6 @@ from numpy_attn.fast.options import AttnDropout, ComputePath, Masking, check_imp
 from numpy_attn.spec import SPECS, check_sizes, constructor_arguments, without_buffers
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "AttentionModule", "TorchWeights", "build_to_load", "check_loaded", "check_rngs", "check_weights_to_draw",
-    "readable_weights", "torch_linear", "torch_normal", "torch_uniform",
-]  # fmt: skip
-
 M = TypeVar("M", bound=nnx.Module)
 Rngs = nnx.Rngs | nnx.RngStream | None
 Variables = dict[str, tuple[Path, nnx.Param]]  # torch name -> (Flax path, parameter)

@@ -23,11 +23,6 @@ from jax_attn.ops import dropout as apply_dropout
 from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE, AttnDropout, Masking
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "CausalAttention", "FusedCausalAttention", "FusedMultiHeadAttention", "FusedSingleHeadAttention",
-    "MultiHeadAttention", "MultiHeadAttentionWrapper", "SelfAttentionV1", "SelfAttentionV2",
-]  # fmt: skip
-
 KeepMask = jax.Array | None  # bool, True = keep
 Output = jax.Array | tuple[jax.Array, Steps]  # the output, or (output, steps) with return_steps
 CAUSAL = Masking(causal=True)

@@ -9,8 +9,6 @@ import jax
 from jax_attn.ops import causal_mask, linear, merge_heads, scaled_dot_product_attention, split_heads
 from numpy_attn.steps import Steps
 
-__all__ = ["multi_head_attention"]
-
 
 def multi_head_attention(
     params: Mapping[str, jax.Array],
@@ -22,16 +20,8 @@ def multi_head_attention(
     key: jax.Array | None = None,
     attn_keep_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, Steps]:
-    """``MultiHeadAttention``: the projections split into ``num_heads`` causal heads, merged, projected.
-
-    Args:
-        params: ``W_query``, ``W_key``, ``W_value`` (``.weight`` ``(E, D)``, ``.bias`` ``(E,)`` with
-            ``qkv_bias``) and ``out_proj`` (``.weight`` ``(E, E)``, ``.bias`` ``(E,)``: always in
-            the book's class, with ``qkv_bias`` in note 004's).
-        x: ``(B, T, D)``, T <= context_length.
-        dropout, key, attn_keep_mask: as ``causal_attention``'s; the keep-mask is ``(B, N, T, S)``.
-    Returns: ``(output (B, T, E), steps)``.
-    """
+    """``MultiHeadAttention``: the projections split into ``num_heads`` causal heads, merged, projected. As
+    ``numpy_attn.multi_head_attention``; ``key`` (a ``jax.random`` key) in place of ``rng``."""
     b, num_tokens, d_in = x.shape
     queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (B, T, E)
     keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (B, T, E)

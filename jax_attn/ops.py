@@ -14,37 +14,16 @@ import jax.numpy as jnp
 from numpy_attn.ops import compute_dtype
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "causal_mask",
-    "draw_keep_mask",
-    "dropout",
-    "linear",
-    "merge_heads",
-    "rounded",
-    "scaled_dot_product_attention",
-    "softmax",
-    "softmax_naive",
-    "split_heads",
-]
-
 
 def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
-    """torch's ``nn.Linear``: ``x @ weight.T + bias``.
-
-    Args: x ``(..., D)``; weight ``(F, D)``, torch's layout; bias ``(F,)`` or None.
-    Returns: ``(..., F)``.
-    """
+    """torch's ``nn.Linear``: ``x @ weight.T + bias``. As ``numpy_attn.linear``."""
     out = x @ weight.T  # (..., F)
     return out if bias is None else out + bias
 
 
 def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
-    """``exp(x) / sum(exp(x))`` along ``axis``, each slice lowered by its maximum first.
-
-    Half precision is computed in float32 and cast back. A slice whose every entry is ``-inf``
-    (every key hidden) gives zeros, where ``torch.softmax`` gives NaN.
-    Returns: an array of x's shape and dtype.
-    """
+    """``exp(x) / sum(exp(x))`` along ``axis``, each slice lowered by its maximum first. As
+    ``numpy_attn.softmax``."""
     x_acc = rounded(x.astype(compute_dtype(x.dtype)))  # the maximum is of the values exponentiated
     # at least the lowest finite value: a fully masked slice's exp(-inf - lowest) = 0
     x_max = jnp.max(x_acc, axis=axis, keepdims=True, initial=jnp.finfo(x_acc.dtype).min)
@@ -92,12 +71,7 @@ def dropout(
     x: jax.Array, p: float, *, key: jax.Array | None = None, keep_mask: jax.Array | None = None
 ) -> jax.Array:
     """Inverted dropout: entries of ``x`` zeroed with probability ``p``, the rest scaled by ``1 / (1 - p)``.
-
-    ``keep_mask`` (bool, x's shape, True = keep) fixes which entries survive (a mask taken from
-    torch reproduces its training-mode run); otherwise ``key`` (a ``jax.random`` key) draws one.
-    With neither, this is the identity: evaluation mode.
-    Returns: an array of x's shape and dtype.
-    """
+    As ``numpy_attn.dropout``; ``key`` (a ``jax.random`` key) in place of ``rng``."""
     if keep_mask is None:
         if key is None:
             return x
@@ -132,21 +106,9 @@ def scaled_dot_product_attention(
     key: jax.Array | None = None,
     attn_keep_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, Steps]:
-    """``softmax(queries @ keys^T / sqrt(H), hidden keys at -inf) @ values``, as the notes compute it.
-
-    Args:
-        queries ``(..., T, H)``, keys ``(..., S, H)``, values ``(..., S, Hv)``.
-        mask: bool, broadcastable to ``(..., T, S)``, True = hidden (``jax.nn`` and Flax use the
-            opposite); or None.
-        dropout: the probability of dropping a weight (see ``dropout``), or None for a layer
-            without attention dropout (its steps then have no ``attn_weights_dropped``).
-    Returns:
-        ``(context_vec (..., T, Hv), steps)``: ``attn_scores``, ``masked_scores`` (with a mask),
-        ``attn_weights``, ``attn_weights_dropped`` (with ``dropout``).
-
-    Half-precision scores and softmax are computed in float32 (their dot products can exceed
-    float16's range), the weights cast back. A query whose every key is hidden gets zeros.
-    """
+    """``softmax(queries @ keys^T / sqrt(H), hidden keys at -inf) @ values``, as the notes compute it. As
+    ``numpy_attn.scaled_dot_product_attention``; ``key`` (a ``jax.random`` key) in place of ``rng``; its
+    mask's True = hidden (``jax.nn`` and Flax use the opposite)."""
     dtype, compute = queries.dtype, compute_dtype(queries.dtype)
     queries, keys = queries.astype(compute), keys.astype(compute)
     attn_scores = jnp.einsum("...th,...sh->...ts", queries, keys)  # (..., T, S)

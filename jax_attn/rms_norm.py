@@ -5,16 +5,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["rms_norm"]
-
 
 def rms_norm(x: jax.Array, weight: jax.Array, *, eps: float = 1e-6) -> jax.Array:
-    """``x / sqrt(mean(x^2) + eps) * weight`` over the last axis (no mean subtracted, no shift),
-    computed in x's dtype promoted to at least float32 (the book's Qwen3 RMSNorm), cast back.
-
-    Args: x ``(..., D)``; weight ``(D,)`` (a torch ``nn.RMSNorm``'s ``weight``, the book's ``scale``).
-    Returns: ``(..., D)``, x's dtype.
-    """
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the last axis (no mean subtracted, no shift), computed in
+    x's dtype promoted to at least float32 (the book's Qwen3 RMSNorm), cast back. As
+    ``numpy_attn.rms_norm``."""
     x_acc = x.astype(jnp.promote_types(x.dtype, jnp.float32))
     variance = (x_acc**2).mean(axis=-1, keepdims=True)  # (..., 1)
     norm_x = x_acc / jnp.sqrt(variance + eps)

@@ -1,16 +1,6 @@
-"""Rotary position embeddings (RoPE), as the book's Llama 3 and Qwen3 and transformers rotate.
-
-A head's vector ``x`` of even size H at position p is cut into halves ``x1 = x[:H/2]``, ``x2 =
-x[H/2:]``, and pair i, ``(x1[i], x2[i])``, is rotated by the angle ``p * inv_freq[i]``: ``x * cos +
-rotate_half(x) * sin`` with ``rotate_half(x) = [-x2, x1]`` (the half-split rotation, not the
-RoFormer paper's interleaved pairs). The dot product of a query at position p and a key at
-position s then depends on p - s alone.
-
-Precision: ``inv_freq`` is ``decoder_spec.rope_frequencies``' float32 (a function of the sizes,
-computed by NumPy at trace time); the angles are float32 products ``position * inv_freq`` (the
-position may be traced: a KV cache's length); cos, sin and the rotation are computed in x's dtype
-promoted to at least float32, and cast back to x's dtype. ``numpy_attn/rope.py`` is the same file
-in NumPy.
+"""Rotary position embeddings (RoPE): ``numpy_attn.rope`` in JAX (its docstring says how and in
+which precision). ``inv_freq`` is a function of the sizes, computed by NumPy at trace time; the
+position may be traced (a KV cache's length).
 """
 
 from __future__ import annotations
@@ -23,14 +13,10 @@ import jax.numpy as jnp
 
 from numpy_attn.decoder_spec import rope_frequencies
 
-__all__ = ["apply_rope", "rope", "rope_cos_sin"]
-
 
 def rope_cos_sin(positions: jax.Array, inv_freq: Any, dtype: Any) -> tuple[jax.Array, jax.Array]:
     """``(cos, sin)``, each ``(..., T, H)`` in ``dtype``: of the angles ``positions * inv_freq``, both halves.
-
-    Args: positions integer ``(..., T)``; inv_freq float32 ``(H/2,)``.
-    """
+    As ``numpy_attn.rope.rope_cos_sin``."""
     angles = positions.astype(jnp.float32)[..., None] * inv_freq  # (..., T, H/2), float32 products
     angles = jnp.concatenate([angles, angles], axis=-1).astype(dtype)  # (..., T, H)
     return jnp.cos(angles), jnp.sin(angles)
@@ -50,12 +36,8 @@ def rope(
     offset: int | jax.Array = 0,
 ) -> jax.Array:  # fmt: skip
     """RoPE: ``x`` ``(..., T, H)`` (H even; heads ``(B, N, T, H)``) with token t rotated for position
-    ``offset + t`` (``offset``: the tokens before, a KV cache's length; traced under ``jax.jit``).
-
-    Args: rope_base the frequencies' base (the book's ``rope_base``, transformers' ``rope_theta``);
-    rope_freq None or Llama 3's frequency scaling (``decoder_spec.rope_frequencies``).
-    Returns: x's shape and dtype.
-    """
+    ``offset + t`` (``offset``: the tokens before, a KV cache's length). As ``numpy_attn.rope``; ``offset``
+    may be traced under ``jax.jit``."""
     num_tokens, head_size = x.shape[-2], x.shape[-1]
     inv_freq = rope_frequencies(head_size, rope_base, rope_freq)  # (H/2,)
     positions = offset + jnp.arange(num_tokens)  # (T,)

@@ -10,8 +10,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["keep_top_p", "next_tokens", "suppress_stops"]
-
 
 def suppress_stops(logits: jax.Array, stops: jax.Array, new_tokens: jax.Array, min_new_tokens: jax.Array):
     """transformers' ``MinNewTokensLengthLogitsProcessor``: the eos ids' logits at -inf while fewer

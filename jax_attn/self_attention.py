@@ -10,15 +10,9 @@ import jax
 from jax_attn.ops import linear, scaled_dot_product_attention
 from numpy_attn.steps import Steps
 
-__all__ = ["self_attention_v1", "self_attention_v2"]
-
 
 def self_attention_v1(params: Mapping[str, jax.Array], x: jax.Array) -> tuple[jax.Array, Steps]:
-    """``SelfAttentionV1``: raw ``(D, E)`` matrices used as ``x @ W``.
-
-    Args: params ``W_query``, ``W_key``, ``W_value``, each ``(D, E)``; x ``(T, D)``.
-    Returns: ``(output (T, E), steps)``.
-    """
+    """``SelfAttentionV1``: raw ``(D, E)`` matrices used as ``x @ W``. As ``numpy_attn.self_attention_v1``."""
     queries = x @ params["W_query"]  # (T, E)
     keys = x @ params["W_key"]  # (T, E)
     values = x @ params["W_value"]  # (T, E)
@@ -28,12 +22,8 @@ def self_attention_v1(params: Mapping[str, jax.Array], x: jax.Array) -> tuple[ja
 
 
 def self_attention_v2(params: Mapping[str, jax.Array], x: jax.Array) -> tuple[jax.Array, Steps]:
-    """``SelfAttentionV2``: the projections are ``nn.Linear`` layers (with ``qkv_bias``, biased).
-
-    Args: params ``W_query``, ``W_key``, ``W_value``: ``.weight`` ``(E, D)``, ``.bias`` ``(E,)``
-    if any; x ``(T, D)``.
-    Returns: ``(output (T, E), steps)``.
-    """
+    """``SelfAttentionV2``: the projections are ``nn.Linear`` layers (with ``qkv_bias``, biased). As
+    ``numpy_attn.self_attention_v2``."""
     queries = linear(x, params["W_query.weight"], params.get("W_query.bias"))  # (T, E)
     keys = linear(x, params["W_key.weight"], params.get("W_key.bias"))  # (T, E)
     values = linear(x, params["W_value.weight"], params.get("W_value.bias"))  # (T, E)

@@ -7,16 +7,10 @@ import jax
 from jax_attn.ops import softmax
 from numpy_attn.steps import Steps
 
-__all__ = ["simplified_self_attention"]
-
 
 def simplified_self_attention(x: jax.Array) -> tuple[jax.Array, Steps]:
-    """Every token attends to every token: ``softmax(x @ x^T) @ x``.
-
-    Args: x ``(T, D)``, the token embeddings.
-    Returns: ``(context_vec (T, D), steps)``: ``attn_scores``, ``attn_weights``, ``context_vec``,
-    ``output``.
-    """
+    """Every token attends to every token: ``softmax(x @ x^T) @ x``. As
+    ``numpy_attn.simplified_self_attention``."""
     attn_scores = x @ x.T  # (T, T)
     attn_weights = softmax(attn_scores, axis=-1)  # (T, T)
     context_vec = attn_weights @ x  # (T, D)

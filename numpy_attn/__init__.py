@@ -27,12 +27,11 @@ import numpy as np
 __version__ = "0.2.0"  # pyproject.toml's; CHANGELOG.md says what changed
 
 from numpy_attn import api, door, gpt_checks, ops
-from numpy_attn.decoder_spec import decoder_param_shapes
+from numpy_attn.decoder_spec import decoder_param_shapes, gpt_param_shapes
 from numpy_attn.door import check_layer
 from numpy_attn.fast import blockwise
 from numpy_attn.fast.options import IMPLEMENTATIONS, AttnDropout, ComputePath, Masking, fuses_projections
 from numpy_attn.fast.threads import parallel_heads
-from numpy_attn.gpt_spec import gpt_param_shapes
 from numpy_attn.hf_decoders import load_hf, save_hf
 from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
 from numpy_attn.kv_cache import KVCache

@@ -18,8 +18,6 @@ from typing import Any
 from numpy_attn import cache_checks, calls, decoder_checks, door, generation_checks, gpt_checks
 from numpy_attn.spec import SPECS
 
-__all__ = ["NAMES", "PUBLIC", "Public", "export"]
-
 
 @dataclass(frozen=True)
 class Public:

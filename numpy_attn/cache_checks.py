@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from numpy_attn import checks, memory
+from numpy_attn.decoder_spec import MODELS, cache_shape
 from numpy_attn.door import check_layer_call
 from numpy_attn.spec import SPECS
 
@@ -109,28 +110,29 @@ def check_group_cache(fw: Any, cache: Any, x: Any, num_kv_groups: int, size: int
     check_kv_cache(fw, cache, x, num_kv_groups, size, name, x_name)
 
 
-def check_block_caches(fw: Any, a: A, cfg_name: str, heads: int, head_size: int, init: str, *,
-                       grouped: bool = False) -> None:  # fmt: skip
-    """A model's ``caches`` for the call ``a`` (its ``cfg_name`` config, token ids and weights): a tuple
-    or list (TypeError, naming ``init``) of one cache per block (ValueError), each checked as a decode
-    function checks its own (``check_group_cache`` where ``grouped``) against the blocks' input
-    ``(B, t, emb_dim)``, all holding as many tokens, with room for t more."""
-    cfg, caches = a[cfg_name], a["caches"]
+def check_block_caches(fw: Any, a: A, kind: str) -> None:
+    """The ``caches`` of a call ``a`` of the model ``kind`` (its config, token ids and weights): a tuple
+    or list (TypeError, naming its ``init_cache``) of one cache per block (ValueError), each checked
+    as a decode function checks its own (``check_group_cache`` for a decoder's key/value heads)
+    against the blocks' input ``(B, t, emb_dim)``, all holding as many tokens, with room for t more."""
+    model = MODELS[kind]
+    cfg, caches = a[model.config_name], a["caches"]
     if isinstance(caches, fw.kv_cache) or not isinstance(caches, tuple | list):
         raise TypeError(
-            f"caches must be a tuple of KVCache, one per block ({init}), got {type(caches).__name__}"
+            f"caches must be a tuple of KVCache, one per block ({model.init_cache}({model.config_name}, "
+            f"batch)), got {type(caches).__name__}"
         )
     if len(caches) != cfg["n_layers"]:
         raise ValueError(
-            f"caches has {len(caches)} KVCache, but {cfg_name}['n_layers'] = {cfg['n_layers']} "
+            f"caches has {len(caches)} KVCache, but {model.config_name}['n_layers'] = {cfg['n_layers']} "
             "blocks need one each"
         )
     dtype = a["params"]["tok_emb.weight"].dtype
     x = np.broadcast_to(np.zeros((), dtype), (*a["token_ids"].shape, cfg["emb_dim"]))  # (B, t, D)
+    _, heads, _, size = cache_shape(cfg, kind, 0)
+    check = check_kv_cache if model.cache_heads == "n_heads" else check_group_cache
     for index, cache in enumerate(caches):
-        (check_group_cache if grouped else check_kv_cache)(
-            fw, cache, x, heads, head_size, f"caches[{index}]", "the blocks' input"
-        )
+        check(fw, cache, x, heads, size, f"caches[{index}]", "the blocks' input")
     lengths = [fw.cache_length(cache) for cache in caches]
     if len({length for length in lengths if length is not None}) > 1:
         raise ValueError(f"the caches hold {lengths} tokens: every block's cache must hold the same tokens")

@@ -10,8 +10,6 @@ import numpy as np
 from numpy_attn.ops import causal_mask, linear, scaled_dot_product_attention
 from numpy_attn.steps import Steps
 
-__all__ = ["causal_attention", "multi_head_attention_wrapper"]
-
 
 def causal_attention(
     params: Mapping[str, np.ndarray],

@@ -11,23 +11,16 @@ from typing import Any
 import numpy as np
 
 from numpy_attn import checks, finite
-from numpy_attn.cache_checks import (
-    check_block_caches,
-    check_cache_memory,
-    check_decode_room,
-    check_group_cache,
-)
+from numpy_attn.cache_checks import check_decode_room, check_group_cache
 from numpy_attn.decoder_spec import (
-    check_config,
     check_eps,
     check_rope_base,
     check_rope_freq,
     gqa_shapes,
-    head_dim,
     model_of,
     swiglu_shapes,
 )
-from numpy_attn.gpt_checks import check_features, check_model_call
+from numpy_attn.gpt_checks import check_features, init_cache, model_decode, model_pass
 
 A = Mapping[str, Any]
 
@@ -121,31 +114,12 @@ def grouped_query_attention_decode(fw: Any, a: A) -> None:
 
 
 def init_decoder_cache(fw: Any, a: A) -> None:
-    """A Llama 3 or Qwen3 cfg (``decoder_spec.model_of``), a positive batch, a floating dtype, and
-    caches that fit in memory."""
-    cfg = a["cfg"]
-    model = model_of(cfg) if isinstance(cfg, Mapping) else "Llama3Model"
-    check_config(cfg, model)
-    checks.check_size("batch", a["batch"])
-    shape = (a["batch"], cfg["n_kv_groups"], cfg["context_length"], head_dim(cfg, model))
-    axes = "batch, n_kv_groups, context_length, head_dim"
-    check_cache_memory(fw, shape, axes, a["dtype"], blocks=cfg["n_layers"])
+    """``init_cache`` for the decoder a cfg describes (``decoder_spec.model_of``; Llama 3's keys named
+    for a cfg that is no mapping)."""
+    init_cache(model_of(a["cfg"]) if isinstance(a["cfg"], Mapping) else "Llama3Model", fw, a)
 
 
-def _model_decode(model: str, fw: Any, a: dict[str, Any]) -> None:
-    check_model_call(fw, model, a, a["cfg"])
-    init = "init_decoder_cache(cfg, batch)"
-    check_block_caches(fw, a, "cfg", a["cfg"]["n_kv_groups"], head_dim(a["cfg"], model), init, grouped=True)
-    if a["padding_mask"] is not None:
-        checks.check_padding_mask(a["padding_mask"], *a["token_ids"].shape)
-
-
-def _model(model: str, fw: Any, a: dict[str, Any]) -> None:
-    check_model_call(fw, model, a, a["cfg"])
-    checks.check_flag("return_steps", a["return_steps"])
-
-
-llama3_model = functools.partial(_model, "Llama3Model")
-qwen3_model = functools.partial(_model, "Qwen3Model")
-llama3_model_decode = functools.partial(_model_decode, "Llama3Model")
-qwen3_model_decode = functools.partial(_model_decode, "Qwen3Model")
+llama3_model = functools.partial(model_pass, "Llama3Model")
+qwen3_model = functools.partial(model_pass, "Qwen3Model")
+llama3_model_decode = functools.partial(model_decode, "Llama3Model")
+qwen3_model_decode = functools.partial(model_decode, "Qwen3Model")

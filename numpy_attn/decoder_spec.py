@@ -1,6 +1,8 @@
-"""The book's Llama 3 and Qwen3 decoders, framework-neutrally: their cfg, their weights' names and
-shapes, RoPE's frequencies and the steps of their attention (the block and model loops are
-``numpy_attn.gpt_spec``'s ``apply_block`` and ``apply_model``, which both packages run).
+"""The project's three models, framework-neutrally: ``MODELS``, the one table of the book's GPT
+(``numpy_attn.gpt_spec``), Llama 3 and Qwen3 that the model functions, their checks, the Flax
+modules and the files read; the decoders' cfg, their weights' names and shapes, RoPE's frequencies
+and the steps of their attention (the block and model loops are ``numpy_attn.gpt_spec``'s
+``apply_block`` and ``apply_model``, which both packages run).
 
 ``cfg`` is the book's dict: ``vocab_size``, ``context_length``, ``emb_dim``, ``n_heads``,
 ``n_layers``, ``hidden_dim``, ``n_kv_groups``, ``rope_base``; Llama 3 adds ``rope_freq`` (None, or
@@ -16,47 +18,18 @@ as ``decoder_param_shapes`` lists them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from numpy_attn import checks
-from numpy_attn.gpt_spec import BLOCK_STEPS, FIRST_WEIGHT, check_config_sizes, sub_params
+from numpy_attn import checks, gpt_spec
+from numpy_attn.gpt_spec import check_config_sizes
 
-__all__ = [
-    "BLOCK_STEPS",
-    "BUFFERS",
-    "DECODERS",
-    "FIRST_WEIGHT",
-    "FREQ_CONFIG_KEYS",
-    "GQA_STEPS",
-    "Decoder",
-    "attention_arguments",
-    "block_shapes",
-    "check_config",
-    "check_eps",
-    "check_rope_base",
-    "check_rope_freq",
-    "decoder_param_count",
-    "decoder_param_shapes",
-    "dtype_name",
-    "gqa_shapes",
-    "head_dim",
-    "model_kind",
-    "model_of",
-    "norm_eps",
-    "rope_frequencies",
-    "sub_params",
-    "swiglu_shapes",
-    "uses_qk_norm",
-    "without_decoder_buffers",
-]
-
+Shapes = dict[str, tuple[int, ...]]
 SIZES = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers", "hidden_dim", "n_kv_groups")
 FREQ_CONFIG_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
-BUFFERS = ("cos", "sin")  # RoPE's tables in torch_ref's (and the book's) models: not weights
 GQA_STEPS = {
     "queries": "(B, T, N*H) W_query(x)",
     "keys": "(B, S, G*H) W_key(x): G = n_kv_groups key/value heads",
@@ -74,24 +47,53 @@ GQA_STEPS = {
 
 
 @dataclass(frozen=True)
-class Decoder:
-    """What tells one decoder from the other: its RMSNorms' parameter name, their eps where ``cfg``
-    has no ``rms_norm_eps``, and the ``cfg`` keys it reads beside ``SIZES`` and ``rope_base``."""
+class Model:
+    """One model of the project: what its functions, checks, modules and files read of it.
 
-    name: str
-    norm_weight: str
-    eps: float
+    ``config_name``: its config argument (``config``, ``cfg``), of the keys ``keys``, checked by
+    ``check_config``; ``block_shapes``: one block's weights for a config; ``norms``: each norm's
+    weights (``(D,)`` each; an RMSNorm's one, ``norms[0]``), with ``eps`` where the config has no
+    ``rms_norm_eps``; ``positions``: whether it adds position embeddings; ``buffers``: its
+    ``state_dict()``'s buffers (``{i}``: each block's); ``cache_heads``: the config key of its KV
+    caches' heads, ``cache_axes`` their axes in the messages; ``module``: the file of its math in
+    each package, whose ``init_cache`` makes its caches and ``decode`` runs a decoding step."""
+
+    config_name: str
     keys: tuple[str, ...]
+    check_config: Callable[[Any], None]
+    block_shapes: Callable[[Mapping[str, Any]], Shapes]
+    norms: tuple[str, ...]
+    eps: float
+    positions: bool
+    buffers: tuple[str, ...]
+    cache_heads: str
+    cache_axes: str
+    module: str
+    init_cache: str
 
-    @property
-    def config_keys(self) -> tuple[str, ...]:
-        return (*SIZES, "rope_base", *self.keys)
+
+def _decoder(name: str, norm: str, eps: float, keys: tuple[str, ...]) -> Model:
+    """A Llama 3 or Qwen3 row of ``MODELS``: its RMSNorms' weight ``norm``, ``keys`` beside ``SIZES``."""
+    return Model(
+        "cfg", (*SIZES, "rope_base", *keys), lambda cfg: check_config(cfg, name),
+        lambda cfg: block_shapes(cfg, name), (norm,), eps, positions=False, buffers=("cos", "sin"),
+        cache_heads="n_kv_groups", cache_axes="batch, n_kv_groups, context_length, head_dim",
+        module="decoders", init_cache="init_decoder_cache",
+    )  # fmt: skip
 
 
-DECODERS = {
-    "Llama3Model": Decoder("Llama3Model", "weight", 1e-5, ("rope_freq",)),  # torch's nn.RMSNorm
-    "Qwen3Model": Decoder("Qwen3Model", "scale", 1e-6, ("head_dim", "qk_norm")),  # the book's RMSNorm
-}
+MODELS = {
+    "GPTModel": Model(
+        "config", gpt_spec.CONFIG_KEYS, gpt_spec.check_config,
+        lambda config: gpt_spec.block_shapes(config["emb_dim"], bool(config["qkv_bias"])),
+        ("scale", "shift"), gpt_spec.LAYER_NORM_EPS, positions=True,
+        buffers=tuple(f"trf_blocks.{{i}}.att.{b}" for b in gpt_spec.BLOCK_ATTENTION.buffers),
+        cache_heads="n_heads", cache_axes="batch, num_heads, max_length, head_dim",
+        module="gpt", init_cache="init_gpt_cache",
+    ),
+    "Llama3Model": _decoder("Llama3Model", "weight", 1e-5, ("rope_freq",)),  # torch's nn.RMSNorm
+    "Qwen3Model": _decoder("Qwen3Model", "scale", 1e-6, ("head_dim", "qk_norm")),  # the book's RMSNorm
+}  # fmt: skip
 
 
 def _check_number(name: str, value: Any, *, low: float = 0.0) -> None:
@@ -151,12 +153,12 @@ def dtype_name(cfg: Mapping[str, Any]) -> str | None:
 def check_config(cfg: Any, model: str) -> None:
     """ValueError naming missing keys or values that cannot build ``model`` (``"Llama3Model"``,
     ``"Qwen3Model"``); TypeError for a size that is not an int, a flag that is not a bool."""
-    decoder = DECODERS[model]
-    check_config_sizes("cfg", cfg, model, decoder.config_keys, SIZES)
+    keys = MODELS[model].keys
+    check_config_sizes("cfg", cfg, model, keys, SIZES)
     checks.check_divisible(
         "cfg['n_heads']", cfg["n_heads"], cfg["n_kv_groups"], heads_name="cfg['n_kv_groups']"
     )
-    if "head_dim" in decoder.keys and cfg["head_dim"] is not None:
+    if "head_dim" in keys and cfg["head_dim"] is not None:
         checks.check_size("cfg['head_dim']", cfg["head_dim"])
     else:
         checks.check_divisible("cfg['emb_dim']", cfg["emb_dim"], cfg["n_heads"], heads_name="cfg['n_heads']")
@@ -164,9 +166,9 @@ def check_config(cfg: Any, model: str) -> None:
     if size % 2:
         raise ValueError(f"head_dim={size} must be even: RoPE rotates pairs of a head's features")
     check_rope_base(cfg["rope_base"], "cfg['rope_base']")
-    if "rope_freq" in decoder.keys:
+    if "rope_freq" in keys:
         check_rope_freq(cfg["rope_freq"], "cfg['rope_freq']")
-    if "qk_norm" in decoder.keys:
+    if "qk_norm" in keys:
         checks.check_flag("cfg['qk_norm']", cfg["qk_norm"])
     if "rms_norm_eps" in cfg:
         check_eps(cfg["rms_norm_eps"], "cfg['rms_norm_eps']")
@@ -191,30 +193,29 @@ def model_kind(config: Any) -> str:
 
 def head_dim(cfg: Mapping[str, Any], model: str) -> int:
     """H: Qwen3's ``head_dim`` where given, ``emb_dim // n_heads`` otherwise."""
-    if "head_dim" in DECODERS[model].keys and cfg["head_dim"] is not None:
+    if "head_dim" in MODELS[model].keys and cfg["head_dim"] is not None:
         return cfg["head_dim"]
     return cfg["emb_dim"] // cfg["n_heads"]
 
 
 def attention_arguments(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     """The keyword arguments of each block's ``grouped_query_attention`` in ``model``."""
-    decoder = DECODERS[model]
     return {
         "num_heads": cfg["n_heads"],
         "num_kv_groups": cfg["n_kv_groups"],
         "rope_base": cfg["rope_base"],
-        "rope_freq": cfg["rope_freq"] if "rope_freq" in decoder.keys else None,
+        "rope_freq": cfg["rope_freq"] if "rope_freq" in MODELS[model].keys else None,
         "norm_eps": norm_eps(cfg, model),
     }
 
 
 def norm_eps(cfg: Mapping[str, Any], model: str) -> float:
     """The eps of every RMSNorm of ``model``: ``cfg["rms_norm_eps"]``, or the book's."""
-    return cfg.get("rms_norm_eps", DECODERS[model].eps)
+    return cfg.get("rms_norm_eps", MODELS[model].eps)
 
 
 def uses_qk_norm(cfg: Mapping[str, Any], model: str) -> bool:
-    return "qk_norm" in DECODERS[model].keys and bool(cfg["qk_norm"])
+    return "qk_norm" in MODELS[model].keys and bool(cfg["qk_norm"])
 
 
 def gqa_shapes(
@@ -242,7 +243,7 @@ def swiglu_shapes(emb_dim: int, hidden_dim: int) -> dict[str, tuple[int, ...]]:
 
 def block_shapes(cfg: Mapping[str, Any], model: str) -> dict[str, tuple[int, ...]]:
     """A ``DecoderBlock``'s weights (``trf_blocks.{i}.`` in the model), in torch's order."""
-    emb, weight = cfg["emb_dim"], DECODERS[model].norm_weight
+    emb, weight = cfg["emb_dim"], MODELS[model].norms[0]
     attention = gqa_shapes(
         emb, cfg["n_heads"], cfg["n_kv_groups"], head_dim(cfg, model), uses_qk_norm(cfg, model), weight
     )
@@ -253,29 +254,44 @@ def block_shapes(cfg: Mapping[str, Any], model: str) -> dict[str, tuple[int, ...
     )
 
 
-def decoder_param_shapes(cfg: Mapping[str, Any], model: str) -> dict[str, tuple[int, ...]]:
-    """Every weight of torch_ref's ``model(cfg)``: torch name -> shape, in torch's order."""
-    check_config(cfg, model)
-    vocab, emb, weight = cfg["vocab_size"], cfg["emb_dim"], DECODERS[model].norm_weight
-    shapes = {"tok_emb.weight": (vocab, emb)}
-    block = block_shapes(cfg, model)
+def decoder_param_shapes(cfg: Mapping[str, Any], model: str) -> Shapes:
+    """Every weight of torch_ref's ``model(cfg)``, any model of ``MODELS``: torch name -> shape, in
+    torch's order."""
+    row = MODELS[model]
+    row.check_config(cfg)
+    vocab, context, emb = cfg["vocab_size"], cfg["context_length"], cfg["emb_dim"]
+    shapes = {"tok_emb.weight": (vocab, emb)} | ({"pos_emb.weight": (context, emb)} if row.positions else {})
+    block = row.block_shapes(cfg)
     for index in range(cfg["n_layers"]):
         shapes |= {f"trf_blocks.{index}.{name}": shape for name, shape in block.items()}
-    return shapes | {f"final_norm.{weight}": (emb,), "out_head.weight": (vocab, emb)}
+    return shapes | {f"final_norm.{norm}": (emb,) for norm in row.norms} | {"out_head.weight": (vocab, emb)}
+
+
+def gpt_param_shapes(config: Mapping[str, Any]) -> Shapes:
+    """Every weight of ``GPTModel(config)``: torch name -> shape, in torch's order."""
+    return decoder_param_shapes(config, "GPTModel")
 
 
 def decoder_param_count(cfg: Mapping[str, Any], model: str) -> int:
-    """How many weights ``model(cfg)`` holds, counted without listing them."""
-    check_config(cfg, model)
-    block = sum(math.prod(shape) for shape in block_shapes(cfg, model).values())
-    return 2 * cfg["vocab_size"] * cfg["emb_dim"] + cfg["n_layers"] * block + cfg["emb_dim"]
+    """How many weights ``model(cfg)`` holds, counted from one block's (every block is alike)."""
+    one_block = decoder_param_shapes({**cfg, "n_layers": 1}, model)
+    block = sum(math.prod(shape) for shape in MODELS[model].block_shapes(cfg).values())
+    return sum(math.prod(shape) for shape in one_block.values()) + (cfg["n_layers"] - 1) * block
 
 
-def without_decoder_buffers(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The weights of a torch model's ``state_dict()`` with its buffers: RoPE's ``cos`` and ``sin``
-    left out, every other key kept for the checks to name."""
+def without_buffers(model: str, params: Any, cfg: Any) -> dict[str, Any]:
+    """The weights of torch_ref ``model(cfg)``'s ``state_dict()`` as it is, after ``cfg``'s checks: its
+    buffers (the GPT's masks, RoPE's tables) left out, every other key kept for the checks to name."""
+    MODELS[model].check_config(cfg)
     checks.check_mapping(params)
-    return {name: value for name, value in params.items() if name not in BUFFERS}
+    buffers = {name.format(i=i) for name in MODELS[model].buffers for i in range(cfg["n_layers"])}
+    return {name: value for name, value in params.items() if name not in buffers}
+
+
+def cache_shape(cfg: Mapping[str, Any], model: str, batch: int) -> tuple[int, int, int, int]:
+    """The keys' shape ``(B, heads, context_length, H)`` of each block's KV cache in ``model``: the
+    GPT's heads, a decoder's key/value heads alone (``n_kv_groups``)."""
+    return (batch, cfg[MODELS[model].cache_heads], cfg["context_length"], head_dim(cfg, model))
 
 
 def rope_frequencies(

@@ -17,24 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.decoder_spec import DECODERS, attention_arguments, head_dim, model_of, norm_eps, sub_params
-from numpy_attn.gpt_spec import apply_block, apply_model, decode_model
+from numpy_attn.decoder_spec import MODELS, attention_arguments, cache_shape, model_of, norm_eps
+from numpy_attn.gpt_spec import apply_block, apply_model, decode_model, sub_params
 from numpy_attn.grouped_query import grouped_attention_decode, grouped_query_attention
 from numpy_attn.kv_cache import KVCache, init_kv_cache
 from numpy_attn.ops import linear
 from numpy_attn.rms_norm import rms_norm
 from numpy_attn.steps import Steps
-
-__all__ = [
-    "decode",
-    "init_decoder_cache",
-    "llama3_model",
-    "llama3_model_decode",
-    "qwen3_model",
-    "qwen3_model_decode",
-    "silu",
-    "swiglu_feed_forward",
-]
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -55,7 +44,7 @@ def swiglu_feed_forward(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.n
 
 def _parts(params: Mapping[str, np.ndarray], cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     """A block's ``norm1``, ``norm2`` and ``ff`` for ``apply_block``, and ``drop_shortcut`` (none)."""
-    weight, eps = DECODERS[model].norm_weight, norm_eps(cfg, model)
+    weight, eps = MODELS[model].norms[0], norm_eps(cfg, model)
     return {
         "norm1": functools.partial(rms_norm, weight=params[f"norm1.{weight}"], eps=eps),
         "norm2": functools.partial(rms_norm, weight=params[f"norm2.{weight}"], eps=eps),
@@ -66,7 +55,7 @@ def _parts(params: Mapping[str, np.ndarray], cfg: Mapping[str, Any], model: str)
 
 def _head(params: Mapping[str, np.ndarray], cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     """``apply_model``'s final RMSNorm and output head."""
-    weight = params[f"final_norm.{DECODERS[model].norm_weight}"]
+    weight = params[f"final_norm.{MODELS[model].norms[0]}"]
     return {
         "final_norm": functools.partial(rms_norm, weight=weight, eps=norm_eps(cfg, model)),
         "out_head": lambda x: linear(x, params["out_head.weight"]),  # (B, T, V)
@@ -116,7 +105,7 @@ def qwen3_model(
 def init_decoder_cache(cfg: Mapping[str, Any], batch: int, dtype: Any = np.float32) -> tuple[KVCache, ...]:
     """Empty grouped KV caches, one per block, each ``(B, G, context_length, H)``: the key/value heads
     alone (``n_kv_groups``, not ``n_heads``), for a Llama 3 or Qwen3 ``cfg``."""
-    shape = (batch, cfg["n_kv_groups"], cfg["context_length"], head_dim(cfg, model_of(cfg)))  # (B, G, L, H)
+    shape = cache_shape(cfg, model_of(cfg), batch)  # (B, G, L, H)
     return tuple(init_kv_cache(*shape, dtype) for _ in range(cfg["n_layers"]))
 
 

@@ -19,8 +19,6 @@ from numpy_attn.fast.attend import fast_layer
 from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE, check_implementation, uses_blockwise
 from numpy_attn.spec import LayerSpec, layer_spec, read_arguments
 
-__all__ = ["DOOR_OPTIONS", "Framework", "block", "check_layer", "check_layer_call", "check_masks", "layer"]
-
 # the keyword arguments the door adds to every layer function, with their defaults
 DOOR_OPTIONS = {"implementation": "reference", "block_size": DEFAULT_BLOCK_SIZE, "return_steps": False}
 

@@ -27,16 +27,6 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, TypeVar
 
-__all__ = [
-    "atomic_write",
-    "check_regular_file",
-    "fsync_folder",
-    "named_error",
-    "open_regular_file",
-    "read_folder",
-    "write_folder",
-]
-
 _POINTER, _VERSION = ".current", ".version-"  # the link naming a folder's files, their folders' prefix
 T = TypeVar("T")
 

@@ -17,8 +17,6 @@ from numpy_attn.ops import (
 )
 from numpy_attn.steps import Steps
 
-__all__ = ["fused_causal_attention", "fused_multi_head_attention", "fused_single_head_attention"]
-
 
 def fused_single_head_attention(params: Mapping[str, np.ndarray], x: np.ndarray) -> tuple[np.ndarray, Steps]:
     """``FusedSingleHeadAttention`` (note 003's ``SingleHeadAttention``): one bidirectional head of

@@ -27,17 +27,15 @@ before ``generate`` are shared with jax_attn's generation (framework-neutral).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from numpy_attn import decoders, gpt
-from numpy_attn.decoder_spec import model_kind
+from numpy_attn.decoder_spec import MODELS, model_kind
 from numpy_attn.gpt_checks import check_logits_finite
 from numpy_attn.sampling import next_tokens, suppress_stops
-
-__all__ = ["DECODING", "Decoding", "generate"]
 
 
 class Decoding(NamedTuple):
@@ -49,12 +47,17 @@ class Decoding(NamedTuple):
     decode: Callable[..., Any]
 
 
-# model kind (decoder_spec.model_kind) -> its caches and decoding step
-DECODING = {
-    "GPTModel": Decoding(gpt.init_gpt_cache, gpt.decode),
-    "Llama3Model": Decoding(decoders.init_decoder_cache, decoders.decode),
-    "Qwen3Model": Decoding(decoders.init_decoder_cache, decoders.decode),
-}
+def decoding(package: str) -> dict[str, Decoding]:
+    """Each model's caches and decoding step in ``package`` (``"numpy_attn"``, ``"jax_attn"``): the
+    ``init_cache`` and ``decode`` of its ``decoder_spec.MODELS`` row's module. Keyed by model kind."""
+    modules = {kind: importlib.import_module(f"{package}.{model.module}") for kind, model in MODELS.items()}
+    return {
+        kind: Decoding(getattr(module, MODELS[kind].init_cache), module.decode)
+        for kind, module in modules.items()
+    }
+
+
+DECODING = decoding("numpy_attn")  # model kind (decoder_spec.model_kind) -> its caches and decoding step
 
 
 def stop_ids(eos_token_id: int | list[int] | tuple[int, ...] | None) -> list[int]:
@@ -100,8 +103,8 @@ def generate(
     stops = stop_ids(eos_token_id)
     fill = fill_id(stops, pad_token_id)
     padding = None if attention_mask is None else np.asarray(attention_mask) == 0  # (B, T)
-    decoding = DECODING[model_kind(config)]
-    caches = decoding.init_cache({**config, "context_length": num_tokens + max_new_tokens}, batch, dtype)
+    init_cache, decode = DECODING[model_kind(config)]
+    caches = init_cache({**config, "context_length": num_tokens + max_new_tokens}, batch, dtype)
     sequences = np.full((batch, num_tokens + max_new_tokens), fill, token_ids.dtype)  # (B, T + new)
     sequences[:, :num_tokens] = token_ids
     finished = np.zeros(batch, bool)
@@ -110,7 +113,7 @@ def generate(
     step_input, step_padding, new = token_ids, padding, 0
     while new < max_new_tokens and not finished.all():
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is check_logits_finite's error
-            logits, caches = decoding.decode(
+            logits, caches = decode(
                 params, step_input, caches, config, step_padding, last_only=True, in_place=True
             )
         last = logits[:, -1]  # (B, V)

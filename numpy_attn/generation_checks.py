@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from numpy_attn import decoder_spec, finite
-from numpy_attn.gpt_checks import check_generate_args, check_model_params, check_token_ids, without_buffers
-
-__all__ = ["check_generate_call", "check_model_params", "generate", "without_buffers"]
+from numpy_attn import finite
+from numpy_attn.decoder_spec import model_kind, without_buffers
+from numpy_attn.gpt_checks import check_generate_args, check_model_params, check_token_ids
 
 
 def check_generate_call(fw: Any, a: Mapping[str, Any], config: Mapping[str, Any]) -> None:
@@ -24,7 +23,7 @@ def generate(fw: Any, a: dict[str, Any]) -> None:
     """numpy_attn's ``generate(params, token_ids, config, max_new_tokens, ...)``, ``config`` a GPT's
     or a Llama 3 or Qwen3 cfg: the weights' values tested once per array (a tied head,
     ``out_head.weight`` the very ``tok_emb.weight``, once)."""
-    kind = decoder_spec.model_kind(a["config"])
+    kind = model_kind(a["config"])
     a["params"] = without_buffers(kind, a["params"], a["config"])
     check_model_params(fw, kind, a["params"], a["config"], values=False)
     arrays: dict[int, str] = {}  # id -> the first name holding that array

@@ -14,21 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from numpy_attn.decoder_spec import cache_shape
 from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, decode_model, on_rows, sub_params
 from numpy_attn.kv_cache import KVCache, attention_decode, init_kv_cache, token_positions
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.ops import dropout, linear
 from numpy_attn.steps import Steps
-
-__all__ = [
-    "feed_forward",
-    "gelu",
-    "gpt_model",
-    "gpt_model_decode",
-    "init_gpt_cache",
-    "layer_norm",
-    "transformer_block",
-]
 
 
 def layer_norm(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
@@ -132,12 +123,9 @@ def gpt_model(
 
 
 def init_gpt_cache(config: Mapping[str, Any], batch: int, dtype: Any = np.float32) -> tuple[KVCache, ...]:
-    """Empty KV caches, one per block, for ``context_length`` tokens."""
-    head_dim = config["emb_dim"] // config["n_heads"]
-    return tuple(
-        init_kv_cache(batch, config["n_heads"], config["context_length"], head_dim, dtype)
-        for _ in range(config["n_layers"])
-    )
+    """Empty KV caches, one per block, each ``(B, N, context_length, H)``."""
+    shape = cache_shape(config, "GPTModel", batch)  # (B, N, L, H)
+    return tuple(init_kv_cache(*shape, dtype) for _ in range(config["n_layers"]))
 
 
 def gpt_model_decode(

@@ -1,6 +1,7 @@
 """What the GPT's functions of numpy_attn and jax_attn check at their door: the config, the weights
 against it, the token ids, the caches and the generation options; one text for one mistake. A model
-call's weights and token ids are checked here for Llama 3 and Qwen3 too (``check_model_call``)."""
+call is checked here for every model of ``decoder_spec.MODELS`` (``model_pass``, ``model_decode``,
+``init_cache``)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn import checks, decoder_spec, finite
+from numpy_attn import checks, finite
 from numpy_attn.cache_checks import check_block_caches, check_cache_memory
-from numpy_attn.gpt_spec import (
-    FIRST_WEIGHT,
-    PART_SHAPES,
-    block_shapes,
-    check_config,
-    gpt_param_shapes,
-    without_gpt_buffers,
-)
+from numpy_attn.decoder_spec import MODELS, cache_shape, decoder_param_shapes, without_buffers
+from numpy_attn.gpt_spec import FIRST_WEIGHT, PART_SHAPES, block_shapes
 
 A = Mapping[str, Any]
 
@@ -72,13 +67,11 @@ def transformer_block(fw: Any, a: A) -> None:
 def check_model_params(
     fw: Any, kind: str, params: Any, config: Mapping[str, Any], *, values: bool = True
 ) -> None:
-    """The weights of the model ``kind`` (``"GPTModel"``, ``"Llama3Model"``, ``"Qwen3Model"``) for
-    ``config``: one ValueError naming every missing, unexpected and mis-shaped weight; then one
-    floating dtype, ``tok_emb.weight``'s (TypeError); then, with ``values``, finite values."""
+    """The weights of the model ``kind`` (a key of ``MODELS``) for ``config``: one ValueError naming
+    every missing, unexpected and mis-shaped weight; then one floating dtype, ``tok_emb.weight``'s
+    (TypeError); then, with ``values``, finite values."""
     checks.check_mapping(params)
-    shapes = (
-        gpt_param_shapes(config) if kind == "GPTModel" else decoder_spec.decoder_param_shapes(config, kind)
-    )
+    shapes = decoder_param_shapes(config, kind)
     checks.check_params(params, shapes, layer=kind)
     first = f"params[{FIRST_WEIGHT!r}]"
     checks.check_floating(params[FIRST_WEIGHT], fw.floats, first)
@@ -118,48 +111,47 @@ def check_token_ids(token_ids: Any, config: Mapping[str, Any], *, values: bool =
             )
 
 
-def without_buffers(kind: str, params: Any, config: Mapping[str, Any]) -> dict[str, Any]:
-    """The weights of the model ``kind``'s ``state_dict()`` as it is, its buffers left out (the GPT's
-    masks, RoPE's tables), after the config's checks."""
-    if kind == "GPTModel":
-        check_config(config)
-        return without_gpt_buffers(params, config)
-    decoder_spec.check_config(config, kind)
-    return decoder_spec.without_decoder_buffers(params)
-
-
-def check_model_call(fw: Any, kind: str, a: dict[str, Any], config: Mapping[str, Any]) -> None:
-    """A model function's ``config``, weights (a ``state_dict()`` as it is: its buffers left out of
-    the call's ``params``) and token ids, their values where known."""
+def check_model_call(fw: Any, kind: str, a: dict[str, Any]) -> None:
+    """A model function's config, weights (a ``state_dict()`` as it is: its buffers left out of the
+    call's ``params``) and token ids, their values where known."""
+    config = a[MODELS[kind].config_name]
     a["params"] = without_buffers(kind, a["params"], config)
     concrete = fw.concrete(a)
     check_model_params(fw, kind, a["params"], config, values=concrete)
     check_token_ids(a["token_ids"], config, values=concrete)
 
 
-def gpt_model(fw: Any, a: dict[str, Any]) -> None:
-    check_model_call(fw, "GPTModel", a, a["config"])
-    fw.check_random(a[fw.random])
+def model_pass(kind: str, fw: Any, a: dict[str, Any]) -> None:
+    """A model's full pass (``gpt_model``, ``llama3_model``, ``qwen3_model``): ``check_model_call``,
+    the random source where it takes one (the GPT's dropout), ``return_steps``."""
+    check_model_call(fw, kind, a)
+    if fw.random in a:
+        fw.check_random(a[fw.random])
     checks.check_flag("return_steps", a["return_steps"])
 
 
-def init_gpt_cache(fw: Any, a: A) -> None:
-    config = a["config"]
-    check_config(config)
-    checks.check_size("batch", a["batch"])
-    shape = (a["batch"], config["n_heads"], config["context_length"], config["emb_dim"] // config["n_heads"])
-    axes = "batch, num_heads, max_length, head_dim"
-    check_cache_memory(fw, shape, axes, a["dtype"], blocks=config["n_layers"])
-
-
-def gpt_model_decode(fw: Any, a: dict[str, Any]) -> None:
-    check_model_call(fw, "GPTModel", a, a["config"])
-    heads = a["config"]["n_heads"]
-    check_block_caches(
-        fw, a, "config", heads, a["config"]["emb_dim"] // heads, "init_gpt_cache(config, batch)"
-    )
+def model_decode(kind: str, fw: Any, a: dict[str, Any]) -> None:
+    """A model's decoding step: ``check_model_call``, its caches, its padding mask."""
+    check_model_call(fw, kind, a)
+    check_block_caches(fw, a, kind)
     if a["padding_mask"] is not None:
         checks.check_padding_mask(a["padding_mask"], *a["token_ids"].shape)
+
+
+def init_cache(kind: str, fw: Any, a: A) -> None:
+    """A model's empty caches: its config, a positive batch, a floating dtype, caches that fit in memory."""
+    row = MODELS[kind]
+    config = a[row.config_name]
+    row.check_config(config)
+    checks.check_size("batch", a["batch"])
+    check_cache_memory(
+        fw, cache_shape(config, kind, a["batch"]), row.cache_axes, a["dtype"], config["n_layers"]
+    )
+
+
+gpt_model = functools.partial(model_pass, "GPTModel")
+gpt_model_decode = functools.partial(model_decode, "GPTModel")
+init_gpt_cache = functools.partial(init_cache, "GPTModel")
 
 
 def check_generate_args(a: Mapping[str, Any], shape: tuple[int, ...], config: Mapping[str, Any]) -> None:

@@ -3,37 +3,19 @@ order of its steps (the block and model loops both packages run).
 
 ``config`` is the book's dict (``vocab_size``, ``context_length``, ``emb_dim``, ``n_heads``,
 ``n_layers``, ``drop_rate``, ``qkv_bias``). The weights are torch_ref ``GPTModel``'s ``state_dict``
-names (buffers such as ``trf_blocks.{i}.att.mask`` excluded), torch layout, as ``gpt_param_shapes``
-lists them; a ``state_dict()`` as it is passes too (``without_gpt_buffers``).
+names (buffers such as ``trf_blocks.{i}.att.mask`` excluded), torch layout, as
+``decoder_spec.gpt_param_shapes`` lists them (``decoder_spec.MODELS`` holds the three models).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from numpy_attn import checks
 from numpy_attn.spec import SPECS
 from numpy_attn.steps import Steps
-
-__all__ = [
-    "BLOCK_STEPS",
-    "CONFIG_KEYS",
-    "FIRST_WEIGHT",
-    "LAYER_NORM_EPS",
-    "apply_block",
-    "apply_model",
-    "block_shapes",
-    "check_config",
-    "decode_model",
-    "gpt_param_count",
-    "gpt_param_shapes",
-    "on_rows",
-    "sub_params",
-    "without_gpt_buffers",
-]
 
 CONFIG_KEYS = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers", "drop_rate", "qkv_bias")
 FIRST_WEIGHT = "tok_emb.weight"  # the weight whose dtype the others must have
@@ -103,37 +85,6 @@ def block_shapes(emb_dim: int, qkv_bias: bool) -> dict[str, tuple[int, ...]]:
         | _prefixed("norm1.", layer_norm_shapes(emb_dim))
         | _prefixed("norm2.", layer_norm_shapes(emb_dim))
     )
-
-
-def gpt_param_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Every weight of ``GPTModel(config)``: torch name -> shape, in torch's order."""
-    check_config(config)
-    vocab, context, emb = config["vocab_size"], config["context_length"], config["emb_dim"]
-    shapes = {"tok_emb.weight": (vocab, emb), "pos_emb.weight": (context, emb)}
-    for index in range(config["n_layers"]):
-        shapes |= _prefixed(f"trf_blocks.{index}.", block_shapes(emb, bool(config["qkv_bias"])))
-    return shapes | _prefixed("final_norm.", layer_norm_shapes(emb)) | {"out_head.weight": (vocab, emb)}
-
-
-def gpt_param_count(config: Mapping[str, Any]) -> int:
-    """How many weights ``GPTModel(config)`` holds, counted without listing them."""
-    check_config(config)
-    vocab, emb = config["vocab_size"], config["emb_dim"]
-    block = sum(math.prod(shape) for shape in block_shapes(emb, bool(config["qkv_bias"])).values())
-    return 2 * vocab * emb + config["context_length"] * emb + config["n_layers"] * block + 2 * emb
-
-
-def without_gpt_buffers(params: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    """The weights of a torch ``GPTModel(config).state_dict()``: its blocks' attention buffers
-    (``trf_blocks.{i}.att.mask``) left out, every other key kept for the checks to name."""
-    checks.check_mapping(params)
-    check_config(config)
-    buffers = {
-        f"trf_blocks.{index}.att.{buffer}"
-        for index in range(config["n_layers"])
-        for buffer in BLOCK_ATTENTION.buffers
-    }
-    return {name: value for name, value in params.items() if name not in buffers}
 
 
 def sub_params(params: Mapping[str, Any], prefix: str) -> dict[str, Any]:

@@ -24,14 +24,6 @@ from numpy_attn.rms_norm import rms_norm
 from numpy_attn.rope import apply_rope, rope_cos_sin
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "attend_groups",
-    "grouped_attention_decode",
-    "grouped_query_attention",
-    "grouped_query_attention_decode",
-    "rotated_heads",
-]
-
 Norm = Callable[[np.ndarray], np.ndarray] | None
 
 

@@ -21,15 +21,16 @@ import numpy as np
 from numpy_attn import files
 from numpy_attn.checks import check_flag, check_params
 from numpy_attn.decoder_spec import (
-    DECODERS,
+    MODELS,
     check_config,
     decoder_param_shapes,
     head_dim,
     model_of,
     norm_eps,
     uses_qk_norm,
-    without_decoder_buffers,
+    without_buffers,
 )
+from numpy_attn.file_checks import MAX_TENSORS
 from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.hf_gpt2 import (
     CONFIG_FILE,
@@ -41,11 +42,9 @@ from numpy_attn.hf_gpt2 import (
     save_hf_gpt2,
     write_checkpoint,
 )
-from numpy_attn.weights_file import MAX_TENSORS, read_arrays
+from numpy_attn.weights_file import read_arrays
 
-__all__ = ["HF_NAMES", "load_hf", "save_hf"]
-
-MODELS = {"llama": "Llama3Model", "qwen3": "Qwen3Model"}  # config.json's model_type -> ours
+MODEL_TYPES = {"llama": "Llama3Model", "qwen3": "Qwen3Model"}  # config.json's model_type -> ours
 ARCHITECTURES = {"Llama3Model": "LlamaForCausalLM", "Qwen3Model": "Qwen3ForCausalLM"}
 # the book's cfg's sizes -> config.json's (which must hold them; num_key_value_heads may be absent)
 _SIZES = {
@@ -89,7 +88,7 @@ _SUPPORTED = {
 def _names(cfg: Mapping[str, Any], model: str, lm_head: bool) -> dict[str, str]:
     """transformers' name -> ours, for every weight of ``model(cfg)`` (``lm_head`` left out where tied)."""
     ours = decoder_param_shapes(cfg, model)
-    weight, names = DECODERS[model].norm_weight, {}
+    weight, names = MODELS[model].norms[0], {}
     for hf, name in HF_NAMES.items():
         for index in range(cfg["n_layers"]) if "{i}" in hf else [None]:
             mine = name.format(i=index, w=weight)
@@ -136,9 +135,9 @@ def _read_config(directory: str, path: str) -> tuple[dict[str, Any], str, bool]:
     ``tie_word_embeddings``, no more tensors than a weight file holds; then ``check_config``."""
     hf_config, name = _read_json(directory, path), f"{directory}/{CONFIG_FILE}"
     model_type = hf_config.get("model_type")
-    if model_type not in MODELS:
-        raise ValueError(f"{directory} holds a {model_type!r} model, not one of {list(MODELS)}")
-    model = MODELS[model_type]
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"{directory} holds a {model_type!r} model, not one of {list(MODEL_TYPES)}")
+    model = MODEL_TYPES[model_type]
     hf_config.setdefault("num_key_value_heads", hf_config.get("num_attention_heads"))
     check_sizes(name, hf_config, _SIZES.values())
     for key, allowed in _SUPPORTED.items():
@@ -216,8 +215,8 @@ def load_hf(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[s
     model_type = _model_type(directory)
     if model_type == "gpt2":
         return load_hf_gpt2(directory)
-    if model_type not in MODELS:
-        raise ValueError(f"{directory} holds a {model_type!r} model, not one of {['gpt2', *MODELS]}")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"{directory} holds a {model_type!r} model, not one of {['gpt2', *MODEL_TYPES]}")
     return load_hf_decoder(directory)
 
 
@@ -238,8 +237,7 @@ def save_hf(directory: str | os.PathLike, params: Mapping[str, np.ndarray], cfg:
 
 def _save_hf_decoder(directory: str, params: Mapping[str, np.ndarray], cfg: Mapping[str, Any]) -> None:
     model = model_of(cfg) if isinstance(cfg, Mapping) else "Llama3Model"
-    check_config(cfg, model)
-    params = without_decoder_buffers(params)
+    params = without_buffers(model, params, cfg)
     check_model_params(FILE_CHECKS, model, params, cfg)
     if model == "Qwen3Model" and not uses_qk_norm(cfg, model):
         raise ValueError(
@@ -253,7 +251,7 @@ def _save_hf_decoder(directory: str, params: Mapping[str, np.ndarray], cfg: Mapp
 def _hf_config(cfg: Mapping[str, Any], model: str, tied: bool, dtype: str) -> dict[str, Any]:
     """config.json for ``cfg``: RoPE both as transformers 5 writes it (``rope_parameters``) and as
     transformers 4 reads it (``rope_theta``, ``rope_scaling``); plain ints and floats."""
-    model_type = next(theirs for theirs, ours in MODELS.items() if ours == model)
+    model_type = next(theirs for theirs, ours in MODEL_TYPES.items() if ours == model)
     rope_freq = cfg.get("rope_freq") if model == "Llama3Model" else None
     base, scaling = float(cfg["rope_base"]), None
     if rope_freq is not None:

@@ -24,12 +24,12 @@ import numpy as np
 
 from numpy_attn import files
 from numpy_attn.checks import JAX_FLOATS, check_divisible, check_dropout, check_flag, check_params, check_size
+from numpy_attn.decoder_spec import gpt_param_shapes, without_buffers
 from numpy_attn.door import Framework
+from numpy_attn.file_checks import MAX_TENSORS
 from numpy_attn.gpt_checks import check_model_params
-from numpy_attn.gpt_spec import LAYER_NORM_EPS, gpt_param_shapes, without_gpt_buffers
-from numpy_attn.weights_file import MAX_TENSORS, read_arrays, save_weights
-
-__all__ = ["HF_BUFFERS", "HF_NAMES", "book_params", "hf_names", "load_hf_gpt2", "save_hf_gpt2"]
+from numpy_attn.gpt_spec import LAYER_NORM_EPS
+from numpy_attn.weights_file import read_arrays, save_weights
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 HF_BUFFERS = (".attn.bias", ".attn.masked_bias")  # old causal-mask buffers, which transformers ignores
@@ -245,7 +245,7 @@ def save_hf_gpt2(
     ``directory`` that is not a folder or a checkpoint file there that is not a regular file; OSError
     naming ``directory`` where it cannot be written.
     """
-    params = without_gpt_buffers(params, config)
+    params = without_buffers("GPTModel", params, config)
     check_model_params(FILE_CHECKS, "GPTModel", params, config)
     tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
     dtype, shapes = params["tok_emb.weight"].dtype, gpt_param_shapes({**config, "qkv_bias": True})

@@ -19,14 +19,6 @@ import numpy as np
 
 from numpy_attn.ops import causal_mask, linear, merge_heads, scaled_dot_product_attention, split_heads
 
-__all__ = [
-    "KVCache",
-    "fused_causal_attention_decode",
-    "init_kv_cache",
-    "multi_head_attention_decode",
-    "token_positions",
-]
-
 
 class KVCache(NamedTuple):
     keys: np.ndarray  # (B, N, L, H)

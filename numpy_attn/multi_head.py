@@ -9,8 +9,6 @@ import numpy as np
 from numpy_attn.ops import causal_mask, linear, merge_heads, scaled_dot_product_attention, split_heads
 from numpy_attn.steps import Steps
 
-__all__ = ["multi_head_attention"]
-
 
 def multi_head_attention(
     params: Mapping[str, np.ndarray],

@@ -10,19 +10,6 @@ import numpy as np
 
 from numpy_attn.steps import Steps
 
-__all__ = [
-    "causal_mask",
-    "compute_dtype",
-    "draw_keep_mask",
-    "dropout",
-    "linear",
-    "merge_heads",
-    "scaled_dot_product_attention",
-    "softmax",
-    "softmax_naive",
-    "split_heads",
-]
-
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """torch's ``nn.Linear``: ``x @ weight.T + bias``.

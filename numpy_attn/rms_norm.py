@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["rms_norm"]
-
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, *, eps: float = 1e-6) -> np.ndarray:
     """``x / sqrt(mean(x^2) + eps) * weight`` over the last axis (no mean subtracted, no shift),

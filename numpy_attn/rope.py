@@ -20,8 +20,6 @@ import numpy as np
 
 from numpy_attn.decoder_spec import rope_frequencies
 
-__all__ = ["apply_rope", "rope", "rope_cos_sin"]
-
 
 def rope_cos_sin(positions: np.ndarray, inv_freq: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(cos, sin)``, each ``(..., T, H)`` in ``dtype``: of the angles ``positions * inv_freq``, both halves.

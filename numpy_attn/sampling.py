@@ -11,8 +11,6 @@ import numpy as np
 
 from numpy_attn.ops import softmax
 
-__all__ = ["keep_top_p", "next_tokens", "suppress_stops"]
-
 
 def suppress_stops(logits: np.ndarray, stops: list[int], new_tokens: int, min_new_tokens: int) -> np.ndarray:
     """transformers' ``MinNewTokensLengthLogitsProcessor``: the eos ids' logits at -inf while fewer

@@ -10,8 +10,6 @@ import numpy as np
 from numpy_attn.ops import linear, scaled_dot_product_attention
 from numpy_attn.steps import Steps
 
-__all__ = ["self_attention_v1", "self_attention_v2"]
-
 
 def self_attention_v1(params: Mapping[str, np.ndarray], x: np.ndarray) -> tuple[np.ndarray, Steps]:
     """``SelfAttentionV1``: raw ``(D, E)`` matrices used as ``x @ W``.

@@ -7,8 +7,6 @@ import numpy as np
 from numpy_attn.ops import softmax
 from numpy_attn.steps import Steps
 
-__all__ = ["simplified_self_attention"]
-
 
 def simplified_self_attention(x: np.ndarray) -> tuple[np.ndarray, Steps]:
     """Every token attends to every token: ``softmax(x @ x^T) @ x``.

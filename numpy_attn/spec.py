@@ -28,21 +28,6 @@ from typing import Any
 
 from numpy_attn.checks import check_array, check_divisible, check_mapping, check_params, check_size
 
-__all__ = [
-    "LAYERS",
-    "QKV",
-    "SPECS",
-    "LayerSpec",
-    "Weight",
-    "constructor_arguments",
-    "layer_spec",
-    "parameter_names",
-    "parameter_shapes",
-    "read_arguments",
-    "step_names",
-    "without_buffers",
-]
-
 Shapes = dict[str, tuple[int, ...]]
 QKV = ("W_query", "W_key", "W_value")  # the notes' three projections
 ATTENTION_STEPS = ("queries", "keys", "values", "attn_scores", "attn_weights", "context_vec", "output")

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-__all__ = ["STEP_DOCS", "Steps"]
-
 Steps = OrderedDict  # OrderedDict[str, array]
 
 STEP_DOCS: dict[str, str] = {

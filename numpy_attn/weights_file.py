@@ -35,10 +35,8 @@ import safetensors.numpy
 from safetensors import SafetensorError, safe_open
 
 from numpy_attn import checks, file_checks, finite
-from numpy_attn.file_checks import MAX_TENSORS, check_count, check_header_size, check_zip_directory, is_utf8
+from numpy_attn.file_checks import check_count, check_header_size, check_zip_directory, is_utf8
 from numpy_attn.files import atomic_write, open_regular_file
-
-__all__ = ["MAX_TENSORS", "load_weights", "read_arrays", "save_weights"]
 
 _CODES = {"float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64"}  # in safetensors
 _FORMAT = {"format": "pt"}  # torch's layout and names (transformers 4.x needs the tag)

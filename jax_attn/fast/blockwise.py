@@ -21,8 +21,6 @@ from numpy_attn.fast.blocks import Heads, fit_block_size, from_token_major, head
 from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE
 from numpy_attn.ops import compute_dtype
 
-__all__ = ["blockwise_attention", "blockwise_self_attention", "online_softmax_step"]
-
 Carry = tuple[jax.Array, jax.Array, jax.Array]  # the online softmax's running maximum, sum and output
 HeadInputs = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array, jax.Array]]  # (b, n) -> q, k, v
 

@@ -25,8 +25,6 @@ from jax_attn.ops import rounded
 from jax_attn.parallel.sharding import check_axis, check_divisible_by_axis, check_mesh
 from numpy_attn.checks import check_attention_shapes, check_flag, check_mask_operands, check_padding_mask
 
-__all__ = ["ring_attention"]
-
 _CHECKS = JaxFramework()  # jax_attn's checks of floating operands (float64 needs 64-bit mode)
 
 

@@ -19,8 +19,6 @@ from jax.sharding import PartitionSpec as P
 
 from numpy_attn.checks import check_numpy_dtype
 
-__all__ = ["COLUMN_PARALLEL", "ROW_PARALLEL", "param_spec", "shard_batch", "shard_model"]
-
 # parameter paths ("trf_blocks.0.att.W_query.kernel", ...) of the layers split over "model": the GPT's
 # and the attention modules' (ff.layers.0 and 2: the GPT's MLP), and the Llama 3 and Qwen3 decoders'
 # (ff.fc1 and fc2: SwiGLU's gate and up, ff.fc3: its down)

@@ -13,8 +13,6 @@ from numpy_attn.fast.projections import qkv_projections, qkv_weights, split_proj
 from numpy_attn.spec import SPECS, LayerSpec
 from numpy_attn.steps import Steps
 
-__all__ = ["attend", "attend_heads", "fast_layer"]
-
 
 def attend(
     fw: Any, queries: Any, keys: Any, values: Any, masking: Masking = Masking(),

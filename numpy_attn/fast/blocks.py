@@ -8,8 +8,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Heads", "fit_block_size", "from_token_major", "head_weights", "token_major"]
-
 
 def fit_block_size(block_size: int, length: int) -> int:
     """The block size used on a sequence of ``length``: as few blocks as ``block_size`` allows, cut

@@ -24,8 +24,6 @@ from numpy_attn.fast.options import DEFAULT_BLOCK_SIZE
 from numpy_attn.fast.threads import head_threads
 from numpy_attn.ops import causal_mask, compute_dtype, draw_keep_mask, linear
 
-__all__ = ["block_sides", "blockwise_attention", "blockwise_self_attention"]
-
 HeadInputs = Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]]  # head n -> its queries, keys, values
 
 

@@ -14,11 +14,6 @@ from typing import Any
 
 from numpy_attn.checks import check_size
 
-__all__ = [
-    "AUTO_BLOCKWISE_TOKENS", "DEFAULT_BLOCK_SIZE", "IMPLEMENTATIONS", "AttnDropout", "ComputePath", "Masking",
-    "check_implementation", "fuses_projections", "uses_blockwise",
-]  # fmt: skip
-
 IMPLEMENTATIONS = ("reference", "blockwise", "auto")
 AUTO_BLOCKWISE_TOKENS = 512
 DEFAULT_BLOCK_SIZE = 512  # keys per block of one sequence (numpy_attn: of the batch, / isqrt(B))

@@ -8,8 +8,6 @@ from typing import Any
 
 from numpy_attn.spec import QKV
 
-__all__ = ["qkv_projections", "qkv_weights", "split_projection"]
-
 
 def qkv_weights(fw: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
     """``W_query``, ``W_key``, ``W_value`` stacked as note 003's ``Wqkv``.

@@ -12,8 +12,6 @@ from typing import NamedTuple
 
 from numpy_attn.checks import check_count, check_size
 
-__all__ = ["MIN_SCORES", "HeadThreads", "head_threads", "parallel_heads"]
-
 BlasLimit = Callable[[], AbstractContextManager[object]]  # called for a context manager limiting BLAS
 MIN_SCORES = 2**22  # scores per head (B x T x S) below which threads are slower (benchmarks/README.md)
 

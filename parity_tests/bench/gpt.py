@@ -93,14 +93,10 @@ def kv_cache_bytes(
     """Bytes of the per-block KV caches (keys, values and padding flags) for ``length`` tokens
     (the context by default) of ``itemsize``-byte keys and values: a GPT's heads, or a Llama 3 or
     Qwen3 cfg's key/value heads (``n_kv_groups``)."""
-    from numpy_attn.decoder_spec import head_dim, model_kind
+    from numpy_attn.decoder_spec import cache_shape, model_kind
 
     length = config["context_length"] if length is None else length
-    kind = model_kind(config)
-    if kind == "GPTModel":
-        heads, size = config["n_heads"], config["emb_dim"] // config["n_heads"]
-    else:
-        heads, size = config["n_kv_groups"], head_dim(config, kind)
+    _, heads, _, size = cache_shape(config, model_kind(config), batch)
     per_block = 2 * batch * heads * length * size * itemsize + batch * length
     return config["n_layers"] * per_block
 

@@ -189,12 +189,11 @@ def step_cost(model: Any, cache_length: int) -> dict[str, Any]:
         accumulating_linear,
         cache_dtype,
         generation_params,
-        model_config,
         torch_layout,
     )
     from numpy_attn.decoder_spec import model_kind
 
-    config = model_config(model)
+    config = model.model_config
     init_cache, decode = DECODING[model_kind(config)]
     stored, transposed = generation_params(model)
     caches = init_cache({**config, "context_length": cache_length}, 1, cache_dtype(stored["tok_emb.weight"]))
