@@ -626,3 +626,32 @@ def test_diff_prints_the_report_check_port_gives_for_a_users_own_torch_module(tm
     shown, report = diff_and_check_port(capsys, REFERENCE, port, weights, {"d_model": 8, "n_head": 2})
     assert not report.ok and report.rows[-1].step == "output"
     assert shown == f"shape (2, 5, 8), seed 0\n{rendered(report.located)}"
+
+
+SCORES_DOUBLED = """
+import numpy_attn
+
+
+def mha(params, x):
+    output, steps = numpy_attn.multi_head_attention(
+        params, x, num_heads=2, context_length=16, return_steps=True
+    )
+    return output, {**steps, "attn_scores": 2 * steps["attn_scores"]}
+"""
+
+
+def test_diff_draws_the_heatmap_of_a_divergence_the_steps_name_from_locate(tmp_path, capsys):
+    """check_port does not run locate where the table names the divergence: diff runs it on that
+    input for the heatmap, and says so where locate finds the outputs equal (only a step differs)."""
+    (tmp_path / "scores.py").write_text(SCORES_DOUBLED)
+    heatmap = tmp_path / "first.png"
+    argv = ["diff", book_reference(tmp_path), STEPS_PORT, "--shape", "2,5,8", "--heatmap", str(heatmap)]
+    assert main([*argv, "--option", "bug=inverted_mask"]) == 1
+    assert f"heatmap of the first diverging tensor: {heatmap}" in capsys.readouterr().out
+    assert heatmap.read_bytes()[:4] == b"\x89PNG"
+    heatmap.unlink()
+    argv[2] = f"{tmp_path / 'scores.py'}:mha"
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "first divergence  attn_scores" in out.replace("│", "")
+    assert "no heatmap: the outputs match (locate), only the steps differ" in out and not heatmap.exists()
