@@ -7,7 +7,7 @@
     attn-parity bench [--shape S ...] [--implementation I ...] [--rounds N] [--out DIR] [--readme FILE]
     attn-parity train-parity [--steps N] [--out PNG]
     attn-parity diff REF.py:NAME CAND.py:NAME --shape B,T,D [--seeds N ...] [--init K=V] [--tokens VOCAB]
-                     [--framework F] [--reference-framework F] [--heatmap PNG]
+                     [--framework F] [--reference-framework F] [--gradients] [--train] [--heatmap PNG]
 
 Exit codes: 0 when everything compared matches, 1 when something does not (``diff``: a candidate
 that raises, too), 2 for bad usage (one line on stderr, no traceback): a bad argument (an integer

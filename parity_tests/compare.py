@@ -74,7 +74,8 @@ class StepReport:
     ``check_port``, ``causes``: likely reasons for the first divergence, and ``located``:
     ``locate``'s report where the steps do not pinpoint the divergence (a side recording no
     steps, a candidate that raised: then there are no rows), naming the candidate's first
-    diverging line; its causes are then ``causes``."""
+    diverging line, or ``locate_gradients``' where the gradients are compared; its causes are then
+    ``causes``."""
 
     rows: tuple[StepRow, ...]
     causes: tuple[str, ...] = ()
@@ -103,22 +104,60 @@ class StepReport:
         lines.extend(f"  likely cause: {cause}" for cause in self.causes)
         return "\n".join(lines)
 
-    def _table(self) -> list[str]:
-        header = (
-            f"{'step':<28} {'expected':<16} {'actual':<16} {'max abs':>10} {'max rel':>10} "
-            f"{'rtol':>7} {'atol':>7}  ok"
+    def __rich__(self) -> Any:
+        """The report for a terminal (``attn-parity diff``): the step table where both sides record a
+        step besides the output (a side recording none compares the output alone: no table), then
+        ``located``'s panel, or a panel with the first diverging step and its causes."""
+        from rich.console import Group
+        from rich.markup import escape
+        from rich.panel import Panel
+        from rich.table import Table
+
+        parts: list[Any] = []
+        if any(row.note == "" and row.step != "output" for row in self.rows):
+            table = Table(*_COLUMNS, title="steps")
+            for row in self.rows:
+                table.add_row(*map(escape, self._cells(row)), style=None if row.ok else "red")
+            parts.append(table)
+        if self.located is not None:
+            parts.append(self.located)
+        else:
+            grid = Table.grid(padding=(0, 2))
+            grid.add_column(style="bold")
+            grid.add_column()
+            if self.ok:
+                grid.add_row("result", f"[green]ok: {'all steps' if parts else 'the outputs'} match[/green]")
+            else:
+                grid.add_row("first divergence", f"[red]{escape(str(self.first_divergence))}[/red]")
+            for cause in self.causes:
+                grid.add_row("likely cause", escape(cause))
+            parts.append(Panel(grid, title="check_port", border_style="green" if self.ok else "red"))
+        return Group(*parts)
+
+    def _cells(self, row: StepRow) -> tuple[str, ...]:
+        """One row of the step table, a string per column of ``_COLUMNS``."""
+        mark = ("-" if row.note.startswith("missing") else "yes") if row.ok else "NO"
+        if row.step == self.first_divergence:
+            mark += "  <- first divergence"
+        return (
+            row.step,
+            _shape(row.expected_shape),
+            _shape(row.actual_shape),
+            f"{row.max_abs_err:.3g}",
+            f"{row.max_rel_err:.3g}",
+            f"{row.rtol:.0e}",
+            f"{row.atol:.0e}",
+            f"{mark}{'  (' + row.note + ')' if row.note else ''}",
         )
-        lines = [header, "-" * len(header)]
-        for row in self.rows:
-            mark = ("-" if row.note.startswith("missing") else "yes") if row.ok else "NO"
-            if row.step == self.first_divergence:
-                mark += "  <- first divergence"
-            lines.append(
-                f"{row.step:<28} {_shape(row.expected_shape):<16} {_shape(row.actual_shape):<16} "
-                f"{row.max_abs_err:>10.3g} {row.max_rel_err:>10.3g} {row.rtol:>7.0e} {row.atol:>7.0e}  "
-                f"{mark}{'  (' + row.note + ')' if row.note else ''}"
-            )
-        return lines
+
+    def _table(self) -> list[str]:
+        header = _LINE.format(*_COLUMNS)
+        return [header, "-" * len(header), *(_LINE.format(*self._cells(row)) for row in self.rows)]
+
+
+# the step table's columns, and a line of its text (the widths of the names and numbers it holds)
+_COLUMNS = ("step", "expected", "actual", "max abs", "max rel", "rtol", "atol", "ok")
+_LINE = "{:<28} {:<16} {:<16} {:>10} {:>10} {:>7} {:>7}  {}"
 
 
 def _shape(shape: tuple[int, ...] | None) -> str:

@@ -44,7 +44,7 @@ def difference_units(expected: np.ndarray, actual: np.ndarray, rtol: float, atol
     with np.errstate(invalid="ignore"):
         error = np.abs(actual - expected)
     same = (expected == actual) | (np.isnan(expected) & np.isnan(actual))
-    error = np.where(same, 0.0, np.nan_to_num(error, nan=np.inf))
+    error = np.where(same, 0.0, np.nan_to_num(error, nan=np.inf, posinf=np.inf))  # not the largest float
     return error / max(scale, np.finfo(np.float64).tiny)
 
 

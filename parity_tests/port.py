@@ -7,7 +7,8 @@ softmax, before dropout), ``attn_weights_dropped``, ``context_vec`` (heads merge
 output projection), ``projected`` and ``output``. Any subset will do: a step the candidate does
 not record is listed as missing and does not fail the check; the output is always compared. Where
 the steps do not pinpoint a divergence (a port recording none), ``check_port`` runs ``locate``,
-which names the port's first diverging line without any instrumentation.
+which names the port's first diverging line without any instrumentation; ``attn-parity diff`` is
+``check_port`` on the user's files.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from typing import Any
 import numpy as np
 
 from parity_tests.compare import StepReport, StepRow, compare_steps
+from parity_tests.locate.check import locate, locate_runs
+from parity_tests.locate.gradients import FORWARD_DIVERGES, locate_gradients
+from parity_tests.locate.run import applied, framework_of, holds_weights, takes_return_steps, to_numpy
+from parity_tests.locate.trace import Raised, Record, Trace, exits_raise, split_result
 
 __all__ = ["CAUSES", "check_port", "likely_causes"]
 
@@ -94,6 +99,10 @@ def check_port(
     params: Mapping[str, Any] | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    train: bool = False,
+    gradients: bool = False,
+    reference_framework: str | None = None,
+    candidate_framework: str | None = None,
 ) -> StepReport:
     """Run ``reference`` and ``candidate`` on the same ``inputs`` and compare their traces; where the
     steps do not pinpoint a divergence, ``locate`` names the candidate's line.
@@ -101,11 +110,12 @@ def check_port(
     Both are callables from any framework returning ``(output, steps)`` (or just an output):
     torch_ref modules, numpy_attn/jax_attn functions, Flax modules, or your own port. Those
     that take ``return_steps`` get ``return_steps=True``. ``inputs`` is one array or a tuple of
-    positional arguments, from any framework; a torch ``nn.Module`` receives them as tensors.
-    ``params`` (the weights format) is passed first to callables that are not modules (modules
-    hold their own weights). Everything is compared in float64 with the per-dtype tolerances
-    (``rtol``/``atol`` override them for the steps); the report names the first diverging step and
-    ``causes`` lists what usually causes it.
+    positional arguments, from any framework; a torch ``nn.Module`` receives them as tensors and
+    runs in eval mode. ``params`` (the weights format) is passed first to functions (plain, jitted,
+    decorated, methods); any other callable object (a torch or NNX module, an instance of your own
+    class) holds its own weights, as for ``locate``. Everything is compared in float64 with the per-dtype
+    tolerances (``rtol``/``atol`` override them for the steps); the report names the first
+    diverging step and ``causes`` lists what usually causes it.
 
     A passing check runs nothing more. A failing one whose steps do not pinpoint the divergence (a
     side records no steps, only its output, or the step just before the first failing one is
@@ -117,30 +127,73 @@ def check_port(
     line raising it, the lines verified before it and the last reference value it reproduced). A
     reference that raises is the caller's error: ``Raised`` (``type: message``; the reference's
     exception is its ``error``).
-    """
-    from parity_tests.locate.check import locate
-    from parity_tests.locate.run import framework_of
-    from parity_tests.locate.trace import Raised, Trace
 
-    args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-    try:
-        expected = _trace(reference, args, params)
-    except Exception as error:
-        raise Raised(error, Trace(framework_of(reference))) from error
-    try:
-        actual = _trace(candidate, args, params)
-    except Exception:
-        located = locate(reference, candidate, inputs, params=params)
-        if located.raised is None:  # it raised only as called here: its own exception, unreported
-            raise
-        return StepReport((), tuple(located.causes), located)
+    The options are ``locate``'s, used by both comparisons: ``train`` runs a torch reference in
+    train mode and gives the candidate its dropout keep-masks, so that both drop the same entries
+    (the steps are then those of ``locate``'s runs, ``locate`` running every time);
+    ``reference_framework``/``candidate_framework`` (``"torch"``, ``"numpy"``, ``"jax"``) override
+    the framework read from a callable. With ``gradients``, a check whose steps do not pinpoint a
+    forward divergence then compares the gradients (``locate_gradients``, whose report is
+    ``located`` even when it passes: ``first_divergence`` ``gradient of <step>``); a forward
+    divergence the steps pinpoint comes first, its first cause saying the gradients were not
+    compared. NumPy has no gradients: TypeError.
+    """
+    options = {
+        "params": params,
+        "train": train,
+        "reference_framework": reference_framework,
+        "candidate_framework": candidate_framework,
+    }
+    if train:  # the steps of the runs given the same keep-masks
+        located, expected_run, actual_run = locate_runs(reference, candidate, inputs, **options)
+        if actual_run is None:  # the candidate raised
+            return StepReport((), tuple(located.causes), located)
+        expected, actual = _run_steps(expected_run), _run_steps(actual_run)
+    else:
+        located, args = None, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        try:
+            with exits_raise():  # an exit is an exception, as locate sees it
+                expected = _trace(reference, args, params)
+        except BaseException as error:
+            raise Raised(error, Trace(framework_of(reference))) from error
+        try:
+            with exits_raise():
+                actual = _trace(candidate, args, params)
+        except BaseException:
+            located = locate(reference, candidate, inputs, **options)
+            if located.raised is None:  # it raised only as called here: its own exception, unreported
+                raise
+            return StepReport((), tuple(located.causes), located)
     report = compare_steps(expected, actual, rtol=rtol, atol=atol, missing_ok=True)
-    if report.ok or _pinpointed(report.rows):
-        return StepReport(report.rows, likely_causes(report))
-    located = locate(reference, candidate, inputs, params=params)
-    if located.ok:  # the outputs agree to locate: the failing step the table names stands
+    if not report.ok and _pinpointed(report.rows):
+        return StepReport(report.rows, (FORWARD_DIVERGES,) * gradients + likely_causes(report))
+    if gradients:
+        located = locate_gradients(reference, candidate, inputs, **options)
+    elif report.ok:
+        return StepReport(report.rows)
+    elif located is None:
+        located = locate(reference, candidate, inputs, **options)
+    if located.ok and not report.ok:  # the outputs agree to locate: the failing step the table names stands
         return StepReport(report.rows, likely_causes(report))
     return StepReport(report.rows, tuple(located.causes), located)
+
+
+def _run_steps(run: Trace) -> OrderedDict:
+    """The steps a captured run recorded, then its output (``_trace``'s order)."""
+    _warn_unknown_steps(run.steps)
+    steps = OrderedDict((k, v) for k, v in run.steps.items() if k != "output")
+    steps["output"] = _as_computed(run.records[run.output])
+    return steps
+
+
+def _as_computed(record: Record) -> np.ndarray:
+    """A captured value in the dtype it was computed in (half precision is recorded as float32),
+    so that it is compared at that dtype's tolerance."""
+    if record.dtype == "bfloat16":
+        import ml_dtypes  # torch's extra: train mode has a torch reference
+
+        return record.value.astype(ml_dtypes.bfloat16)
+    return record.value.astype(record.dtype)
 
 
 def _pinpointed(rows: Sequence[StepRow]) -> bool:
@@ -151,30 +204,40 @@ def _pinpointed(rows: Sequence[StepRow]) -> bool:
 
 
 def _trace(fn: Callable[..., Any], args: Sequence[Any], params: Mapping[str, Any] | None) -> OrderedDict:
-    from parity_tests.locate.run import to_numpy
-    from parity_tests.locate.trace import split_result
-
+    """The steps ``fn`` records on ``args`` (``params`` first where it takes them), then its output."""
     torch_module = _torch_module(fn)
     if torch_module is not None:
         args = tuple(_to_torch(a, torch_module) for a in args)
     else:  # torch tensors (bfloat16, requires_grad) reach NumPy and JAX callables as NumPy arrays
         args = tuple(to_numpy(a) for a in args)
         params = None if params is None else {k: to_numpy(v) for k, v in params.items()}
-    if params is not None and torch_module is None and not _is_module(fn):
+    if params is not None and not holds_weights(fn):  # as locate calls it
         args = (params, *args)
-    if not _takes_return_steps(fn):
-        result = fn(*args)
-    elif hasattr(fn, "lower") and hasattr(fn, "__wrapped__"):  # jitted: return_steps must stay static
-        import jax
-
-        result = jax.jit(functools.partial(fn.__wrapped__, return_steps=True))(*args)
-    else:
-        result = fn(*args, return_steps=True)
+    fn = applied(fn)
+    training = torch_module is not None and torch_module.training
+    if training:  # in eval mode, as locate runs it (train mode goes through locate_runs)
+        torch_module.eval()
+    try:
+        result = _called(fn, args)
+    finally:
+        if training:
+            torch_module.train()
     output, steps = split_result(result)  # a tuple output (nn.MultiheadAttention's) gives its first
     _warn_unknown_steps(steps)
     trace = OrderedDict((k, v) for k, v in steps.items() if k != "output")
     trace["output"] = output
     return trace
+
+
+def _called(fn: Callable[..., Any], args: Sequence[Any]) -> Any:
+    """``fn(*args)``, with ``return_steps=True`` where ``fn`` takes it."""
+    if not takes_return_steps(fn):
+        return fn(*args)
+    if hasattr(fn, "lower") and hasattr(fn, "__wrapped__"):  # jitted: return_steps must stay static
+        import jax
+
+        return jax.jit(functools.partial(fn.__wrapped__, return_steps=True))(*args)
+    return fn(*args, return_steps=True)
 
 
 def _warn_unknown_steps(steps: Mapping[str, Any]) -> None:
@@ -193,34 +256,11 @@ def _warn_unknown_steps(steps: Mapping[str, Any]) -> None:
             warnings.warn(f"step {name!r} is not one of the project's step names{hint}", stacklevel=3)
 
 
-def _takes_return_steps(fn: Callable[..., Any]) -> bool:
-    import inspect
-
-    target = getattr(fn, "forward", fn)  # torch modules: forward's signature
-    try:
-        return "return_steps" in inspect.signature(target).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _torch_module(fn: Any) -> Any:
     """The torch module behind ``fn`` (a ``functools.partial`` of one included), or None."""
     from parity_tests.locate.capture_torch import torch_module_of
 
     return torch_module_of(fn)
-
-
-def _is_module(fn: Any) -> bool:
-    """Flax NNX modules (the user's own included) and objects carrying ``to_params`` hold their
-    own weights."""
-    import sys
-
-    nnx = sys.modules.get("flax.nnx")
-    return (
-        hasattr(fn, "to_params")
-        or type(fn).__module__.startswith("flax")
-        or (nnx is not None and isinstance(fn, nnx.Module))
-    )
 
 
 def _to_torch(value: Any, module: Any) -> Any:

@@ -14,7 +14,8 @@ from parity_tests import check_port
 from parity_tests.cases import Case
 from parity_tests.locate import Raised
 from parity_tests.locate.cli import load_object
-from tests.ports.catalogue import BUGS, HERE, PORTS, inputs, load, plant, reference
+from parity_tests.locate.gradients import FORWARD_DIVERGES
+from tests.ports.catalogue import BUGS, D_MODEL, HERE, NUM_HEADS, PORTS, inputs, load, plant, reference
 from torch_ref import MultiHeadAttention, to_params
 
 ROOT = HERE.parents[1]
@@ -177,12 +178,13 @@ def test_a_planted_bug_is_located_to_its_line_through_check_port(name, tmp_path)
 
 
 def test_a_passing_check_and_a_divergence_its_steps_pinpoint_do_not_run_locate(monkeypatch):
-    from parity_tests.locate import check
+    from parity_tests import port
 
     def no_locate(*args, **kwargs):
         raise AssertionError("locate ran")
 
-    monkeypatch.setattr(check, "locate", no_locate)
+    for name in ("locate", "locate_runs", "locate_gradients"):
+        monkeypatch.setattr(port, name, no_locate)
     ref = reference("torch_ref")
     params = to_params(ref)
     steps = functools.partial(
@@ -196,3 +198,57 @@ def test_a_passing_check_and_a_divergence_its_steps_pinpoint_do_not_run_locate(m
 
     report = check_port(ref, scaled, inputs(), params=params)
     assert (report.ok, report.first_divergence, report.located) == (False, "output", None)
+
+
+# --- the options check_port shares with locate ----------------------------------------------------
+
+STEPS_PORT = functools.partial(jax_attn.multi_head_attention, num_heads=NUM_HEADS, context_length=16)
+
+
+def test_train_mode_compares_the_steps_of_runs_dropping_the_same_entries():
+    torch.manual_seed(0)
+    dropping = MultiHeadAttention(D_MODEL, D_MODEL, 16, 0.2, num_heads=NUM_HEADS, qkv_bias=True)
+    params = to_params(dropping)
+    port = functools.partial(STEPS_PORT, dropout=0.2, key=jax.random.key(1))
+    report = check_port(dropping, port, inputs(), params=params, train=True)
+    assert report.ok, f"\n{report}"
+    assert "attn_weights_dropped" in [row.step for row in report.rows if row.note == ""]
+    # without train the reference runs in eval mode, as locate runs it, and is left in train mode
+    assert check_port(dropping, port, inputs(), params=params).first_divergence == "attn_weights_dropped"
+    assert check_port(dropping, STEPS_PORT, inputs(), params=params).ok and dropping.training
+
+
+def test_gradients_are_compared_once_the_steps_match():
+    ref = reference("torch_ref")
+    params = to_params(ref)
+    report = check_port(ref, STEPS_PORT, inputs(), params=params, gradients=True)
+    assert report.ok and report.located.ok  # the gradient check's report, also when it passes
+
+    def stopped(params, x, return_steps=False):  # the right forward pass
+        params = {**params, "out_proj.weight": jax.lax.stop_gradient(params["out_proj.weight"])}
+        return STEPS_PORT(params, x, return_steps=return_steps)
+
+    assert check_port(ref, stopped, inputs(), params=params).ok
+    report = check_port(ref, stopped, inputs(), params=params, gradients=True)
+    assert not report.ok and all(row.ok for row in report.rows)
+    assert report.first_divergence.startswith("gradient of"), f"\n{report}"
+    assert "no gradient reaches the value of out_proj.weight" in report.causes[0]
+
+
+def test_gradients_are_not_compared_past_a_forward_divergence_the_steps_name():
+    ref = reference("torch_ref")
+
+    def doubled_scores(params, x):
+        output, steps = STEPS_PORT(params, x, return_steps=True)
+        return output, {**steps, "attn_scores": 2 * steps["attn_scores"]}
+
+    report = check_port(ref, doubled_scores, inputs(), params=to_params(ref), gradients=True)
+    assert (report.first_divergence, report.located) == ("attn_scores", None)
+    assert report.causes[0] == FORWARD_DIVERGES
+
+
+def test_gradients_of_a_numpy_port_are_a_type_error():
+    ref = reference("torch_ref")
+    port = functools.partial(numpy_attn.multi_head_attention, num_heads=NUM_HEADS, context_length=16)
+    with pytest.raises(TypeError, match="NumPy, which has no gradients"):
+        check_port(ref, port, inputs(), params=to_params(ref), gradients=True)

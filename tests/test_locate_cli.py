@@ -1,10 +1,16 @@
 """``attn-parity diff`` on a user's files, and ``locate_shapes`` for bugs that show only at some shapes."""
 
+import functools
+import io
+
 import numpy as np
 import pytest
+from rich.console import Console
 
+from parity_tests import check_port
 from parity_tests.cli import main
 from parity_tests.locate import locate, locate_shapes
+from parity_tests.locate.cli import build, load_object
 from parity_tests.locate.trace import Raised
 from tests.ports.catalogue import HERE, load, reference
 from torch_ref import to_params
@@ -518,45 +524,134 @@ def test_diff_tokens_with_gradients_locates_a_backward_bug_in_a_whole_gpt(tmp_pa
 
 
 NUMPY_RETURNING_JAX = (
-    "import jax.numpy as jnp\nimport numpy as np\n\n\ndef f(x):\n    return jnp.asarray(np.tanh(x))\n"
+    "import jax.numpy as jnp\nimport numpy as np\n\n\ndef f(x):\n    return jnp.asarray(np.tanh(x){})\n"
 )
+NUMPY = "import numpy as np\n\n\ndef f(x):\n    return np.tanh(x){}\n"
 
 
 @pytest.mark.parametrize("side", ["candidate", "reference"])
 def test_diff_framework_overrides_the_framework_read_from_the_code(tmp_path, capsys, side):
-    """A NumPy function returning a JAX array reads jax names: it is run as JAX, whose tracers NumPy
-    refuses; ``--framework numpy`` (``--reference-framework numpy``) runs it as NumPy."""
-    (tmp_path / "jnp.py").write_text(NUMPY_RETURNING_JAX)
-    (tmp_path / "np.py").write_text("import numpy as np\n\n\ndef f(x):\n    return np.tanh(x)\n")
-    files = [f"{tmp_path / 'np.py'}:f", f"{tmp_path / 'jnp.py'}:f"]
-    argv = ["diff", *(files if side == "candidate" else files[::-1]), "--shape", "2,3"]
+    """A NumPy function returning a JAX array reads jax names: locate runs it as JAX, whose tracers
+    NumPy refuses; ``--framework numpy`` (``--reference-framework numpy``) runs it as NumPy. The
+    candidate returns twice the reference's output: the outputs differ, so locate runs (a direct
+    call, all the check makes of a port that matches, needs no framework)."""
+    jnp_file, np_file = tmp_path / "jnp.py", tmp_path / "np.py"
+    jnp_file.write_text(NUMPY_RETURNING_JAX.format(" * 2" if side == "candidate" else ""))
+    np_file.write_text(NUMPY.format(" * 2" if side == "reference" else ""))
+    files = [f"{np_file}:f", f"{jnp_file}:f"]
+    argv = ["diff", *(files if side == "candidate" else files[::-1]), "--shape", "2,3", "--width", "400"]
     flag = "--framework" if side == "candidate" else "--reference-framework"
-    assert main(argv) == (1 if side == "candidate" else 2)
+    assert main(argv) == (1 if side == "candidate" else 2)  # the candidate raising is a report
     assert "TracerArrayConversionError" in "".join(capsys.readouterr())
-    assert main([*argv, flag, "numpy"]) == 0
-    assert "ok: the outputs match" in capsys.readouterr().out
+    assert main([*argv, flag, "numpy"]) == 1
+    out = capsys.readouterr().out
+    assert "first divergence" in out and "TracerArrayConversionError" not in out
 
 
-def test_diff_prints_the_report_check_port_gives_for_the_same_input(tmp_path, capsys):
-    """The command line and the API agree: diff's report of a planted bug is check_port's
-    ``located``, rendered alike, for the input diff draws (seed 0)."""
-    import io
-
-    from rich.console import Console
-
-    from parity_tests import check_port
-    from parity_tests.locate.cli import load_object
-
-    source = FUSED.replace("/ np.sqrt(hs)", "/ np.sqrt(C)")
-    (tmp_path / "port.py").write_text(source)
-    port = f"{tmp_path / 'port.py'}:attention"
-    assert main(["--width", "200", "diff", REFERENCE, port, *INIT, "--shape", "2,5,8"]) == 1
-    shown = capsys.readouterr().out
-    ref = reference("user_torch")
-    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
-    params = {k: v.detach().numpy() for k, v in ref.named_parameters()}
-    report = check_port(ref, load_object(port), x, params=params)
+def rendered(report):
+    """``report`` as ``attn-parity --width 200`` prints it to a file."""
     console = Console(width=200, file=io.StringIO(), highlight=False)
-    console.print(report.located)
-    assert not report.ok and report.rows[-1].step == "output"  # the reference records no steps
-    assert shown == f"shape (2, 5, 8), seed 0\n{console.file.getvalue()}"
+    console.print(report)
+    return console.file.getvalue()
+
+
+def diff_and_check_port(capsys, reference, candidate, params, init=None, **options):
+    """``attn-parity diff`` of ``candidate`` (``FILE.py:NAME``, given ``options`` as ``--option``)
+    against ``reference`` (a class built with ``init`` as ``--init``), and check_port's report on the
+    input diff draws (seed 0) with the weights ``params`` gives of the reference: the command prints
+    that report as it is and exits 0 exactly when it is ok."""
+    init = init or {}
+    argv = [f"--init={key}={value}" for key, value in init.items()]
+    argv += [f"--option={key}={value}" for key, value in options.items()]
+    code = main(["--width", "200", "diff", reference, candidate, *argv, "--shape", "2,5,8"])
+    shown = capsys.readouterr().out
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    ref = build(reference, load_object(reference), init, 0)
+    report = check_port(ref, functools.partial(load_object(candidate), **options), x, params=params(ref))
+    assert shown == f"shape (2, 5, 8), seed 0\n{rendered(report)}"
+    assert code == (0 if report.ok else 1)
+    return shown, report
+
+
+STEPS_PORT = f"{HERE / 'numpy_steps_mha.py'}:mha"
+
+
+def test_diff_shows_the_step_table_of_a_port_recording_steps_as_check_port_does(tmp_path, capsys):
+    """Before, diff ran locate alone: a port recording its steps got check_port's step table from
+    the API and not from the command line. The first diverging step is the API's, named by the
+    table (the step before it matches), and locate does not run."""
+    shown, report = diff_and_check_port(
+        capsys, book_reference(tmp_path), STEPS_PORT, to_params, bug="inverted_mask"
+    )
+    assert (report.ok, report.first_divergence, report.located) == (False, "masked_scores", None)
+    rows = [line.strip("│┃ ") for line in shown.splitlines()]
+    marked = [row.split()[0] for row in rows if "<- first divergence" in row]
+    assert marked == ["masked_scores"], shown
+    assert "first divergence  masked_scores" in rows
+    assert "likely cause      the mask meaning inverted" in shown and "verified" not in shown
+
+
+def test_diff_names_the_line_of_an_uninstrumented_port_as_check_port_does(tmp_path, capsys):
+    """A port recording no steps: no table (only the output is compared), locate's report of its
+    first diverging line, the same as check_port's ``located``."""
+    planted = "    scores = scores / hd"
+    source = (HERE / "numpy_mha.py").read_text().replace("    scores = scores / np.sqrt(hd)", planted)
+    (tmp_path / "port.py").write_text(source)
+    line = source.splitlines().index(planted) + 1
+    port = f"{tmp_path / 'port.py'}:mha"
+    shown, report = diff_and_check_port(capsys, book_reference(tmp_path), port, to_params)
+    assert not report.ok and report.located.candidate_location == f"{tmp_path / 'port.py'}:{line}"
+    assert f"candidate         {tmp_path / 'port.py'}:{line}" in shown and "max abs" not in shown
+
+
+@pytest.mark.parametrize(
+    "candidate, result",
+    [(STEPS_PORT, "ok: all steps match"), (f"{HERE / 'numpy_mha.py'}:mha", "ok: the outputs match")],
+    ids=["steps", "uninstrumented"],
+)
+def test_diff_passes_a_correct_port_as_check_port_does(tmp_path, capsys, candidate, result):
+    shown, report = diff_and_check_port(capsys, book_reference(tmp_path), candidate, to_params)
+    assert report.ok and report.located is None
+    assert result in shown and ("max abs" in shown) == (candidate == STEPS_PORT)
+
+
+def test_diff_prints_the_report_check_port_gives_for_a_users_own_torch_module(tmp_path, capsys):
+    """The reference records no steps: the report is check_port's ``located``, rendered alike."""
+    (tmp_path / "port.py").write_text(FUSED.replace("/ np.sqrt(hs)", "/ np.sqrt(C)"))
+
+    def weights(ref):
+        return {k: v.detach().numpy() for k, v in ref.named_parameters()}
+
+    port = f"{tmp_path / 'port.py'}:attention"
+    shown, report = diff_and_check_port(capsys, REFERENCE, port, weights, {"d_model": 8, "n_head": 2})
+    assert not report.ok and report.rows[-1].step == "output"
+    assert shown == f"shape (2, 5, 8), seed 0\n{rendered(report.located)}"
+
+
+SCORES_DOUBLED = """
+import numpy_attn
+
+
+def mha(params, x):
+    output, steps = numpy_attn.multi_head_attention(
+        params, x, num_heads=2, context_length=16, return_steps=True
+    )
+    return output, {**steps, "attn_scores": 2 * steps["attn_scores"]}
+"""
+
+
+def test_diff_draws_the_heatmap_of_a_divergence_the_steps_name_from_locate(tmp_path, capsys):
+    """check_port does not run locate where the table names the divergence: diff runs it on that
+    input for the heatmap, and says so where locate finds the outputs equal (only a step differs)."""
+    (tmp_path / "scores.py").write_text(SCORES_DOUBLED)
+    heatmap = tmp_path / "first.png"
+    argv = ["diff", book_reference(tmp_path), STEPS_PORT, "--shape", "2,5,8", "--heatmap", str(heatmap)]
+    assert main([*argv, "--option", "bug=inverted_mask"]) == 1
+    assert f"heatmap of the first diverging tensor: {heatmap}" in capsys.readouterr().out
+    assert heatmap.read_bytes()[:4] == b"\x89PNG"
+    heatmap.unlink()
+    argv[2] = f"{tmp_path / 'scores.py'}:mha"
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "first divergence  attn_scores" in out.replace("│", "")
+    assert "no heatmap: the outputs match (locate), only the steps differ" in out and not heatmap.exists()

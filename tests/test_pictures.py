@@ -29,6 +29,15 @@ def test_differences_are_in_tolerance_units_and_equal_infinities_differ_by_zero(
     np.testing.assert_allclose(units, [[1.0, 0.0], [0.0, np.inf]], rtol=1e-6)
 
 
+def test_an_infinity_against_a_number_is_infinitely_far_without_an_overflow():
+    """nan_to_num made the infinite difference the largest float, and dividing it by a tolerance
+    below 1 overflowed (a RuntimeWarning from ``diff --heatmap`` of scores masked the other way)."""
+    expected, actual = np.array([[-np.inf, 0.5]]), np.array([[0.25, -np.inf]])
+    with np.errstate(all="raise"):
+        units = maps.difference_units(expected, actual, rtol=1e-5, atol=1e-6)
+    assert units.tolist() == [[np.inf, np.inf]]
+
+
 def test_weights_are_drawn_on_a_fixed_0_to_1_scale_with_values_hidden_cells_and_labels(axis):
     weights = np.array([[1.0, 0.0], [0.157, 0.185]])  # near-uniform weights stay near the middle
     hidden = np.array([[False, True], [False, False]])

@@ -7,7 +7,7 @@ import inspect
 import linecache
 import os
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,15 @@ from parity_tests.locate.run import capture, framework_of, source_file, unwrappe
 from parity_tests.locate.trace import Raised, Record, Trace, is_user_file
 from parity_tests.locate.transforms import due_value, transform_causes
 
-__all__ = ["compare_traces", "locate", "locate_shapes", "raised_report", "sizes_of"]
+__all__ = [
+    "compare_traces",
+    "drawn_inputs",
+    "locate",
+    "locate_runs",
+    "locate_shapes",
+    "raised_report",
+    "sizes_of",
+]
 
 
 def locate(
@@ -70,19 +78,38 @@ def locate(
     candidate's line raising it (see ``raised_report``). A reference that raises is the caller's
     error: ``Raised`` (``type: message``; the reference's exception is its ``error``).
     """
+    frameworks = {"reference_framework": reference_framework, "candidate_framework": candidate_framework}
+    return locate_runs(reference, candidate, inputs, params=params, train=train, **frameworks)[0]
+
+
+def locate_runs(
+    reference: Callable[..., Any],
+    candidate: Callable[..., Any],
+    inputs: Any,
+    *,
+    params: Mapping[str, Any] | None = None,
+    reference_framework: str | None = None,
+    candidate_framework: str | None = None,
+    train: bool = False,
+) -> tuple[LocateReport, Trace, Trace | None]:
+    """``locate``'s report with the two runs it compared: the reference's trace and the
+    candidate's (for a NumPy candidate in train mode, the run whose reading of the draws agrees
+    best), None where the candidate raised. Takes and raises what ``locate`` does."""
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     expected = capture(reference, args, params, reference_framework, train)
     masks = expected.keep_masks
     try:
         actual = capture(candidate, args, params, candidate_framework, train, keep_masks=masks)
     except Raised as raised:
-        return raised_report(expected, raised, candidate)
+        return raised_report(expected, raised, candidate), expected, None
     report = compare_traces(expected, actual)
     if report.ok or not masks or (candidate_framework or framework_of(candidate)) != "numpy":
-        return report
+        return report, expected, actual
     low = capture(candidate, args, params, candidate_framework, train, keep_masks=masks, kept_high=False)
     other = compare_traces(expected, low)  # a port keeping low draws (u < 1 - p)
-    return other if other.ok or len(other.verified) > len(report.verified) else report
+    if other.ok or len(other.verified) > len(report.verified):
+        return other, expected, low
+    return report, expected, actual
 
 
 def locate_shapes(
@@ -108,13 +135,26 @@ def locate_shapes(
 
     check = locate_gradients if gradients else locate
     frameworks = {"reference_framework": reference_framework, "candidate_framework": candidate_framework}
-    reports = {}
+    return {
+        key: check(reference, candidate, x, params=params, train=train, **frameworks)
+        for key, x in drawn_inputs(shapes, seeds, dtype, vocab)
+    }
+
+
+def drawn_inputs(
+    shapes: Sequence[tuple[int, ...]],
+    seeds: Sequence[int] = (0,),
+    dtype: str = "float32",
+    vocab: int | None = None,
+) -> Iterator[tuple[tuple[tuple[int, ...], int], np.ndarray]]:
+    """``((shape, seed), x)`` for each shape and seed, one at a time: ``x`` standard normal in
+    ``dtype`` drawn by ``np.random.default_rng(seed)``, or with ``vocab`` int64 token ids drawn
+    uniformly from ``[0, vocab)`` (the inputs of ``locate_shapes`` and ``attn-parity diff``)."""
     for shape in map(tuple, shapes):
         for seed in seeds:
             draw = np.random.default_rng(seed)
             x = draw.standard_normal(shape).astype(dtype) if vocab is None else draw.integers(0, vocab, shape)
-            reports[(shape, seed)] = check(reference, candidate, x, params=params, train=train, **frameworks)
-    return reports
+            yield (shape, seed), x
 
 
 def sizes_of(reference: Trace, rules: dict[int, tuple[int, ...]]) -> dict[str, int]:

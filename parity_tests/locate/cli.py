@@ -1,4 +1,9 @@
-"""``attn-parity diff REF.py:NAME CAND.py:NAME --shape B,T,D``: locate on the user's own files.
+"""``attn-parity diff REF.py:NAME CAND.py:NAME --shape B,T,D``: ``check_port`` on the user's own files.
+
+For each shape and seed it prints ``check_port``'s report: the step table where both sides record
+steps (a port taking ``return_steps`` or returning ``(output, steps)``), and ``locate``'s report of
+the candidate's first diverging line where the steps do not pinpoint the divergence (a port
+recording none).
 
 ``NAME`` is a function, a module instance or a class in the file; a class (the reference's and
 the candidate's alike) is built with ``--init KEY=VALUE`` after ``torch.manual_seed(--seed)``, a
@@ -8,17 +13,17 @@ decorated; a module or other callable object, such as a class's instance, holds 
 is called on the input alone); ``--option KEY=VALUE``
 are keyword arguments for the candidate; the inputs are standard normal floats of each ``--shape``,
 or with ``--tokens VOCAB`` token ids drawn from ``[0, VOCAB)`` (a whole language model);
-``--framework`` and ``--reference-framework`` (torch, numpy, jax) override the framework read from
-the candidate's and the reference's code; ``--gradients`` compares the gradients (the first
-diverging backward operation), ``--train`` runs the reference in train mode with its dropout
-keep-masks given to a JAX candidate. Exit 0 when every shape matches, 1 when one does not (a
-candidate that raises is a port that diverges: the report names its line raising, the exception
-and the last value it still agreed on), 2 for bad usage, with one line on stderr: a file that
-does not load, a name it lacks or that is not a function, module or class, a class refusing the
-``--init`` values, a size below 1, an input making an array past 2**27 entries (one head's scores;
-with ``--tokens`` also the logits ``(B, T, VOCAB)``), a seed outside 0 to 2**32 - 1, a ``--tokens``
-outside 1 to 2**31 - 1, a reference that
-raises on an input of the shape asked for, a NumPy port with ``--gradients``.
+``--framework`` and ``--reference-framework`` (torch, numpy, jax) override the framework ``locate``
+reads from the candidate's and the reference's code; ``--gradients`` also compares the gradients
+(the first diverging backward operation), ``--train`` runs the reference in train mode with its
+dropout keep-masks given to the candidate: the options of ``check_port``. Exit 0 when every shape
+matches, 1 when one does not (a candidate that raises is a port that diverges: the report names its
+line raising, the exception and the last value it still agreed on), 2 for bad usage, with one line
+on stderr: a file that does not load, a name it lacks or that is not a function, module or class, a
+class refusing the ``--init`` values, a size below 1, an input making an array past 2**27 entries
+(one head's scores; with ``--tokens`` also the logits ``(B, T, VOCAB)``), a seed outside 0 to
+2**32 - 1, a ``--tokens`` outside 1 to 2**31 - 1, a reference that raises on an input of the shape
+asked for, a NumPy port with ``--gradients``.
 """
 
 from __future__ import annotations
@@ -143,9 +148,10 @@ def _check_arrays(shapes: list[tuple[int, ...]], vocab: int | None) -> None:
 def _diff(args: argparse.Namespace) -> int:
     import functools
 
-    from parity_tests.locate.check import locate_shapes
+    from parity_tests.locate.check import drawn_inputs, locate
     from parity_tests.locate.report import NO_HEATMAP
     from parity_tests.locate.trace import Raised
+    from parity_tests.port import check_port
 
     heatmap = None if args.heatmap is None else png_path(args.heatmap, "first_divergence.png")
     _check_arrays(args.shape, args.tokens)
@@ -159,34 +165,41 @@ def _diff(args: argparse.Namespace) -> int:
     params = _weights(reference)
     if options:
         candidate = functools.partial(candidate, **options)
-    reports = {}
-    for shape in args.shape:
+    how = {  # how check_port and locate run the two
+        "params": params,
+        "train": args.train,
+        "reference_framework": args.reference_framework,
+        "candidate_framework": args.framework,
+    }
+    reports, failed = {}, None
+    for (shape, seed), x in drawn_inputs(args.shape, args.seeds, vocab=args.tokens):
         try:
-            reports |= locate_shapes(
-                reference, candidate, [shape], seeds=args.seeds, params=params, train=args.train,
-                gradients=args.gradients, vocab=args.tokens, reference_framework=args.reference_framework,
-                candidate_framework=args.framework,
-            )  # fmt: skip
+            reports[(shape, seed)] = check_port(reference, candidate, x, gradients=args.gradients, **how)
         except TypeError as error:  # NumPy has no gradients
             raise UsageError(error) from None
         except Raised as raised:  # the candidate's raising is a report: this is the reference's
             raise UsageError(
                 f"the reference {args.reference} raises on an input of shape {shape}: {raised}"
             ) from None
+        if failed is None and not reports[(shape, seed)].ok:
+            failed = reports[(shape, seed)].located, x
     from rich.console import Console
 
     console = Console(width=args.width or (None if sys.stdout.isatty() else 150), highlight=False)
-    failed = None
     for (shape, seed), report in reports.items():
         console.print(f"[bold]shape {shape}, seed {seed}[/bold]")
         console.print(report)
-        failed = failed or (None if report.ok else report)
     if failed is not None and heatmap:
-        if failed.expected_value is None:
-            console.print(f"no heatmap: {'the candidate raised' if failed.raised else NO_HEATMAP}")
+        located, x = failed
+        if located is None:  # the steps named the divergence: the values to draw are locate's
+            located = locate(reference, candidate, x, **how)
+        if located.ok:
+            console.print("no heatmap: the outputs match (locate), only the steps differ")
+        elif located.expected_value is None:
+            console.print(f"no heatmap: {'the candidate raised' if located.raised else NO_HEATMAP}")
         else:
             with writing(heatmap):
-                failed.write_heatmap(heatmap)
+                located.write_heatmap(heatmap)
             console.print(f"heatmap of the first diverging tensor: {heatmap}")
     return 0 if failed is None else 1
 
@@ -206,8 +219,8 @@ def add_diff_parser(commands: Any) -> None:
     """Register ``diff`` on the ``attn-parity`` subcommands."""
     diff = commands.add_parser(
         "diff",
-        help="locate the first line where your port diverges from a reference (exit 1: it diverges or "
-        "raises)",
+        help="check your port against a reference: its steps, and the first line where it diverges "
+        "(exit 1: it diverges or raises)",
     )
     diff.add_argument("reference", help="FILE.py:NAME of the reference (a torch module, class or function)")
     diff.add_argument("candidate", help="FILE.py:NAME of your port (NumPy, JAX, NNX or torch)")

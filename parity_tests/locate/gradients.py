@@ -25,9 +25,12 @@ from parity_tests.locate.check import compare_traces, raised_report, sizes_of
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture
-from parity_tests.locate.trace import CustomRule, Raised, Trace, is_user_file, user_stack
+from parity_tests.locate.trace import CustomRule, Raised, Record, Trace, is_user_file, user_stack
 
-__all__ = ["compare_cotangents", "locate_gradients"]
+__all__ = ["FORWARD_DIVERGES", "compare_cotangents", "locate_gradients"]
+
+# the first cause of a gradient check whose forward pass diverges (its gradients are not compared)
+FORWARD_DIVERGES = "the forward pass already diverges here: fix it before the gradients"
 
 _BLOCKING = ("stop_gradient", "detach", "convert_element_type", "custom")  # ops that change gradients
 
@@ -71,7 +74,7 @@ def compare_cotangents(expected: Trace, actual: Trace) -> LocateReport:
         alignment = align(expected, actual)
         if not alignment.output_ok:
             report = compare_traces(expected, actual)
-            report.causes.insert(0, "the forward pass already diverges here: fix it before the gradients")
+            report.causes.insert(0, FORWARD_DIVERGES)
             return report
         verified: list[str] = []
         for group in _groups(alignment):
@@ -192,11 +195,17 @@ def _report(alignment: Alignment, group: _Group, verified: list[str]) -> LocateR
         expected_value=e,
         actual_value=a,
     )
+    named = record.leaf if record.leaf is not None else f"{record.location} ({record.op})"
+    stopping = _stopping(consumer)
     if not np.any(a):
-        named = record.leaf if record.leaf is not None else f"{record.location} ({record.op})"
         report.causes.append(
             f"no gradient reaches the value of {named}: the line using it stops the gradient "
             "(stop_gradient, detach, an integer cast)"
+        )
+    elif stopping is not None:  # one use of several: the others still give it their part
+        report.causes.append(
+            f"part of the gradient of {named} is lost: {consumer.location} {stopping}, so nothing comes "
+            "back through that use; the gradient it has comes from its other uses"
         )
     else:
         if rule is not None:
@@ -205,6 +214,17 @@ def _report(alignment: Alignment, group: _Group, verified: list[str]) -> LocateR
         if ratio is not None:
             report.causes.append(f"the cotangent is the reference's times {ratio:.6g}")
     return report
+
+
+def _stopping(consumer: Record) -> str | None:
+    """How ``consumer`` gives its input no gradient, read from its operation and its dtype: a stop
+    (``stop_gradient``, ``detach``) or a value without gradients (an integer or boolean cast);
+    None where neither shows."""
+    if consumer.op.startswith(("stop_gradient", "detach")):
+        return f"stops the gradient ({consumer.op})"
+    if consumer.value.dtype.kind in "biu":
+        return f"turns it into {consumer.dtype} ({consumer.op}), and integers carry no gradient"
+    return None
 
 
 def _ratio(expected: np.ndarray, actual: np.ndarray) -> float | None:

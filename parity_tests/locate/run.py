@@ -12,7 +12,17 @@ import numpy as np
 
 from parity_tests.locate.trace import Raised, Trace, exits_raise
 
-__all__ = ["capture", "framework_of", "returned_framework", "source_file", "to_numpy", "unwrapped"]
+__all__ = [
+    "applied",
+    "capture",
+    "framework_of",
+    "holds_weights",
+    "returned_framework",
+    "source_file",
+    "takes_return_steps",
+    "to_numpy",
+    "unwrapped",
+]
 
 
 def _unwrap_chain(fn: Any) -> list[Any]:
@@ -122,7 +132,7 @@ def to_numpy(value: Any) -> Any:
     return value
 
 
-def _holds_weights(fn: Any) -> bool:
+def holds_weights(fn: Any) -> bool:
     """Whether ``fn`` is called on the inputs alone: a torch module, or a callable object (an NNX
     module, a NumPy or JAX class's instance) holding its own weights, also inside a
     ``functools.partial``. A function (plain, jitted or decorated, a method) takes the weights first."""
@@ -183,7 +193,8 @@ def _dtype_of(fn: Any, framework: str, inputs: Sequence[Any]) -> Any:
     return None
 
 
-def _takes_return_steps(fn: Any) -> bool:
+def takes_return_steps(fn: Any) -> bool:
+    """Whether ``fn`` (a torch module: its ``forward``) takes ``return_steps``."""
     target = getattr(fn, "forward", fn)
     try:
         return "return_steps" in inspect.signature(target).parameters
@@ -202,7 +213,7 @@ def capture(
     kept_high: bool = True,
 ) -> Trace:
     """Run ``fn`` on ``inputs`` (converted to its framework; ``params`` first when ``fn`` is a
-    function, see ``_holds_weights``) and capture every value it computes. A torch module runs in eval
+    function, see ``holds_weights``) and capture every value it computes. A torch module runs in eval
     mode unless ``train``. With ``gradient_seed``, also every value's cotangent (``Trace.cotangents``):
     torch and JAX only, NumPy has no gradients (TypeError). ``keep_masks`` (a torch reference's dropout
     keep-masks, ``Trace.keep_masks``) replace a JAX callable's random keep-masks, or are drawn by the
@@ -261,12 +272,10 @@ def _capture(
         )
     dtype = _dtype_of(fn, framework, inputs)
     args = [_convert(v, framework, dtype) for v in inputs]
-    if params is not None and not _holds_weights(fn):
+    if params is not None and not holds_weights(fn):
         args.insert(0, _convert(params, framework, dtype))
-    linen = _linen_module(unwrapped(fn))
-    if linen is not None:
-        fn = _applied(fn, linen)
-    kwargs = {"return_steps": True} if _takes_return_steps(fn) else {}
+    fn = applied(fn)
+    kwargs = {"return_steps": True} if takes_return_steps(fn) else {}
     capture_fn = {"torch": capture_torch, "jax": capture_jax, "numpy": capture_numpy}[framework]
     module = torch_module_of(fn)
     was_training = module.training if module is not None else False
@@ -287,11 +296,14 @@ def _capture(
             module.train(was_training)
 
 
-def _applied(fn: Any, module: Any) -> Any:
-    """A linen module (maybe inside a ``functools.partial``) as the function ``module.apply``:
-    its variables (the weights) come first."""
+def applied(fn: Any) -> Any:
+    """``fn`` as it is called: a linen module (maybe inside a ``functools.partial``) as the function
+    ``module.apply``, its variables (the weights) first; anything else as it is."""
     import functools
 
+    module = _linen_module(unwrapped(fn))
+    if module is None:
+        return fn
     if isinstance(fn, functools.partial):
         return functools.partial(module.apply, *fn.args, **fn.keywords)
     return module.apply

@@ -591,13 +591,15 @@ GRADIENT_BUGS = [
         'return x @ jax.lax.stop_gradient(params[f"{name}.weight"]).T + params[f"{name}.bias"]',
         "no gradient reaches the value of out_proj.weight",
     ),
-    # No cause: the input's cotangent is the reference's less what reaches it through the values'
-    # projection, and only each value's whole cotangent is recorded, not what each use adds to it.
+    # the input's cotangent is the reference's less what reaches it through the values' projection:
+    # the cause is read from the cast's integer dtype, not from the numbers (only each value's whole
+    # cotangent is recorded, not what each use adds to it)
     B(
         "grad_integer_cast_of_the_input",
         "jax_mha",
         'values = linear(params, "W_value", x)',  # x feeds the query and key projections first
         'values = linear(params, "W_value", x.astype(jnp.int32).astype(x.dtype))',
+        "part of the gradient of input1 is lost",
     ),
     B(
         "grad_jitted_stop_gradient_on_keys",
