@@ -136,7 +136,7 @@ def check_port(
     forward divergence then compares the gradients (``locate_gradients``, whose report is
     ``located`` even when it passes: ``first_divergence`` ``gradient of <step>``); a forward
     divergence the steps pinpoint comes first, its first cause saying the gradients were not
-    compared. NumPy has no gradients: TypeError.
+    compared. NumPy has no gradients: ``NoGradients`` (a TypeError).
     """
     options = {
         "params": params,

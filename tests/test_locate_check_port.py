@@ -15,6 +15,7 @@ from parity_tests.cases import Case
 from parity_tests.locate import Raised
 from parity_tests.locate.cli import load_object
 from parity_tests.locate.gradients import FORWARD_DIVERGES
+from parity_tests.locate.run import NoGradients
 from tests.ports.catalogue import BUGS, D_MODEL, HERE, NUM_HEADS, PORTS, inputs, load, plant, reference
 from torch_ref import MultiHeadAttention, to_params
 
@@ -248,7 +249,8 @@ def test_gradients_are_not_compared_past_a_forward_divergence_the_steps_name():
 
 
 def test_gradients_of_a_numpy_port_are_a_type_error():
+    """``NoGradients``, a TypeError of its own: the CLI makes it a usage error, and no other."""
     ref = reference("torch_ref")
     port = functools.partial(numpy_attn.multi_head_attention, num_heads=NUM_HEADS, context_length=16)
-    with pytest.raises(TypeError, match="NumPy, which has no gradients"):
+    with pytest.raises(NoGradients, match="NumPy, which has no gradients"):
         check_port(ref, port, inputs(), params=to_params(ref), gradients=True)

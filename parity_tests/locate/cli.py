@@ -150,6 +150,7 @@ def _diff(args: argparse.Namespace) -> int:
 
     from parity_tests.locate.check import drawn_inputs, locate
     from parity_tests.locate.report import NO_HEATMAP
+    from parity_tests.locate.run import NoGradients
     from parity_tests.locate.trace import Raised
     from parity_tests.port import check_port
 
@@ -175,7 +176,7 @@ def _diff(args: argparse.Namespace) -> int:
     for (shape, seed), x in drawn_inputs(args.shape, args.seeds, vocab=args.tokens):
         try:
             reports[(shape, seed)] = check_port(reference, candidate, x, gradients=args.gradients, **how)
-        except TypeError as error:  # NumPy has no gradients
+        except NoGradients as error:  # --gradients of a NumPy callable
             raise UsageError(error) from None
         except Raised as raised:  # the candidate's raising is a report: this is the reference's
             raise UsageError(

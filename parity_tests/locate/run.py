@@ -13,6 +13,7 @@ import numpy as np
 from parity_tests.locate.trace import Raised, Trace, exits_raise
 
 __all__ = [
+    "NoGradients",
     "applied",
     "capture",
     "framework_of",
@@ -23,6 +24,10 @@ __all__ = [
     "to_numpy",
     "unwrapped",
 ]
+
+
+class NoGradients(TypeError):
+    """Gradient parity asked of a callable that computes with NumPy, which has no gradients."""
 
 
 def _unwrap_chain(fn: Any) -> list[Any]:
@@ -212,12 +217,12 @@ def capture(
     keep_masks: Sequence[Any] | None = None,
     kept_high: bool = True,
 ) -> Trace:
-    """Run ``fn`` on ``inputs`` (converted to its framework; ``params`` first when ``fn`` is a
-    function, see ``holds_weights``) and capture every value it computes. A torch module runs in eval
-    mode unless ``train``. With ``gradient_seed``, also every value's cotangent (``Trace.cotangents``):
-    torch and JAX only, NumPy has no gradients (TypeError). ``keep_masks`` (a torch reference's dropout
-    keep-masks, ``Trace.keep_masks``) replace a JAX callable's random keep-masks, or are drawn by the
-    NumPy ``Generator`` passed to a NumPy callable (``kept_high``: which draws keep, see
+    """Run ``fn`` on ``inputs`` (converted to its framework; ``params`` first when ``fn`` is a function, see
+    ``holds_weights``) and capture every value it computes. A torch module runs in eval mode unless
+    ``train``. With ``gradient_seed``, also every value's cotangent (``Trace.cotangents``): torch and JAX
+    only, NumPy has no gradients (``NoGradients``, a TypeError). ``keep_masks`` (a torch reference's
+    dropout keep-masks, ``Trace.keep_masks``) replace a JAX callable's random keep-masks, or are drawn by
+    the NumPy ``Generator`` passed to a NumPy callable (``kept_high``: which draws keep, see
     ``capture_numpy``). An exception ``fn`` raises comes as ``Raised`` (the exception, and the values
     ``fn`` computed before it), an exit too (``sys.exit``, ``os._exit``, a ``KeyboardInterrupt``).
 
@@ -266,7 +271,7 @@ def _capture(
     from parity_tests.locate.capture_torch import capture_torch, torch_module_of
 
     if gradient_seed is not None and framework == "numpy":
-        raise TypeError(
+        raise NoGradients(
             f"capture: {getattr(fn, '__name__', type(fn).__name__)} computes with NumPy, which has no "
             "gradients: gradient parity needs a torch or JAX callable"
         )
