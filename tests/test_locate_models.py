@@ -1,9 +1,9 @@
 """Whole models: every bug planted in the whole-model ports (``model_bugs.MODEL_BUGS``: a functional
 NumPy GPT-2, a JAX GPT-2 on a pytree with and without ``jax.jit``, a Flax NNX GPT-2, a Flax linen
 block with nested ``vmap`` and a chunked ``scan`` path, a minGPT-style torch GPT) is located on the
-planted statement, with the cause the data shows (every bug has one), but for the expected misses below, and
-the ports without bugs pass (no false alarm). The references are transformers' ``GPT2LMHeadModel``
-and a user's minGPT-style torch GPT (``models.MODEL_PORTS``)."""
+planted statement, with the cause the data shows (every bug has one), and the ports without bugs
+pass (no false alarm). The references are transformers' ``GPT2LMHeadModel`` and a user's
+minGPT-style torch GPT (``models.MODEL_PORTS``)."""
 
 import pytest
 
@@ -11,20 +11,6 @@ from parity_tests.locate import locate
 from tests.ports.catalogue import HERE, Bug, load, plant
 from tests.ports.model_bugs import MODEL_BUGS
 from tests.ports.models import MODEL_PORTS, SOURCES
-
-# Planted bugs the checker does not locate on their statement (or without the cause named in the
-# bug), by name, with what it reports instead. A bug listed here is an expected failure (strict): the
-# test fails when it starts being located, so that the entry is removed, and a bug not listed fails
-# when it regresses.
-EXPECTED_MISSES = {
-    "linen_mask_inverted": (
-        "blamed on the jnp.where using the mask (line 16), not on the mask's line (15): the inverted "
-        "mask holds the reference's masked_fill mask exactly (True: hidden) and is found equal to it; "
-        "the where then uses it as True: kept. The numbers alone do not say which of the two lines is "
-        "wrong (nnx_mask_inverted, the same mismatch made in the where, is rightly blamed on the where); "
-        "its cause names line 15 (see the test after the catalogue)"
-    ),
-}
 
 
 def source_file(port: str) -> str:
@@ -43,18 +29,6 @@ def planted(bug):
     return plant(Bug(bug.name, source_file(bug.port), bug.line, bug.planted))
 
 
-def marked(bug):
-    if bug.name in EXPECTED_MISSES:
-        return pytest.param(
-            bug, id=bug.name, marks=pytest.mark.xfail(reason=EXPECTED_MISSES[bug.name], strict=True)
-        )
-    return pytest.param(bug, id=bug.name)
-
-
-def test_the_expected_misses_are_planted_bugs():
-    assert set(EXPECTED_MISSES) <= {bug.name for bug in MODEL_BUGS}
-
-
 def test_every_model_bug_has_a_cause():
     assert [bug.name for bug in MODEL_BUGS if not bug.cause] == []
 
@@ -63,7 +37,7 @@ SEEDS = [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in (1, 2))]  #
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("bug", [marked(bug) for bug in MODEL_BUGS])
+@pytest.mark.parametrize("bug", MODEL_BUGS, ids=[bug.name for bug in MODEL_BUGS])
 def test_planted_model_bug_is_located_on_its_line(bug, seed, tmp_path):
     source, line = planted(bug)
     report = run_model(bug.port, source, tmp_path, seed)
@@ -124,14 +98,34 @@ def test_the_first_divergence_is_a_value_not_a_mask_nor_token_ids(name, first, m
 
 
 def test_a_mask_with_the_references_meaning_used_the_other_way_names_the_line_making_it(tmp_path):
-    """linen_mask_inverted (above): blamed on the where, its cause names the mask's line, where the
-    bug was planted; nnx_mask_inverted, the where's branches swapped, names no other line."""
+    """A mask made equal to the reference's (True = hidden) and used by a where as True = kept: either
+    line may be the wrong one, and fixing either fixes the port. Made by a negation
+    (linen_mask_inverted: ``~jnp.tril(...)``), the negation's line is blamed, naming the where (the
+    same program is a correct negated mask whose where has its branches swapped: dropping the
+    negation fixes that too); made otherwise (``jnp.triu(..., k=1)``), the where is blamed, naming
+    the mask's line; a mask of the other meaning used the other way (nnx_mask_inverted, a library's
+    mask) names no other line."""
     bugs = {bug.name: bug for bug in MODEL_BUGS}
+    path = tmp_path / source_file("linen_block")
     source, line = planted(bugs["linen_mask_inverted"])
     report = run_model("linen_block", source, tmp_path)
-    made = f"the mask it takes ({tmp_path / source_file('linen_block')}.py:{line}, not)"
-    assert report.candidate_location.endswith(f".py:{line + 1}")
-    assert any(cause.startswith(made) for cause in report.causes), f"\n{report}"
-    source, _ = planted(bugs["nnx_mask_inverted"])
+    assert report.candidate_location == f"{path}.py:{line}", f"\n{report}"
+    negation = "the mask made here by a negation (not) is the reference's as it is, True = hidden, but "
+    negation += f"{path}.py:{line + 1}"
+    assert any(cause.startswith(negation) for cause in report.causes), f"\n{report}"
+    triu = Bug(
+        "",
+        "linen_block",
+        bugs["linen_mask_inverted"].line,
+        "causal = jnp.triu(jnp.ones((t, t), dtype=bool), k=1)",
+    )
+    source, line = planted(triu)
+    report = run_model("linen_block", source, tmp_path)
+    assert report.candidate_location == f"{path}.py:{line + 1}", f"\n{report}"
+    assert any(cause.startswith(f"the mask it takes ({path}.py:{line}, ") for cause in report.causes), (
+        f"\n{report}"
+    )
+    source, line = planted(bugs["nnx_mask_inverted"])
     report = run_model("nnx_gpt2", source, tmp_path)
-    assert not report.ok and not any("the mask it takes" in cause for cause in report.causes), f"\n{report}"
+    assert report.candidate_location.endswith(f".py:{line}"), f"\n{report}"
+    assert not any("the mask it takes" in c or "negation" in c for c in report.causes), f"\n{report}"

@@ -436,7 +436,7 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             _scale_after(alignment, counterpart.index), fix, hides,
         )  # fmt: skip
         if any(cause.startswith("mask inverted") for cause in report.causes):
-            _add_new(report, _mask_taken_as_made(expected, actual, alignment))
+            _mask_taken_as_made(report, expected, actual, alignment)
         if not report.causes:
             report.causes += _interleaved_pairs(expected, counterpart, a, rtol, atol)
         skipped = _skipped_step(alignment)
@@ -656,10 +656,16 @@ def _source_text(location: str, default: str) -> str:
     return text or default
 
 
-def _mask_taken_as_made(expected: Trace, actual: Trace, alignment: Alignment) -> list[str]:
+# the operations negating a boolean value: JAX's ``~``, NumPy's ``~``, ``np.logical_not``, torch's
+NEGATIONS = frozenset({"not", "invert", "logical_not", "bitwise_not"})
+
+
+def _mask_taken_as_made(report: LocateReport, expected: Trace, actual: Trace, alignment: Alignment) -> None:
     """Where the blamed line uses a boolean mask that another line made equal to the reference's
     (hiding where True), but hides where it is False (``where(mask, scores, -inf)``): that line
-    gives the mask the reference's meaning, so either of the two lines may be the wrong one."""
+    gives the mask the reference's meaning, so either of the two lines may be the wrong one, and
+    fixing either fixes the port. The cause names the other line; where that line makes the mask by
+    a negation (``~jnp.tril(...)``), the choice of meaning is written there: it is blamed instead."""
     blamed = actual.records[alignment.shown]
     for source in blamed.inputs:
         if actual.records[source].value.dtype != bool or _hides(actual, source) is not False:
@@ -671,15 +677,32 @@ def _mask_taken_as_made(expected: Trace, actual: Trace, alignment: Alignment) ->
                 break
             made = actual.records[inputs[0]]
         equal = [m.reference for m in alignment.matches.get(source, []) if m.kind == "exact"]
-        if made.location != blamed.location and any(
+        if made.location == blamed.location or not any(
             expected.records[r].value.dtype == bool and _hides(expected, r) for r in equal
         ):
-            return [
-                f"the mask it takes ({made.location}, {made.op}) is the reference's as it is, True = "
-                "hidden, but this line hides where it is False (jax.nn's and Flax's meaning, True = "
-                "attend): invert the mask there, or swap this line's branches"
-            ]
-    return []
+            continue
+        if made.op in NEGATIONS:
+            user = report.candidate_location
+            report.candidate_location = made.location
+            report.candidate_op = _source_text(made.location, made.op)
+            _add_new(
+                report,
+                [
+                    f"the mask made here by a negation ({made.op}) is the reference's as it is, True = "
+                    f"hidden, but {user} hides where it is False (jax.nn's and Flax's meaning, True = "
+                    "attend): drop the negation, or swap that line's branches"
+                ],
+            )
+        else:
+            _add_new(
+                report,
+                [
+                    f"the mask it takes ({made.location}, {made.op}) is the reference's as it is, True = "
+                    "hidden, but this line hides where it is False (jax.nn's and Flax's meaning, True = "
+                    "attend): invert the mask there, or swap this line's branches"
+                ],
+            )
+        return
 
 
 def _mask_sense(expected: Trace, actual: Trace, mask: Record, location: str) -> str | None:
