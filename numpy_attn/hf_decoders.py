@@ -30,11 +30,11 @@ from numpy_attn.decoder_spec import (
     uses_qk_norm,
     without_buffers,
 )
-from numpy_attn.file_checks import MAX_TENSORS
 from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.hf_gpt2 import (
     CONFIG_FILE,
     FILE_CHECKS,
+    block_names,
     check_sizes,
     load_hf_gpt2,
     read_checkpoint,
@@ -87,14 +87,9 @@ _SUPPORTED = {
 
 def _names(cfg: Mapping[str, Any], model: str, lm_head: bool) -> dict[str, str]:
     """transformers' name -> ours, for every weight of ``model(cfg)`` (``lm_head`` left out where tied)."""
-    ours = decoder_param_shapes(cfg, model)
-    weight, names = MODELS[model].norms[0], {}
-    for hf, name in HF_NAMES.items():
-        for index in range(cfg["n_layers"]) if "{i}" in hf else [None]:
-            mine = name.format(i=index, w=weight)
-            if mine in ours and (lm_head or hf != "lm_head.weight"):
-                names[hf.format(i=index)] = mine
-    return names
+    ours, weight = decoder_param_shapes(cfg, model), MODELS[model].norms[0]
+    names = {hf: name.format(i=index, w=weight) for hf, name, index in block_names(HF_NAMES, cfg["n_layers"])}
+    return {hf: name for hf, name in names.items() if name in ours and (lm_head or hf != "lm_head.weight")}
 
 
 def _read_json(directory: str, path: str) -> dict[str, Any]:
@@ -130,19 +125,16 @@ def _rope(hf_config: dict[str, Any], model_type: str, name: str) -> tuple[float,
 
 def _read_config(directory: str, path: str) -> tuple[dict[str, Any], str, bool]:
     """``(cfg, model, tied)`` from a Llama or Qwen3 ``config.json``, checked before anything is built
-    from it: the sizes, settings these models compute as transformers does, RoPE's, the book's
+    from it: the sizes and settings (``check_sizes``: the tensors too), RoPE's, the book's
     ``Llama3Model``'s ``head_dim`` (``hidden_size // num_attention_heads``), a bool
-    ``tie_word_embeddings``, no more tensors than a weight file holds; then ``check_config``."""
+    ``tie_word_embeddings``; then ``check_config``."""
     hf_config, name = _read_json(directory, path), f"{directory}/{CONFIG_FILE}"
     model_type = hf_config.get("model_type")
     if model_type not in MODEL_TYPES:
         raise ValueError(f"{directory} holds a {model_type!r} model, not one of {list(MODEL_TYPES)}")
     model = MODEL_TYPES[model_type]
     hf_config.setdefault("num_key_value_heads", hf_config.get("num_attention_heads"))
-    check_sizes(name, hf_config, _SIZES.values())
-    for key, allowed in _SUPPORTED.items():
-        if hf_config.get(key, allowed[0]) not in allowed:
-            raise ValueError(f"{name}: {key}={hf_config[key]!r} is not supported, only {allowed}")
+    check_sizes(name, hf_config, _SIZES, HF_NAMES, _SUPPORTED)
     cfg = {ours: hf_config[theirs] for ours, theirs in _SIZES.items()}
     cfg["rope_base"], rope_freq = _rope(hf_config, model_type, name)
     heads_size = hf_config["hidden_size"] // hf_config["num_attention_heads"]
@@ -158,12 +150,6 @@ def _read_config(directory: str, path: str) -> tuple[dict[str, Any], str, bool]:
     cfg["rms_norm_eps"] = hf_config.get("rms_norm_eps", 1e-6)
     tied = hf_config.get("tie_word_embeddings", False)
     check_flag(f"{name}: tie_word_embeddings", tied)
-    per_block = sum("{i}" in hf for hf in HF_NAMES)
-    if cfg["n_layers"] * per_block > MAX_TENSORS:
-        raise ValueError(
-            f"{name}: num_hidden_layers={cfg['n_layers']} needs {cfg['n_layers'] * per_block} tensors, more "
-            f"than the {MAX_TENSORS} a weight file holds"
-        )
     check_config(cfg, model)
     return cfg, model, tied
 

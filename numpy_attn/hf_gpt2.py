@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from numpy_attn.weights_file import read_arrays, save_weights
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 HF_BUFFERS = (".attn.bias", ".attn.masked_bias")  # old causal-mask buffers, which transformers ignores
+T = TypeVar("T")
 _MAX_CONFIG = 1 << 20  # bytes of config.json read at most (GPT-2's has about 1 kB)
 # the book's config's sizes -> config.json's (which must hold them)
 _SIZES = {"vocab_size": "vocab_size", "context_length": "n_positions", "emb_dim": "n_embd",
@@ -72,7 +73,6 @@ HF_NAMES: dict[str, tuple[tuple[str, ...], bool]] = {
     "transformer.ln_f.bias": (("final_norm.shift",), False),
     "lm_head.weight": (("out_head.weight",), False),  # absent where tied to wte
 }
-_PER_BLOCK = sum("{i}" in name for name in HF_NAMES)
 # config.json values this GPT computes exactly as GPT-2 does (absent keys take these defaults)
 _SUPPORTED = {
     "activation_function": ("gelu_new", "gelu_pytorch_tanh"),
@@ -90,12 +90,20 @@ class _FileChecks(Framework):
 FILE_CHECKS = _FileChecks()  # the checks of a checkpoint's weights
 
 
+def block_names(table: Mapping[str, T], n_layers: int) -> Iterator[tuple[str, T, int | None]]:
+    """``(transformers' name, its row, block index)`` for each row of a name ``table`` in a model of
+    ``n_layers`` blocks: a name with ``{i}`` once a block (formatted), another once (index None)."""
+    for hf, row in table.items():
+        for index in range(n_layers) if "{i}" in hf else [None]:
+            yield hf.format(i=index), row, index
+
+
 def hf_names(n_layers: int, lm_head: bool) -> dict[str, tuple[tuple[str, ...], bool]]:
     """``HF_NAMES`` for a GPT of ``n_layers`` blocks (``lm_head`` left out where it is tied)."""
-    names = {}
-    for hf, (ours, transposed) in HF_NAMES.items():
-        for index in range(n_layers) if "{i}" in hf else [None]:
-            names[hf.format(i=index)] = (tuple(name.format(i=index) for name in ours), transposed)
+    names = {
+        hf: (tuple(name.format(i=index) for name in ours), transposed)
+        for hf, (ours, transposed), index in block_names(HF_NAMES, n_layers)
+    }
     return names if lm_head else {hf: value for hf, value in names.items() if hf != "lm_head.weight"}
 
 
@@ -138,12 +146,26 @@ def read_config_json(directory: str, path: str, what: str = "a config.json") -> 
         raise ValueError(f"{name} is not valid JSON: {reason}") from None
 
 
-def check_sizes(name: str, hf_config: Mapping[str, Any], keys: Iterable[str]) -> None:
-    """config.json (``name``) holds each of ``keys``, a positive int."""
-    if missing := [key for key in keys if key not in hf_config]:
+def check_sizes(
+    name: str, hf_config: Mapping[str, Any], sizes: Mapping[str, str], names: Iterable[str],
+    supported: Mapping[str, tuple[Any, ...]],
+) -> None:  # fmt: skip
+    """config.json (``name``) holds each of ``sizes``' values (its keys for the book's), a positive int,
+    no more blocks (``sizes["n_layers"]``) than a weight file holds tensors of the name table
+    ``names`` (``{i}``: a block's) and only the settings ``supported`` allows (absent: the first)."""
+    if missing := [key for key in sizes.values() if key not in hf_config]:
         raise ValueError(f"{name} is missing keys {missing}")
-    for key in keys:
+    for key in sizes.values():
         check_size(f"{name}: {key}", hf_config[key])
+    layers, per_block = sizes["n_layers"], sum("{i}" in hf for hf in names)
+    if (tensors := hf_config[layers] * per_block) > MAX_TENSORS:
+        raise ValueError(
+            f"{name}: {layers}={hf_config[layers]} needs {tensors} tensors ({per_block} a block), more "
+            f"than the {MAX_TENSORS} a weight file holds"
+        )
+    for key, allowed in supported.items():
+        if hf_config.get(key, allowed[0]) not in allowed:
+            raise ValueError(f"{name}: {key}={hf_config[key]!r} is not supported, only {allowed}")
 
 
 def read_checkpoint(directory: str, what: str, read: Callable[[str, str], Any]) -> Any:
@@ -170,19 +192,10 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
     if not isinstance(hf_config, dict) or hf_config.get("model_type") != "gpt2":
         model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
         raise ValueError(f"{directory} holds a {model_type!r} model, not 'gpt2'")
-    check_sizes(name, hf_config, _SIZES.values())
+    check_sizes(name, hf_config, _SIZES, HF_NAMES, _SUPPORTED)
     check_divisible(f"{name}: n_embd", hf_config["n_embd"], hf_config["n_head"], heads_name="n_head")
     check_flag(f"{name}: tie_word_embeddings", hf_config.setdefault("tie_word_embeddings", True))
     check_dropout(f"{name}: resid_pdrop", hf_config.get("resid_pdrop", 0.1))
-    n_layer, per_block = hf_config["n_layer"], _PER_BLOCK
-    if n_layer * per_block > MAX_TENSORS:
-        raise ValueError(
-            f"{name}: n_layer={n_layer} needs {n_layer * per_block} tensors ({per_block} a block), more "
-            f"than the {MAX_TENSORS} a weight file holds"
-        )
-    for key, allowed in _SUPPORTED.items():
-        if hf_config.get(key, allowed[0]) not in allowed:
-            raise ValueError(f"{name}: {key}={hf_config[key]!r} is not supported, only {allowed}")
     if hf_config.get("n_inner") not in (None, 4 * hf_config["n_embd"]):
         raise ValueError(f"{name}: n_inner={hf_config['n_inner']} is not supported, only 4 * n_embd")
     return hf_config
