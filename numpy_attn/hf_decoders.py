@@ -12,13 +12,13 @@ and ``rope_scaling`` (transformers 4) give ``rope_base`` and Llama 3's ``rope_fr
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from numpy_attn import files
 from numpy_attn.checks import check_flag, check_params
 from numpy_attn.decoder_spec import (
     MODELS,
@@ -28,18 +28,17 @@ from numpy_attn.decoder_spec import (
     model_of,
     norm_eps,
     uses_qk_norm,
-    without_buffers,
 )
-from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.hf_gpt2 import (
     CONFIG_FILE,
-    FILE_CHECKS,
     block_names,
     check_sizes,
     load_hf_gpt2,
+    loaded_params,
     read_checkpoint,
     read_config_json,
     save_hf_gpt2,
+    saved_params,
     write_checkpoint,
 )
 from numpy_attn.weights_file import read_arrays
@@ -170,21 +169,16 @@ def load_hf_decoder(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray]
     check_params(
         hf, {theirs: shapes[ours] for theirs, ours in names.items()}, layer=f"checkpoint {directory}"
     )
-    params = {ours: np.ascontiguousarray(hf[theirs]) for theirs, ours in names.items()}
-    params.setdefault("out_head.weight", params["tok_emb.weight"])
-    params = {name: params[name] for name in shapes}  # torch's order
-    check_model_params(FILE_CHECKS, model, params, cfg)
+    params = loaded_params(
+        model, {ours: np.ascontiguousarray(hf[theirs]) for theirs, ours in names.items()}, cfg
+    )
     return params, cfg | {"dtype": params["tok_emb.weight"].dtype.name}
 
 
 def _model_type(directory: str) -> Any:
     """config.json's ``model_type`` (ValueError where the folder has no config.json)."""
-    path = os.path.join(directory, CONFIG_FILE)
-    if not os.path.exists(path):
-        raise ValueError(f"{directory} is not a Hugging Face checkpoint folder: {CONFIG_FILE} is missing")
-    return files.read_folder(directory, (CONFIG_FILE,), lambda p: _read_json(directory, p[CONFIG_FILE])).get(
-        "model_type"
-    )
+    what, read = "a Hugging Face checkpoint folder", functools.partial(_read_json, directory)
+    return read_checkpoint(directory, what, read, (CONFIG_FILE,)).get("model_type")
 
 
 def load_hf(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -223,13 +217,11 @@ def save_hf(directory: str | os.PathLike, params: Mapping[str, np.ndarray], cfg:
 
 def _save_hf_decoder(directory: str, params: Mapping[str, np.ndarray], cfg: Mapping[str, Any]) -> None:
     model = model_of(cfg) if isinstance(cfg, Mapping) else "Llama3Model"
-    params = without_buffers(model, params, cfg)
-    check_model_params(FILE_CHECKS, model, params, cfg)
+    params, tied = saved_params(model, params, cfg)
     if model == "Qwen3Model" and not uses_qk_norm(cfg, model):
         raise ValueError(
             "cfg['qk_norm'] is False, which transformers' Qwen3 cannot hold: it always has QK-norm"
         )
-    tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
     hf = {theirs: np.asarray(params[ours]) for theirs, ours in _names(cfg, model, not tied).items()}
     write_checkpoint(directory, _hf_config(cfg, model, tied, params["tok_emb.weight"].dtype.name), hf)
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from numpy_attn import files
 from numpy_attn.checks import JAX_FLOATS, check_divisible, check_dropout, check_flag, check_params, check_size
-from numpy_attn.decoder_spec import gpt_param_shapes, without_buffers
+from numpy_attn.decoder_spec import decoder_param_shapes, gpt_param_shapes, without_buffers
 from numpy_attn.door import Framework
 from numpy_attn.file_checks import MAX_TENSORS
 from numpy_attn.gpt_checks import check_model_params
@@ -168,17 +168,37 @@ def check_sizes(
             raise ValueError(f"{name}: {key}={hf_config[key]!r} is not supported, only {allowed}")
 
 
-def read_checkpoint(directory: str, what: str, read: Callable[[str, str], Any]) -> Any:
-    """``read(config path, weights path)`` of the one version of the checkpoint in ``directory``
-    (``files.read_folder``), both files found regular first (ValueError: not ``what``, naming one missing)."""
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
+def read_checkpoint(
+    directory: str, what: str, read: Callable[..., Any], names: tuple[str, ...] = (CONFIG_FILE, WEIGHTS_FILE)
+) -> Any:
+    """``read(*paths)`` of the files ``names`` (config.json, model.safetensors) of the one version of
+    the checkpoint in ``directory`` (``files.read_folder``), each found regular first (ValueError: not
+    ``what``, naming one missing)."""
+    for name in names:
         path = os.path.join(directory, name)
         if not os.path.exists(path):  # a link to nothing too; a FIFO or a folder is not missing
             raise ValueError(f"{directory} is not {what}: {name} is missing")
-        files.check_regular_file(path)  # both before either is read
-    return files.read_folder(
-        directory, (CONFIG_FILE, WEIGHTS_FILE), lambda p: read(p[CONFIG_FILE], p[WEIGHTS_FILE])
-    )
+        files.check_regular_file(path)  # all before any is read
+    return files.read_folder(directory, names, lambda paths: read(*(paths[name] for name in names)))
+
+
+def loaded_params(
+    model: str, params: dict[str, np.ndarray], config: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """A checkpoint's weights under our names as ``model(config)``'s: ``out_head`` tied to ``tok_emb``
+    where the file has no ``lm_head``, in torch's order, checked (``check_model_params``)."""
+    params.setdefault("out_head.weight", params["tok_emb.weight"])
+    params = {name: params[name] for name in decoder_param_shapes(config, model)}  # torch's order
+    check_model_params(FILE_CHECKS, model, params, config)
+    return params
+
+
+def saved_params(model: str, params: Any, config: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``params`` to save as ``model(config)``'s (buffers left out, checked: bfloat16 too) and whether
+    ``out_head`` is tied to ``tok_emb`` (equal arrays: the file then holds no ``lm_head``)."""
+    params = without_buffers(model, params, config)
+    check_model_params(FILE_CHECKS, model, params, config)
+    return params, bool(np.array_equal(params["out_head.weight"], params["tok_emb.weight"]))
 
 
 def _read_config(directory: str, path: str) -> dict[str, Any]:
@@ -224,10 +244,7 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
     # an untied head must be in the file (transformers would draw it at random), a tied one may be
     lm_head = not hf_config["tie_word_embeddings"] or "lm_head.weight" in hf
     check_params(hf, _hf_shapes(config, lm_head), layer=f"GPT-2 checkpoint {directory}")
-    params = book_params(hf, config["n_layers"], lm_head)
-    params = {name: params[name] for name in gpt_param_shapes(config)}  # torch's order
-    check_model_params(FILE_CHECKS, "GPTModel", params, config)
-    return params, config
+    return loaded_params("GPTModel", book_params(hf, config["n_layers"], lm_head), config), config
 
 
 def _transformer_names(hf: Mapping[str, np.ndarray], directory: str) -> dict[str, np.ndarray]:
@@ -258,9 +275,7 @@ def save_hf_gpt2(
     ``directory`` that is not a folder or a checkpoint file there that is not a regular file; OSError
     naming ``directory`` where it cannot be written.
     """
-    params = without_buffers("GPTModel", params, config)
-    check_model_params(FILE_CHECKS, "GPTModel", params, config)
-    tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
+    params, tied = saved_params("GPTModel", params, config)
     dtype, shapes = params["tok_emb.weight"].dtype, gpt_param_shapes({**config, "qkv_bias": True})
     hf = {}
     for hf_name, (names, transposed) in hf_names(config["n_layers"], not tied).items():
