@@ -91,15 +91,6 @@ def _names(cfg: Mapping[str, Any], model: str, lm_head: bool) -> dict[str, str]:
     return {hf: name for hf, name in names.items() if name in ours and (lm_head or hf != "lm_head.weight")}
 
 
-def _read_json(directory: str, path: str) -> dict[str, Any]:
-    """``config.json`` at ``path`` (named as in ``directory``): JSON of at most ``_MAX_CONFIG`` bytes,
-    UTF-8, an object."""
-    hf_config = read_config_json(directory, path)
-    if not isinstance(hf_config, dict):
-        raise ValueError(f"{directory}/{CONFIG_FILE} is not a JSON object")
-    return hf_config
-
-
 def _rope(hf_config: dict[str, Any], model_type: str, name: str) -> tuple[float, dict[str, Any] | None]:
     """``(rope_base, rope_freq)`` from ``rope_parameters`` (transformers 5) or ``rope_theta`` and
     ``rope_scaling`` (transformers 4): the default RoPE, or Llama 3's scaling in a Llama."""
@@ -127,7 +118,7 @@ def _read_config(directory: str, path: str) -> tuple[dict[str, Any], str, bool]:
     from it: the sizes and settings (``check_sizes``: the tensors too), RoPE's, the book's
     ``Llama3Model``'s ``head_dim`` (``hidden_size // num_attention_heads``), a bool
     ``tie_word_embeddings``; then ``check_config``."""
-    hf_config, name = _read_json(directory, path), f"{directory}/{CONFIG_FILE}"
+    hf_config, name = read_config_json(directory, path), f"{directory}/{CONFIG_FILE}"
     model_type = hf_config.get("model_type")
     if model_type not in MODEL_TYPES:
         raise ValueError(f"{directory} holds a {model_type!r} model, not one of {list(MODEL_TYPES)}")
@@ -177,7 +168,7 @@ def load_hf_decoder(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray]
 
 def _model_type(directory: str) -> Any:
     """config.json's ``model_type`` (ValueError where the folder has no config.json)."""
-    what, read = "a Hugging Face checkpoint folder", functools.partial(_read_json, directory)
+    what, read = "a Hugging Face checkpoint folder", functools.partial(read_config_json, directory)
     return read_checkpoint(directory, what, read, (CONFIG_FILE,)).get("model_type")
 
 

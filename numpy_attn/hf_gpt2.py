@@ -26,7 +26,7 @@ from numpy_attn import files
 from numpy_attn.checks import JAX_FLOATS, check_divisible, check_dropout, check_flag, check_params, check_size
 from numpy_attn.decoder_spec import decoder_param_shapes, gpt_param_shapes, without_buffers
 from numpy_attn.door import Framework
-from numpy_attn.file_checks import MAX_TENSORS
+from numpy_attn.file_checks import MAX_TENSORS, parse_json
 from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.gpt_spec import LAYER_NORM_EPS
 from numpy_attn.weights_file import read_arrays, save_weights
@@ -131,19 +131,18 @@ def _hf_shapes(config: Mapping[str, Any], lm_head: bool) -> dict[str, tuple[int,
     return shapes
 
 
-def read_config_json(directory: str, path: str, what: str = "a config.json") -> Any:
-    """The JSON value of ``config.json`` at ``path`` (named as in ``directory``): at most
-    ``_MAX_CONFIG`` bytes (``what`` holds about 1 kB), UTF-8, valid JSON; ValueError otherwise."""
+def read_config_json(directory: str, path: str, what: str = "a config.json") -> dict[str, Any]:
+    """The JSON object in ``config.json`` at ``path`` (named as in ``directory``): at most
+    ``_MAX_CONFIG`` bytes (``what`` holds about 1 kB), UTF-8, valid JSON, an object; ValueError otherwise."""
     name = f"{directory}/{CONFIG_FILE}"
     with files.open_regular_file(path) as file:
         text = file.read(_MAX_CONFIG + 1)
     if len(text) > _MAX_CONFIG:
         raise ValueError(f"{name} holds more than {_MAX_CONFIG} bytes; {what} holds about 1 kB")
-    try:
-        return json.loads(text.decode("utf-8"))
-    except (ValueError, RecursionError) as error:  # not UTF-8, bad JSON, too many digits, too deep
-        reason = "nested too deeply" if isinstance(error, RecursionError) else error
-        raise ValueError(f"{name} is not valid JSON: {reason}") from None
+    hf_config = parse_json(text, f"{name} is not valid JSON")
+    if not isinstance(hf_config, dict):
+        raise ValueError(f"{name} is not a JSON object")
+    return hf_config
 
 
 def check_sizes(
@@ -203,15 +202,14 @@ def saved_params(model: str, params: Any, config: Mapping[str, Any]) -> tuple[di
 
 def _read_config(directory: str, path: str) -> dict[str, Any]:
     """``config.json`` (at ``path``; named as in ``directory``), checked before anything is built from
-    it: JSON of at most ``_MAX_CONFIG`` bytes, UTF-8, ``model_type`` gpt2, positive int sizes (an
+    it: a JSON object of at most ``_MAX_CONFIG`` bytes, UTF-8, ``model_type`` gpt2, positive int sizes (an
     ``n_layer`` whose tensors could not fit in a weight file refused here), ``n_head`` dividing
     ``n_embd``, a bool ``tie_word_embeddings`` (True where absent), a dropout rate in [0, 1) and the
     settings this GPT computes as GPT-2 does."""
     name = f"{directory}/{CONFIG_FILE}"
     hf_config = read_config_json(directory, path, "a GPT-2 config.json")
-    if not isinstance(hf_config, dict) or hf_config.get("model_type") != "gpt2":
-        model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
-        raise ValueError(f"{directory} holds a {model_type!r} model, not 'gpt2'")
+    if hf_config.get("model_type") != "gpt2":
+        raise ValueError(f"{directory} holds a {hf_config.get('model_type')!r} model, not 'gpt2'")
     check_sizes(name, hf_config, _SIZES, HF_NAMES, _SUPPORTED)
     check_divisible(f"{name}: n_embd", hf_config["n_embd"], hf_config["n_head"], heads_name="n_head")
     check_flag(f"{name}: tie_word_embeddings", hf_config.setdefault("tie_word_embeddings", True))
