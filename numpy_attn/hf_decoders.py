@@ -214,10 +214,10 @@ def _save_hf_decoder(directory: str, params: Mapping[str, np.ndarray], cfg: Mapp
             "cfg['qk_norm'] is False, which transformers' Qwen3 cannot hold: it always has QK-norm"
         )
     hf = {theirs: np.asarray(params[ours]) for theirs, ours in _names(cfg, model, not tied).items()}
-    write_checkpoint(directory, _hf_config(cfg, model, tied, params["tok_emb.weight"].dtype.name), hf)
+    write_checkpoint(directory, _hf_config(cfg, model), hf, tied)
 
 
-def _hf_config(cfg: Mapping[str, Any], model: str, tied: bool, dtype: str) -> dict[str, Any]:
+def _hf_config(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     """config.json for ``cfg``: RoPE both as transformers 5 writes it (``rope_parameters``) and as
     transformers 4 reads it (``rope_theta``, ``rope_scaling``); plain ints and floats."""
     model_type = next(theirs for theirs, ours in MODEL_TYPES.items() if ours == model)
@@ -240,8 +240,4 @@ def _hf_config(cfg: Mapping[str, Any], model: str, tied: bool, dtype: str) -> di
         "rope_parameters": rope,
         "attention_bias": False,
         **({"mlp_bias": False} if model == "Llama3Model" else {"use_sliding_window": False}),
-        "tie_word_embeddings": bool(tied),
-        "bos_token_id": None,
-        "eos_token_id": None,
-        "dtype": dtype,
     }

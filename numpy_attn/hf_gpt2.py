@@ -281,15 +281,18 @@ def save_hf_gpt2(
         parts = [np.asarray(params[n]) if n in params else np.zeros(shapes[n], dtype) for n in names]
         value = np.concatenate(parts) if len(parts) > 1 else parts[0]
         hf[hf_name] = value.T if transposed else value
-    write_checkpoint(directory, _hf_config(config, tied, dtype.name), hf)
+    write_checkpoint(directory, _hf_config(config), hf, tied)
 
 
 def write_checkpoint(
-    directory: str | os.PathLike, config: Mapping[str, Any], weights: dict[str, np.ndarray]
+    directory: str | os.PathLike, config: Mapping[str, Any], weights: dict[str, np.ndarray], tied: bool
 ) -> None:
-    """A Hugging Face folder: ``config`` as config.json and ``weights`` (transformers' names) as
-    model.safetensors, swapped in as a whole (``files.write_folder``); the folder is made if needed."""
-    text = json.dumps(config, indent=2).encode()
+    """A Hugging Face folder: ``config`` as config.json (with ``tie_word_embeddings``, no special
+    tokens and the weights' ``dtype``) and ``weights`` (transformers' names) as model.safetensors,
+    swapped in as a whole (``files.write_folder``); the folder is made if needed."""
+    dtype = next(iter(weights.values())).dtype.name  # the weights share one
+    common = {"tie_word_embeddings": bool(tied), "bos_token_id": None, "eos_token_id": None, "dtype": dtype}
+    text = json.dumps({**config, **common}, indent=2).encode()
     directory = os.fspath(directory)
     try:
         if not os.path.isdir(directory):
@@ -307,7 +310,7 @@ def write_checkpoint(
     files.write_folder(directory, (CONFIG_FILE, WEIGHTS_FILE), write)
 
 
-def _hf_config(config: Mapping[str, Any], tied: bool, dtype: str) -> dict[str, Any]:
+def _hf_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """config.json for ``config``: checked ints and a float, NumPy's too, as JSON's."""
     rate = float(config["drop_rate"])
     return {
@@ -318,8 +321,4 @@ def _hf_config(config: Mapping[str, Any], tied: bool, dtype: str) -> dict[str, A
         "activation_function": "gelu_new",
         "layer_norm_epsilon": LAYER_NORM_EPS,
         **{key: rate for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop")},
-        "tie_word_embeddings": bool(tied),
-        "bos_token_id": None,
-        "eos_token_id": None,
-        "dtype": dtype,
     }
