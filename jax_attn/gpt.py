@@ -15,7 +15,14 @@ from jax_attn.kv_cache import KVCache, attention_decode, init_kv_cache, token_po
 from jax_attn.multi_head import multi_head_attention
 from jax_attn.ops import dropout, linear
 from numpy_attn.decoder_spec import cache_shape
-from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, decode_model, on_rows, sub_params
+from numpy_attn.gpt_spec import (
+    LAYER_NORM_EPS,
+    apply_block,
+    apply_layers,
+    block_parts,
+    decode_model,
+    sub_params,
+)
 from numpy_attn.steps import Steps
 
 
@@ -60,30 +67,13 @@ def transformer_block(
     att_key, drop_key = (None, None) if key is None else jax.random.split(key)
     drop_keys = iter([None] * 2 if drop_key is None else jax.random.split(drop_key, 2))  # the 2 residuals
     return apply_block(
-        x, **_parts(params),
+        x, **block_parts(params, norm=layer_norm, feed_forward=feed_forward),
         att=lambda h: multi_head_attention(
             sub_params(params, "att."), h, num_heads=num_heads, context_length=context_length,
             dropout=dropout_rate, key=att_key,
         )[0],
         drop_shortcut=lambda h: dropout(h, dropout_rate, key=next(drop_keys)),
     )  # fmt: skip
-
-
-def _parts(params: Mapping[str, jax.Array]) -> dict[str, Any]:
-    """A block's ``norm1``, ``norm2`` and ``ff``, for ``apply_block``."""
-    return {
-        "norm1": functools.partial(layer_norm, sub_params(params, "norm1.")),
-        "norm2": functools.partial(layer_norm, sub_params(params, "norm2.")),
-        "ff": functools.partial(feed_forward, sub_params(params, "ff.")),
-    }
-
-
-def _head(params: Mapping[str, jax.Array]) -> dict[str, Any]:
-    """``apply_model``'s final LayerNorm and output head."""
-    return {
-        "final_norm": functools.partial(layer_norm, sub_params(params, "final_norm.")),
-        "out_head": lambda x: linear(x, params["out_head.weight"]),  # (B, T, V)
-    }
 
 
 def gpt_model(
@@ -100,18 +90,14 @@ def gpt_model(
     tok_embeds = jnp.asarray(params["tok_emb.weight"])[token_ids]  # (B, T, D); jnp: traced ids index it
     pos_embeds = params["pos_emb.weight"][:num_tokens]  # (T, D)
     x = dropout(tok_embeds + pos_embeds, config["drop_rate"], key=keys[0])  # (B, T, D)
-    blocks = [
-        functools.partial(
-            transformer_block,
-            sub_params(params, f"trf_blocks.{i}."),
-            num_heads=config["n_heads"],
-            context_length=config["context_length"],
-            dropout_rate=config["drop_rate"],
-            key=keys[i + 1],
-        )
-        for i in range(config["n_layers"])
-    ]
-    return apply_model(x, blocks=blocks, **_head(params))  # (B, T, V)
+
+    def block(i: int, weights: Mapping[str, Any]) -> Any:  # block i, its dropout key keys[i + 1]
+        return functools.partial(
+            transformer_block, weights, num_heads=config["n_heads"], context_length=config["context_length"],
+            dropout_rate=config["drop_rate"], key=keys[i + 1],
+        )  # fmt: skip
+
+    return apply_layers(params, x, config["n_layers"], block=block, norm=layer_norm, linear=linear)
 
 
 def init_gpt_cache(config: Mapping[str, Any], batch: int, dtype: Any = jnp.float32) -> tuple[KVCache, ...]:
@@ -154,14 +140,8 @@ def decode(
         attention_decode, padding_mask=padding_mask, num_heads=config["n_heads"], empty=empty, linear=linear
     )
 
-    def parts(block: Mapping[str, jax.Array]) -> dict[str, Any]:  # the feed-forward on the B·t rows
-        feed_forward_rows = functools.partial(_feed_forward, sub_params(block, "ff."), linear=linear)
-        return _parts(block) | {
-            "ff": functools.partial(on_rows, feed_forward_rows),
-            "drop_shortcut": lambda h: h,
-        }
-
-    head = _head(params) | {
-        "out_head": functools.partial(on_rows, lambda h: linear(h, params["out_head.weight"]))
-    }
-    return decode_model(params, x, caches, att=att, parts=parts, head=head, last_only=last_only)
+    feed_forward_linear = functools.partial(_feed_forward, linear=linear)
+    return decode_model(
+        params, x, caches, att=att, norm=layer_norm, feed_forward=feed_forward_linear, linear=linear,
+        last_only=last_only,
+    )  # fmt: skip

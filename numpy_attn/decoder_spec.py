@@ -1,8 +1,8 @@
 """The project's three models, framework-neutrally: ``MODELS``, the one table of the book's GPT
 (``numpy_attn.gpt_spec``), Llama 3 and Qwen3 that the model functions, their checks, the Flax
 modules and the files read; the decoders' cfg, their weights' names and shapes, RoPE's frequencies
-and the steps of their attention (the block and model loops are ``numpy_attn.gpt_spec``'s
-``apply_block`` and ``apply_model``, which both packages run).
+and the steps of their attention; ``apply_decoder``, their full pass in both packages (around
+``numpy_attn.gpt_spec``'s block and model loops).
 
 ``cfg`` is the book's dict: ``vocab_size``, ``context_length``, ``emb_dim``, ``n_heads``,
 ``n_layers``, ``hidden_dim``, ``n_kv_groups``, ``rope_base``; Llama 3 adds ``rope_freq`` (None, or
@@ -17,6 +17,7 @@ as ``decoder_param_shapes`` lists them.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -212,6 +213,35 @@ def attention_arguments(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
 def norm_eps(cfg: Mapping[str, Any], model: str) -> float:
     """The eps of every RMSNorm of ``model``: ``cfg["rms_norm_eps"]``, or the book's."""
     return cfg.get("rms_norm_eps", MODELS[model].eps)
+
+
+def norm_math(cfg: Mapping[str, Any], model: str, rms_norm: Callable[..., Any]) -> gpt_spec.Math:
+    """``model``'s RMSNorm as a part's math for ``gpt_spec.block_parts``: ``(its weights, x)`` ->
+    ``rms_norm`` of x with the weight ``MODELS[model].norms[0]`` and the cfg's ``norm_eps``."""
+    weight, eps = MODELS[model].norms[0], norm_eps(cfg, model)
+    return lambda params, x: rms_norm(x, weight=params[weight], eps=eps)
+
+
+def apply_decoder(
+    model: str, params: Mapping[str, Any], x: Any, cfg: Mapping[str, Any], *,
+    attention: Callable[..., Any], rms_norm: Callable[..., Any], feed_forward: gpt_spec.Math,
+    linear: Callable[..., Any],
+) -> tuple[Any, Any]:  # fmt: skip
+    """``model``'s full causal pass after the token embeddings ``x`` (B, T, D), in NumPy or JAX:
+    ``gpt_spec.apply_layers`` with each block ``attention`` (``grouped_query_attention``) between
+    its RMSNorms (``norm_math``) and ``feed_forward`` (the SwiGLU), no dropout. Returns
+    ``(logits (B, T, V), steps)``."""
+    norm = norm_math(cfg, model, rms_norm)
+    arguments = attention_arguments(cfg, model)
+
+    def block(index: int, weights: Mapping[str, Any]) -> Callable[[Any], Any]:
+        def att(h: Any) -> Any:
+            return attention(gpt_spec.sub_params(weights, "att."), h, **arguments)[0]
+
+        parts = gpt_spec.block_parts(weights, norm=norm, feed_forward=feed_forward)
+        return functools.partial(gpt_spec.apply_block, **parts, att=att, drop_shortcut=lambda h: h)
+
+    return gpt_spec.apply_layers(params, x, cfg["n_layers"], block=block, norm=norm, linear=linear)
 
 
 def uses_qk_norm(cfg: Mapping[str, Any], model: str) -> bool:

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn.decoder_spec import MODELS, attention_arguments, cache_shape, model_of, norm_eps
-from numpy_attn.gpt_spec import apply_block, apply_model, decode_model, sub_params
+from numpy_attn.decoder_spec import apply_decoder, attention_arguments, cache_shape, model_of, norm_math
+from numpy_attn.gpt_spec import decode_model
 from numpy_attn.grouped_query import grouped_attention_decode, grouped_query_attention
 from numpy_attn.kv_cache import KVCache, init_kv_cache
 from numpy_attn.ops import linear
@@ -42,39 +42,15 @@ def swiglu_feed_forward(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.n
     return linear(gate * linear(x, params["fc2.weight"]), params["fc3.weight"])  # (..., D)
 
 
-def _parts(params: Mapping[str, np.ndarray], cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
-    """A block's ``norm1``, ``norm2`` and ``ff`` for ``apply_block``, and ``drop_shortcut`` (none)."""
-    weight, eps = MODELS[model].norms[0], norm_eps(cfg, model)
-    return {
-        "norm1": functools.partial(rms_norm, weight=params[f"norm1.{weight}"], eps=eps),
-        "norm2": functools.partial(rms_norm, weight=params[f"norm2.{weight}"], eps=eps),
-        "ff": functools.partial(swiglu_feed_forward, sub_params(params, "ff.")),
-        "drop_shortcut": lambda h: h,
-    }
-
-
-def _head(params: Mapping[str, np.ndarray], cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
-    """``apply_model``'s final RMSNorm and output head."""
-    weight = params[f"final_norm.{MODELS[model].norms[0]}"]
-    return {
-        "final_norm": functools.partial(rms_norm, weight=weight, eps=norm_eps(cfg, model)),
-        "out_head": lambda x: linear(x, params["out_head.weight"]),  # (B, T, V)
-    }
-
-
 def _model(
     model: str, params: Mapping[str, np.ndarray], token_ids: np.ndarray, cfg: Mapping[str, Any]
 ) -> tuple[np.ndarray, Steps]:
-    """``model``'s full causal pass: the token embeddings, ``n_layers`` blocks, the head."""
+    """``model``'s full causal pass: the token embeddings, then ``decoder_spec.apply_decoder``."""
     x = params["tok_emb.weight"][token_ids]  # (B, T, D)
-    arguments = attention_arguments(cfg, model)
-    blocks = []
-    for i in range(cfg["n_layers"]):
-        block = sub_params(params, f"trf_blocks.{i}.")
-        att = functools.partial(grouped_query_attention, sub_params(block, "att."), **arguments)
-        parts = _parts(block, cfg, model)
-        blocks.append(functools.partial(apply_block, **parts, att=lambda h, att=att: att(h)[0]))
-    return apply_model(x, blocks=blocks, **_head(params, cfg, model))  # (B, T, V)
+    return apply_decoder(
+        model, params, x, cfg, attention=grouped_query_attention, rms_norm=rms_norm,
+        feed_forward=swiglu_feed_forward, linear=linear,
+    )  # fmt: skip
 
 
 def llama3_model(
@@ -128,9 +104,11 @@ def decode(
     att = functools.partial(
         grouped_attention_decode, padding_mask=padding_mask, **arguments, in_place=in_place
     )
-    parts = functools.partial(_parts, cfg=cfg, model=model)
-    head = _head(params, cfg, model)
-    return decode_model(params, x, caches, att=att, parts=parts, head=head, last_only=last_only)
+    norm = norm_math(cfg, model, rms_norm)
+    return decode_model(
+        params, x, caches, att=att, norm=norm, feed_forward=swiglu_feed_forward, linear=linear,
+        last_only=last_only,
+    )  # fmt: skip
 
 
 def llama3_model_decode(

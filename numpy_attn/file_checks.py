@@ -57,6 +57,18 @@ def is_utf8(name: str) -> bool:
     return not any("\ud800" <= char <= "\udfff" for char in name)
 
 
+def parse_json(text: bytes, failure: str, **options: Any) -> Any:
+    """``text`` parsed as UTF-8 JSON (``json.loads`` with ``options``); ValueError ``failure: the
+    reason`` where it is not (not UTF-8, bad JSON, a duplicate name, too many digits, too deep)."""
+    try:
+        return json.loads(text.decode("utf-8"), **options)
+    except _TooManyTensors:  # a header's bound, which names the file itself
+        raise
+    except (ValueError, RecursionError) as error:  # ValueError: UnicodeDecodeError too
+        reason = "nested too deeply" if isinstance(error, RecursionError) else error
+        raise ValueError(f"{failure}: {reason}") from None
+
+
 def check_safetensors_header(
     file: BinaryIO, size: int, path: str, skip: tuple[str, ...]
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -73,16 +85,10 @@ def check_safetensors_header(
             f"{size - 8} after the size field"
         )
     check_header_size(header_size, path, "header")
-    text = file.read(header_size)
-    try:
-        if not text.startswith(b"{"):
-            raise ValueError("it does not start with '{'")
-        header = json.loads(text.decode("utf-8"), object_pairs_hook=_header_objects(path))
-    except _TooManyTensors:
-        raise
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:  # ValueError: bad JSON, duplicates
-        reason = "nested too deeply" if isinstance(error, RecursionError) else error
-        raise ValueError(f"{path} has a corrupt safetensors header: {reason}") from None
+    text, corrupt = file.read(header_size), f"{path} has a corrupt safetensors header"
+    if not text.startswith(b"{"):
+        raise ValueError(f"{corrupt}: it does not start with '{{'")
+    header = parse_json(text, corrupt, object_pairs_hook=_header_objects(path))
     metadata = header.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(value, str) for value in metadata.values()):
         raise ValueError(f"{path}: __metadata__ must map str to str, got {reprlib.repr(metadata)}")

@@ -90,31 +90,37 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """
     target = os.path.realpath(path)
     check_regular_file(target, missing_ok=True)
-    folder, name = os.path.split(target)
-    temporary = os.path.join(folder, f".{name}.{secrets.token_hex(8)}.tmp")
     try:
-        mode = os.stat(target).st_mode if os.path.exists(target) else None
-        file = open(temporary, "xb")  # closed after the block
+        with _beside(target, "tmp") as temporary:
+            mode = os.stat(target).st_mode if os.path.exists(target) else None
+            with open(temporary, "xb") as file:
+                mode = os.fstat(file.fileno()).st_mode if mode is None else mode  # a new file's
+                yield file
+            descriptor = os.open(temporary, os.O_RDONLY)  # the file now at that name
+            try:
+                os.fchmod(descriptor, stat.S_IMODE(mode))
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
     except OSError as error:
         raise named_error(error, path) from None
+
+
+@contextlib.contextmanager
+def _beside(path: str, kind: str) -> Iterator[str]:
+    """A new name in ``path``'s folder (``.<name>.<16 hex>.<kind>``) for the block to fill, renamed
+    over ``path`` once the block ends, then the folder flushed to disk; on any error the new name is
+    removed and ``path`` holds what it held."""
+    folder, name = os.path.split(path)
+    temporary = os.path.join(folder, f".{name.lstrip('.')}.{secrets.token_hex(8)}.{kind}")
     try:
-        with file:
-            mode = os.fstat(file.fileno()).st_mode if mode is None else mode  # a new file's
-            yield file
-        descriptor = os.open(temporary, os.O_RDONLY)  # the file now at that name
-        try:
-            os.fchmod(descriptor, stat.S_IMODE(mode))
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        os.replace(temporary, target)
-        fsync_folder(folder)
-    except BaseException as error:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
         with contextlib.suppress(OSError):
             os.remove(temporary)
-        if isinstance(error, OSError):
-            raise named_error(error, path) from None
         raise
+    fsync_folder(folder)
 
 
 def write_folder(directory: str, names: tuple[str, ...], write: Callable[[str], None]) -> None:
@@ -193,16 +199,8 @@ def _new_version(directory: str) -> str:
 
 def _link(path: str, target: str) -> None:
     """``path`` made a link to ``target`` with one atomic rename, then flushed to disk."""
-    folder, name = os.path.split(path)
-    temporary = os.path.join(folder, f".{name.lstrip('.')}.{secrets.token_hex(8)}.link")
-    os.symlink(target, temporary)
-    try:
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
-    fsync_folder(folder)
+    with _beside(path, "link") as temporary:
+        os.symlink(target, temporary)
 
 
 def _adopt(directory: str, names: tuple[str, ...]) -> None:
@@ -220,16 +218,11 @@ def _adopt(directory: str, names: tuple[str, ...]) -> None:
         if _ours(directory, name):
             continue
         if os.path.exists(path):
-            copy = os.path.join(current, f".{name}.{secrets.token_hex(8)}.tmp")
-            try:
+            with _beside(os.path.join(current, name), "tmp") as copy:
                 try:
                     os.link(os.path.realpath(path), copy)
                 except OSError:  # another file system, or one without links
                     shutil.copyfile(path, copy)
-                os.replace(copy, os.path.join(current, name))
-            finally:
-                with contextlib.suppress(OSError):
-                    os.remove(copy)
         _link(path, os.path.join(_POINTER, name))
 
 

@@ -15,7 +15,14 @@ from typing import Any
 import numpy as np
 
 from numpy_attn.decoder_spec import cache_shape
-from numpy_attn.gpt_spec import LAYER_NORM_EPS, apply_block, apply_model, decode_model, on_rows, sub_params
+from numpy_attn.gpt_spec import (
+    LAYER_NORM_EPS,
+    apply_block,
+    apply_layers,
+    block_parts,
+    decode_model,
+    sub_params,
+)
 from numpy_attn.kv_cache import KVCache, attention_decode, init_kv_cache, token_positions
 from numpy_attn.multi_head import multi_head_attention
 from numpy_attn.ops import dropout, linear
@@ -63,30 +70,13 @@ def transformer_block(
     Returns: ``(output (B, T, D), steps)``, the steps ``BLOCK_STEPS``.
     """
     return apply_block(
-        x, **_parts(params),
+        x, **block_parts(params, norm=layer_norm, feed_forward=feed_forward),
         att=lambda h: multi_head_attention(
             sub_params(params, "att."), h, num_heads=num_heads, context_length=context_length,
             dropout=dropout_rate, rng=rng,
         )[0],
         drop_shortcut=lambda h: dropout(h, dropout_rate, rng=rng),
     )  # fmt: skip
-
-
-def _parts(params: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """A block's ``norm1``, ``norm2`` and ``ff``, for ``apply_block``."""
-    return {
-        "norm1": functools.partial(layer_norm, sub_params(params, "norm1.")),
-        "norm2": functools.partial(layer_norm, sub_params(params, "norm2.")),
-        "ff": functools.partial(feed_forward, sub_params(params, "ff.")),
-    }
-
-
-def _head(params: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """``apply_model``'s final LayerNorm and output head."""
-    return {
-        "final_norm": functools.partial(layer_norm, sub_params(params, "final_norm.")),
-        "out_head": lambda x: linear(x, params["out_head.weight"]),  # (B, T, V)
-    }
 
 
 def gpt_model(
@@ -108,18 +98,14 @@ def gpt_model(
     tok_embeds = params["tok_emb.weight"][token_ids]  # (B, T, D)
     pos_embeds = params["pos_emb.weight"][:num_tokens]  # (T, D)
     x = dropout(tok_embeds + pos_embeds, config["drop_rate"], rng=rng)  # (B, T, D)
-    blocks = [
-        functools.partial(
-            transformer_block,
-            sub_params(params, f"trf_blocks.{i}."),
-            num_heads=config["n_heads"],
-            context_length=config["context_length"],
-            dropout_rate=config["drop_rate"],
-            rng=rng,
-        )
-        for i in range(config["n_layers"])
-    ]
-    return apply_model(x, blocks=blocks, **_head(params))  # (B, T, V)
+
+    def block(i: int, weights: Mapping[str, Any]) -> Any:  # block i, its dropout from rng
+        return functools.partial(
+            transformer_block, weights, num_heads=config["n_heads"], context_length=config["context_length"],
+            dropout_rate=config["drop_rate"], rng=rng,
+        )  # fmt: skip
+
+    return apply_layers(params, x, config["n_layers"], block=block, norm=layer_norm, linear=linear)
 
 
 def init_gpt_cache(config: Mapping[str, Any], batch: int, dtype: Any = np.float32) -> tuple[KVCache, ...]:
@@ -162,12 +148,7 @@ def decode(
     att = functools.partial(
         attention_decode, padding_mask=padding_mask, num_heads=config["n_heads"], in_place=in_place
     )
-    head = _head(params)
-    head["out_head"] = functools.partial(on_rows, head["out_head"])  # (B, t, V)
-    return decode_model(params, x, caches, att=att, parts=_decode_parts, head=head, last_only=last_only)
-
-
-def _decode_parts(params: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """A block's ``_parts`` for a decoding step: the feed-forward on the B·t rows, no dropout."""
-    parts = _parts(params)
-    return parts | {"ff": functools.partial(on_rows, parts["ff"]), "drop_shortcut": lambda h: h}
+    return decode_model(
+        params, x, caches, att=att, norm=layer_norm, feed_forward=feed_forward, linear=linear,
+        last_only=last_only,
+    )  # fmt: skip

@@ -133,14 +133,49 @@ def apply_model(
     return logits, steps
 
 
+Math = Callable[[Mapping[str, Any], Any], Any]  # a part's math: (its weights, x) -> its output
+
+
+def block_parts(params: Mapping[str, Any], *, norm: Math, feed_forward: Math) -> dict[str, Part]:
+    """A block's ``norm1``, ``norm2`` (``norm``) and ``ff`` (``feed_forward``) on its weights
+    ``params`` (``norm1.*``, ``norm2.*``, ``ff.*``), for ``apply_block``."""
+    return {
+        "norm1": functools.partial(norm, sub_params(params, "norm1.")),
+        "norm2": functools.partial(norm, sub_params(params, "norm2.")),
+        "ff": functools.partial(feed_forward, sub_params(params, "ff.")),
+    }
+
+
+def model_head(params: Mapping[str, Any], *, norm: Math, linear: Callable[..., Any]) -> dict[str, Part]:
+    """``apply_model``'s ``final_norm`` (``norm`` on ``final_norm.*``) and ``out_head`` (x times
+    ``out_head.weight`` by ``linear``, (B, T, D) -> (B, T, V))."""
+    return {
+        "final_norm": functools.partial(norm, sub_params(params, "final_norm.")),
+        "out_head": lambda x: linear(x, params["out_head.weight"]),  # (B, T, V)
+    }
+
+
+def apply_layers(
+    params: Mapping[str, Any], x: Any, n_layers: int, *,
+    block: Callable[[int, Mapping[str, Any]], Callable[[Any], tuple[Any, Steps]]], norm: Math,
+    linear: Callable[..., Any],
+) -> tuple[Any, Steps]:  # fmt: skip
+    """A model's full pass after the embeddings ``x`` (B, T, D): ``apply_model`` over
+    ``block(i, block i's weights)`` for each of the ``n_layers`` blocks and ``model_head``. Returns
+    ``apply_model``'s ``(logits (B, T, V), steps)``."""
+    blocks = [block(index, sub_params(params, f"trf_blocks.{index}.")) for index in range(n_layers)]
+    return apply_model(x, blocks=blocks, **model_head(params, norm=norm, linear=linear))
+
+
 def decode_model(
     params: Mapping[str, Any], x: Any, caches: Sequence[Any], *, att: Callable[..., tuple[Any, Any]],
-    parts: Callable[[Mapping[str, Any]], dict[str, Part]], head: Mapping[str, Part], last_only: bool,
+    norm: Math, feed_forward: Math, linear: Callable[..., Any], last_only: bool,
 ) -> tuple[Any, tuple[Any, ...]]:  # fmt: skip
     """A model's decoding step after the embeddings ``x`` (B, t, D) of its new tokens, in NumPy or JAX:
-    block i is ``apply_block`` over ``parts(its weights)`` with ``att(its att. weights, h, caches[i])``
-    (the output and the new cache), then ``head`` (``out_head`` on the last token alone where
-    ``last_only``). Returns ``(logits (B, 1 or t, V), new caches)``."""
+    block i is ``apply_block`` over its ``block_parts`` (the feed-forward on the B·t rows, no
+    dropout) with ``att(its att. weights, h, caches[i])`` (the output and the new cache), then
+    ``model_head`` (``out_head`` on the B·t rows, on the last token alone where ``last_only``).
+    Returns ``(logits (B, 1 or t, V), new caches)``."""
     new_caches = []
 
     def block(index: int, cache: Any) -> Callable[[Any], tuple[Any, Steps]]:
@@ -151,9 +186,12 @@ def decode_model(
             new_caches.append(new_cache)
             return output
 
-        return functools.partial(apply_block, **parts(weights), att=cached_att)
+        parts = block_parts(weights, norm=norm, feed_forward=feed_forward)
+        parts["ff"] = functools.partial(on_rows, parts["ff"])  # (B·t, D) rows
+        return functools.partial(apply_block, **parts, att=cached_att, drop_shortcut=lambda h: h)
 
-    out_head = head["out_head"]
+    head = model_head(params, norm=norm, linear=linear)
+    out_head = functools.partial(on_rows, head["out_head"])  # (B, t, V)
     last = (lambda h: out_head(h[:, -1:])) if last_only else out_head  # (B, 1 or t, V)
     blocks = [block(index, cache) for index, cache in enumerate(caches)]
     logits, _ = apply_model(x, blocks=blocks, final_norm=head["final_norm"], out_head=last)

@@ -12,13 +12,13 @@ and ``rope_scaling`` (transformers 4) give ``rope_base`` and Llama 3's ``rope_fr
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from numpy_attn import files
 from numpy_attn.checks import check_flag, check_params
 from numpy_attn.decoder_spec import (
     MODELS,
@@ -28,18 +28,17 @@ from numpy_attn.decoder_spec import (
     model_of,
     norm_eps,
     uses_qk_norm,
-    without_buffers,
 )
-from numpy_attn.file_checks import MAX_TENSORS
-from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.hf_gpt2 import (
     CONFIG_FILE,
-    FILE_CHECKS,
+    block_names,
     check_sizes,
     load_hf_gpt2,
+    loaded_params,
     read_checkpoint,
     read_config_json,
     save_hf_gpt2,
+    saved_params,
     write_checkpoint,
 )
 from numpy_attn.weights_file import read_arrays
@@ -87,23 +86,9 @@ _SUPPORTED = {
 
 def _names(cfg: Mapping[str, Any], model: str, lm_head: bool) -> dict[str, str]:
     """transformers' name -> ours, for every weight of ``model(cfg)`` (``lm_head`` left out where tied)."""
-    ours = decoder_param_shapes(cfg, model)
-    weight, names = MODELS[model].norms[0], {}
-    for hf, name in HF_NAMES.items():
-        for index in range(cfg["n_layers"]) if "{i}" in hf else [None]:
-            mine = name.format(i=index, w=weight)
-            if mine in ours and (lm_head or hf != "lm_head.weight"):
-                names[hf.format(i=index)] = mine
-    return names
-
-
-def _read_json(directory: str, path: str) -> dict[str, Any]:
-    """``config.json`` at ``path`` (named as in ``directory``): JSON of at most ``_MAX_CONFIG`` bytes,
-    UTF-8, an object."""
-    hf_config = read_config_json(directory, path)
-    if not isinstance(hf_config, dict):
-        raise ValueError(f"{directory}/{CONFIG_FILE} is not a JSON object")
-    return hf_config
+    ours, weight = decoder_param_shapes(cfg, model), MODELS[model].norms[0]
+    names = {hf: name.format(i=index, w=weight) for hf, name, index in block_names(HF_NAMES, cfg["n_layers"])}
+    return {hf: name for hf, name in names.items() if name in ours and (lm_head or hf != "lm_head.weight")}
 
 
 def _rope(hf_config: dict[str, Any], model_type: str, name: str) -> tuple[float, dict[str, Any] | None]:
@@ -130,19 +115,16 @@ def _rope(hf_config: dict[str, Any], model_type: str, name: str) -> tuple[float,
 
 def _read_config(directory: str, path: str) -> tuple[dict[str, Any], str, bool]:
     """``(cfg, model, tied)`` from a Llama or Qwen3 ``config.json``, checked before anything is built
-    from it: the sizes, settings these models compute as transformers does, RoPE's, the book's
+    from it: the sizes and settings (``check_sizes``: the tensors too), RoPE's, the book's
     ``Llama3Model``'s ``head_dim`` (``hidden_size // num_attention_heads``), a bool
-    ``tie_word_embeddings``, no more tensors than a weight file holds; then ``check_config``."""
-    hf_config, name = _read_json(directory, path), f"{directory}/{CONFIG_FILE}"
+    ``tie_word_embeddings``; then ``check_config``."""
+    hf_config, name = read_config_json(directory, path), f"{directory}/{CONFIG_FILE}"
     model_type = hf_config.get("model_type")
     if model_type not in MODEL_TYPES:
         raise ValueError(f"{directory} holds a {model_type!r} model, not one of {list(MODEL_TYPES)}")
     model = MODEL_TYPES[model_type]
     hf_config.setdefault("num_key_value_heads", hf_config.get("num_attention_heads"))
-    check_sizes(name, hf_config, _SIZES.values())
-    for key, allowed in _SUPPORTED.items():
-        if hf_config.get(key, allowed[0]) not in allowed:
-            raise ValueError(f"{name}: {key}={hf_config[key]!r} is not supported, only {allowed}")
+    check_sizes(name, hf_config, _SIZES, HF_NAMES, _SUPPORTED)
     cfg = {ours: hf_config[theirs] for ours, theirs in _SIZES.items()}
     cfg["rope_base"], rope_freq = _rope(hf_config, model_type, name)
     heads_size = hf_config["hidden_size"] // hf_config["num_attention_heads"]
@@ -158,12 +140,6 @@ def _read_config(directory: str, path: str) -> tuple[dict[str, Any], str, bool]:
     cfg["rms_norm_eps"] = hf_config.get("rms_norm_eps", 1e-6)
     tied = hf_config.get("tie_word_embeddings", False)
     check_flag(f"{name}: tie_word_embeddings", tied)
-    per_block = sum("{i}" in hf for hf in HF_NAMES)
-    if cfg["n_layers"] * per_block > MAX_TENSORS:
-        raise ValueError(
-            f"{name}: num_hidden_layers={cfg['n_layers']} needs {cfg['n_layers'] * per_block} tensors, more "
-            f"than the {MAX_TENSORS} a weight file holds"
-        )
     check_config(cfg, model)
     return cfg, model, tied
 
@@ -184,21 +160,16 @@ def load_hf_decoder(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray]
     check_params(
         hf, {theirs: shapes[ours] for theirs, ours in names.items()}, layer=f"checkpoint {directory}"
     )
-    params = {ours: np.ascontiguousarray(hf[theirs]) for theirs, ours in names.items()}
-    params.setdefault("out_head.weight", params["tok_emb.weight"])
-    params = {name: params[name] for name in shapes}  # torch's order
-    check_model_params(FILE_CHECKS, model, params, cfg)
+    params = loaded_params(
+        model, {ours: np.ascontiguousarray(hf[theirs]) for theirs, ours in names.items()}, cfg
+    )
     return params, cfg | {"dtype": params["tok_emb.weight"].dtype.name}
 
 
 def _model_type(directory: str) -> Any:
     """config.json's ``model_type`` (ValueError where the folder has no config.json)."""
-    path = os.path.join(directory, CONFIG_FILE)
-    if not os.path.exists(path):
-        raise ValueError(f"{directory} is not a Hugging Face checkpoint folder: {CONFIG_FILE} is missing")
-    return files.read_folder(directory, (CONFIG_FILE,), lambda p: _read_json(directory, p[CONFIG_FILE])).get(
-        "model_type"
-    )
+    what, read = "a Hugging Face checkpoint folder", functools.partial(read_config_json, directory)
+    return read_checkpoint(directory, what, read, (CONFIG_FILE,)).get("model_type")
 
 
 def load_hf(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -237,18 +208,16 @@ def save_hf(directory: str | os.PathLike, params: Mapping[str, np.ndarray], cfg:
 
 def _save_hf_decoder(directory: str, params: Mapping[str, np.ndarray], cfg: Mapping[str, Any]) -> None:
     model = model_of(cfg) if isinstance(cfg, Mapping) else "Llama3Model"
-    params = without_buffers(model, params, cfg)
-    check_model_params(FILE_CHECKS, model, params, cfg)
+    params, tied = saved_params(model, params, cfg)
     if model == "Qwen3Model" and not uses_qk_norm(cfg, model):
         raise ValueError(
             "cfg['qk_norm'] is False, which transformers' Qwen3 cannot hold: it always has QK-norm"
         )
-    tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
     hf = {theirs: np.asarray(params[ours]) for theirs, ours in _names(cfg, model, not tied).items()}
-    write_checkpoint(directory, _hf_config(cfg, model, tied, params["tok_emb.weight"].dtype.name), hf)
+    write_checkpoint(directory, _hf_config(cfg, model), hf, tied)
 
 
-def _hf_config(cfg: Mapping[str, Any], model: str, tied: bool, dtype: str) -> dict[str, Any]:
+def _hf_config(cfg: Mapping[str, Any], model: str) -> dict[str, Any]:
     """config.json for ``cfg``: RoPE both as transformers 5 writes it (``rope_parameters``) and as
     transformers 4 reads it (``rope_theta``, ``rope_scaling``); plain ints and floats."""
     model_type = next(theirs for theirs, ours in MODEL_TYPES.items() if ours == model)
@@ -271,8 +240,4 @@ def _hf_config(cfg: Mapping[str, Any], model: str, tied: bool, dtype: str) -> di
         "rope_parameters": rope,
         "attention_bias": False,
         **({"mlp_bias": False} if model == "Llama3Model" else {"use_sliding_window": False}),
-        "tie_word_embeddings": bool(tied),
-        "bos_token_id": None,
-        "eos_token_id": None,
-        "dtype": dtype,
     }

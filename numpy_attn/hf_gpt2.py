@@ -17,22 +17,23 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 
 from numpy_attn import files
 from numpy_attn.checks import JAX_FLOATS, check_divisible, check_dropout, check_flag, check_params, check_size
-from numpy_attn.decoder_spec import gpt_param_shapes, without_buffers
+from numpy_attn.decoder_spec import decoder_param_shapes, gpt_param_shapes, without_buffers
 from numpy_attn.door import Framework
-from numpy_attn.file_checks import MAX_TENSORS
+from numpy_attn.file_checks import MAX_TENSORS, parse_json
 from numpy_attn.gpt_checks import check_model_params
 from numpy_attn.gpt_spec import LAYER_NORM_EPS
 from numpy_attn.weights_file import read_arrays, save_weights
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 HF_BUFFERS = (".attn.bias", ".attn.masked_bias")  # old causal-mask buffers, which transformers ignores
+T = TypeVar("T")
 _MAX_CONFIG = 1 << 20  # bytes of config.json read at most (GPT-2's has about 1 kB)
 # the book's config's sizes -> config.json's (which must hold them)
 _SIZES = {"vocab_size": "vocab_size", "context_length": "n_positions", "emb_dim": "n_embd",
@@ -72,7 +73,6 @@ HF_NAMES: dict[str, tuple[tuple[str, ...], bool]] = {
     "transformer.ln_f.bias": (("final_norm.shift",), False),
     "lm_head.weight": (("out_head.weight",), False),  # absent where tied to wte
 }
-_PER_BLOCK = sum("{i}" in name for name in HF_NAMES)
 # config.json values this GPT computes exactly as GPT-2 does (absent keys take these defaults)
 _SUPPORTED = {
     "activation_function": ("gelu_new", "gelu_pytorch_tanh"),
@@ -90,12 +90,20 @@ class _FileChecks(Framework):
 FILE_CHECKS = _FileChecks()  # the checks of a checkpoint's weights
 
 
+def block_names(table: Mapping[str, T], n_layers: int) -> Iterator[tuple[str, T, int | None]]:
+    """``(transformers' name, its row, block index)`` for each row of a name ``table`` in a model of
+    ``n_layers`` blocks: a name with ``{i}`` once a block (formatted), another once (index None)."""
+    for hf, row in table.items():
+        for index in range(n_layers) if "{i}" in hf else [None]:
+            yield hf.format(i=index), row, index
+
+
 def hf_names(n_layers: int, lm_head: bool) -> dict[str, tuple[tuple[str, ...], bool]]:
     """``HF_NAMES`` for a GPT of ``n_layers`` blocks (``lm_head`` left out where it is tied)."""
-    names = {}
-    for hf, (ours, transposed) in HF_NAMES.items():
-        for index in range(n_layers) if "{i}" in hf else [None]:
-            names[hf.format(i=index)] = (tuple(name.format(i=index) for name in ours), transposed)
+    names = {
+        hf: (tuple(name.format(i=index) for name in ours), transposed)
+        for hf, (ours, transposed), index in block_names(HF_NAMES, n_layers)
+    }
     return names if lm_head else {hf: value for hf, value in names.items() if hf != "lm_head.weight"}
 
 
@@ -123,66 +131,89 @@ def _hf_shapes(config: Mapping[str, Any], lm_head: bool) -> dict[str, tuple[int,
     return shapes
 
 
-def read_config_json(directory: str, path: str, what: str = "a config.json") -> Any:
-    """The JSON value of ``config.json`` at ``path`` (named as in ``directory``): at most
-    ``_MAX_CONFIG`` bytes (``what`` holds about 1 kB), UTF-8, valid JSON; ValueError otherwise."""
+def read_config_json(directory: str, path: str, what: str = "a config.json") -> dict[str, Any]:
+    """The JSON object in ``config.json`` at ``path`` (named as in ``directory``): at most
+    ``_MAX_CONFIG`` bytes (``what`` holds about 1 kB), UTF-8, valid JSON, an object; ValueError otherwise."""
     name = f"{directory}/{CONFIG_FILE}"
     with files.open_regular_file(path) as file:
         text = file.read(_MAX_CONFIG + 1)
     if len(text) > _MAX_CONFIG:
         raise ValueError(f"{name} holds more than {_MAX_CONFIG} bytes; {what} holds about 1 kB")
-    try:
-        return json.loads(text.decode("utf-8"))
-    except (ValueError, RecursionError) as error:  # not UTF-8, bad JSON, too many digits, too deep
-        reason = "nested too deeply" if isinstance(error, RecursionError) else error
-        raise ValueError(f"{name} is not valid JSON: {reason}") from None
+    hf_config = parse_json(text, f"{name} is not valid JSON")
+    if not isinstance(hf_config, dict):
+        raise ValueError(f"{name} is not a JSON object")
+    return hf_config
 
 
-def check_sizes(name: str, hf_config: Mapping[str, Any], keys: Iterable[str]) -> None:
-    """config.json (``name``) holds each of ``keys``, a positive int."""
-    if missing := [key for key in keys if key not in hf_config]:
+def check_sizes(
+    name: str, hf_config: Mapping[str, Any], sizes: Mapping[str, str], names: Iterable[str],
+    supported: Mapping[str, tuple[Any, ...]],
+) -> None:  # fmt: skip
+    """config.json (``name``) holds each of ``sizes``' values (its keys for the book's), a positive int,
+    no more blocks (``sizes["n_layers"]``) than a weight file holds tensors of the name table
+    ``names`` (``{i}``: a block's) and only the settings ``supported`` allows (absent: the first)."""
+    if missing := [key for key in sizes.values() if key not in hf_config]:
         raise ValueError(f"{name} is missing keys {missing}")
-    for key in keys:
+    for key in sizes.values():
         check_size(f"{name}: {key}", hf_config[key])
+    layers, per_block = sizes["n_layers"], sum("{i}" in hf for hf in names)
+    if (tensors := hf_config[layers] * per_block) > MAX_TENSORS:
+        raise ValueError(
+            f"{name}: {layers}={hf_config[layers]} needs {tensors} tensors ({per_block} a block), more "
+            f"than the {MAX_TENSORS} a weight file holds"
+        )
+    for key, allowed in supported.items():
+        if hf_config.get(key, allowed[0]) not in allowed:
+            raise ValueError(f"{name}: {key}={hf_config[key]!r} is not supported, only {allowed}")
 
 
-def read_checkpoint(directory: str, what: str, read: Callable[[str, str], Any]) -> Any:
-    """``read(config path, weights path)`` of the one version of the checkpoint in ``directory``
-    (``files.read_folder``), both files found regular first (ValueError: not ``what``, naming one missing)."""
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
+def read_checkpoint(
+    directory: str, what: str, read: Callable[..., Any], names: tuple[str, ...] = (CONFIG_FILE, WEIGHTS_FILE)
+) -> Any:
+    """``read(*paths)`` of the files ``names`` (config.json, model.safetensors) of the one version of
+    the checkpoint in ``directory`` (``files.read_folder``), each found regular first (ValueError: not
+    ``what``, naming one missing)."""
+    for name in names:
         path = os.path.join(directory, name)
         if not os.path.exists(path):  # a link to nothing too; a FIFO or a folder is not missing
             raise ValueError(f"{directory} is not {what}: {name} is missing")
-        files.check_regular_file(path)  # both before either is read
-    return files.read_folder(
-        directory, (CONFIG_FILE, WEIGHTS_FILE), lambda p: read(p[CONFIG_FILE], p[WEIGHTS_FILE])
-    )
+        files.check_regular_file(path)  # all before any is read
+    return files.read_folder(directory, names, lambda paths: read(*(paths[name] for name in names)))
+
+
+def loaded_params(
+    model: str, params: dict[str, np.ndarray], config: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """A checkpoint's weights under our names as ``model(config)``'s: ``out_head`` tied to ``tok_emb``
+    where the file has no ``lm_head``, in torch's order, checked (``check_model_params``)."""
+    params.setdefault("out_head.weight", params["tok_emb.weight"])
+    params = {name: params[name] for name in decoder_param_shapes(config, model)}  # torch's order
+    check_model_params(FILE_CHECKS, model, params, config)
+    return params
+
+
+def saved_params(model: str, params: Any, config: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``params`` to save as ``model(config)``'s (buffers left out, checked: bfloat16 too) and whether
+    ``out_head`` is tied to ``tok_emb`` (equal arrays: the file then holds no ``lm_head``)."""
+    params = without_buffers(model, params, config)
+    check_model_params(FILE_CHECKS, model, params, config)
+    return params, bool(np.array_equal(params["out_head.weight"], params["tok_emb.weight"]))
 
 
 def _read_config(directory: str, path: str) -> dict[str, Any]:
     """``config.json`` (at ``path``; named as in ``directory``), checked before anything is built from
-    it: JSON of at most ``_MAX_CONFIG`` bytes, UTF-8, ``model_type`` gpt2, positive int sizes (an
+    it: a JSON object of at most ``_MAX_CONFIG`` bytes, UTF-8, ``model_type`` gpt2, positive int sizes (an
     ``n_layer`` whose tensors could not fit in a weight file refused here), ``n_head`` dividing
     ``n_embd``, a bool ``tie_word_embeddings`` (True where absent), a dropout rate in [0, 1) and the
     settings this GPT computes as GPT-2 does."""
     name = f"{directory}/{CONFIG_FILE}"
     hf_config = read_config_json(directory, path, "a GPT-2 config.json")
-    if not isinstance(hf_config, dict) or hf_config.get("model_type") != "gpt2":
-        model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
-        raise ValueError(f"{directory} holds a {model_type!r} model, not 'gpt2'")
-    check_sizes(name, hf_config, _SIZES.values())
+    if hf_config.get("model_type") != "gpt2":
+        raise ValueError(f"{directory} holds a {hf_config.get('model_type')!r} model, not 'gpt2'")
+    check_sizes(name, hf_config, _SIZES, HF_NAMES, _SUPPORTED)
     check_divisible(f"{name}: n_embd", hf_config["n_embd"], hf_config["n_head"], heads_name="n_head")
     check_flag(f"{name}: tie_word_embeddings", hf_config.setdefault("tie_word_embeddings", True))
     check_dropout(f"{name}: resid_pdrop", hf_config.get("resid_pdrop", 0.1))
-    n_layer, per_block = hf_config["n_layer"], _PER_BLOCK
-    if n_layer * per_block > MAX_TENSORS:
-        raise ValueError(
-            f"{name}: n_layer={n_layer} needs {n_layer * per_block} tensors ({per_block} a block), more "
-            f"than the {MAX_TENSORS} a weight file holds"
-        )
-    for key, allowed in _SUPPORTED.items():
-        if hf_config.get(key, allowed[0]) not in allowed:
-            raise ValueError(f"{name}: {key}={hf_config[key]!r} is not supported, only {allowed}")
     if hf_config.get("n_inner") not in (None, 4 * hf_config["n_embd"]):
         raise ValueError(f"{name}: n_inner={hf_config['n_inner']} is not supported, only 4 * n_embd")
     return hf_config
@@ -211,10 +242,7 @@ def load_hf_gpt2(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], d
     # an untied head must be in the file (transformers would draw it at random), a tied one may be
     lm_head = not hf_config["tie_word_embeddings"] or "lm_head.weight" in hf
     check_params(hf, _hf_shapes(config, lm_head), layer=f"GPT-2 checkpoint {directory}")
-    params = book_params(hf, config["n_layers"], lm_head)
-    params = {name: params[name] for name in gpt_param_shapes(config)}  # torch's order
-    check_model_params(FILE_CHECKS, "GPTModel", params, config)
-    return params, config
+    return loaded_params("GPTModel", book_params(hf, config["n_layers"], lm_head), config), config
 
 
 def _transformer_names(hf: Mapping[str, np.ndarray], directory: str) -> dict[str, np.ndarray]:
@@ -245,9 +273,7 @@ def save_hf_gpt2(
     ``directory`` that is not a folder or a checkpoint file there that is not a regular file; OSError
     naming ``directory`` where it cannot be written.
     """
-    params = without_buffers("GPTModel", params, config)
-    check_model_params(FILE_CHECKS, "GPTModel", params, config)
-    tied = np.array_equal(params["out_head.weight"], params["tok_emb.weight"])
+    params, tied = saved_params("GPTModel", params, config)
     dtype, shapes = params["tok_emb.weight"].dtype, gpt_param_shapes({**config, "qkv_bias": True})
     hf = {}
     for hf_name, (names, transposed) in hf_names(config["n_layers"], not tied).items():
@@ -255,15 +281,18 @@ def save_hf_gpt2(
         parts = [np.asarray(params[n]) if n in params else np.zeros(shapes[n], dtype) for n in names]
         value = np.concatenate(parts) if len(parts) > 1 else parts[0]
         hf[hf_name] = value.T if transposed else value
-    write_checkpoint(directory, _hf_config(config, tied, dtype.name), hf)
+    write_checkpoint(directory, _hf_config(config), hf, tied)
 
 
 def write_checkpoint(
-    directory: str | os.PathLike, config: Mapping[str, Any], weights: dict[str, np.ndarray]
+    directory: str | os.PathLike, config: Mapping[str, Any], weights: dict[str, np.ndarray], tied: bool
 ) -> None:
-    """A Hugging Face folder: ``config`` as config.json and ``weights`` (transformers' names) as
-    model.safetensors, swapped in as a whole (``files.write_folder``); the folder is made if needed."""
-    text = json.dumps(config, indent=2).encode()
+    """A Hugging Face folder: ``config`` as config.json (with ``tie_word_embeddings``, no special
+    tokens and the weights' ``dtype``) and ``weights`` (transformers' names) as model.safetensors,
+    swapped in as a whole (``files.write_folder``); the folder is made if needed."""
+    dtype = next(iter(weights.values())).dtype.name  # the weights share one
+    common = {"tie_word_embeddings": bool(tied), "bos_token_id": None, "eos_token_id": None, "dtype": dtype}
+    text = json.dumps({**config, **common}, indent=2).encode()
     directory = os.fspath(directory)
     try:
         if not os.path.isdir(directory):
@@ -281,7 +310,7 @@ def write_checkpoint(
     files.write_folder(directory, (CONFIG_FILE, WEIGHTS_FILE), write)
 
 
-def _hf_config(config: Mapping[str, Any], tied: bool, dtype: str) -> dict[str, Any]:
+def _hf_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """config.json for ``config``: checked ints and a float, NumPy's too, as JSON's."""
     rate = float(config["drop_rate"])
     return {
@@ -292,8 +321,4 @@ def _hf_config(config: Mapping[str, Any], tied: bool, dtype: str) -> dict[str, A
         "activation_function": "gelu_new",
         "layer_norm_epsilon": LAYER_NORM_EPS,
         **{key: rate for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop")},
-        "tie_word_embeddings": bool(tied),
-        "bos_token_id": None,
-        "eos_token_id": None,
-        "dtype": dtype,
     }

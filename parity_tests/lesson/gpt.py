@@ -146,7 +146,8 @@ def gpt() -> list[Shown]:
             "logits: final LayerNorm, then the output head, after 12 blocks",
             three(
                 (torch_gpt.GPTModel.forward, "x = self.final_norm", "logits = self.out_head"),
-                (numpy_gpt._head, "return"),
+                (gpt_spec.model_head, "return"),
+                (gpt_spec.model_head, "return"),
             ),
             {f: s["output"] for f, s in steps.items()},
             PRINTED["logits_shape"],
