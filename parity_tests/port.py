@@ -23,7 +23,14 @@ import numpy as np
 from parity_tests.compare import StepReport, StepRow, compare_steps
 from parity_tests.locate.check import locate, locate_runs
 from parity_tests.locate.gradients import FORWARD_DIVERGES, locate_gradients
-from parity_tests.locate.run import applied, framework_of, holds_weights, takes_return_steps, to_numpy
+from parity_tests.locate.run import (
+    applied,
+    evaluating,
+    framework_of,
+    holds_weights,
+    takes_return_steps,
+    to_numpy,
+)
 from parity_tests.locate.trace import Raised, Record, Trace, exits_raise, split_result
 
 __all__ = ["CAUSES", "check_port", "likely_causes"]
@@ -180,10 +187,7 @@ def check_port(
 
 def _run_steps(run: Trace) -> OrderedDict:
     """The steps a captured run recorded, then its output (``_trace``'s order)."""
-    _warn_unknown_steps(run.steps)
-    steps = OrderedDict((k, v) for k, v in run.steps.items() if k != "output")
-    steps["output"] = _as_computed(run.records[run.output])
-    return steps
+    return _steps_then_output(run.steps, _as_computed(run.records[run.output]))
 
 
 def _as_computed(record: Record) -> np.ndarray:
@@ -213,16 +217,14 @@ def _trace(fn: Callable[..., Any], args: Sequence[Any], params: Mapping[str, Any
         params = None if params is None else {k: to_numpy(v) for k, v in params.items()}
     if params is not None and not holds_weights(fn):  # as locate calls it
         args = (params, *args)
-    fn = applied(fn)
-    training = torch_module is not None and torch_module.training
-    if training:  # in eval mode, as locate runs it (train mode goes through locate_runs)
-        torch_module.eval()
-    try:
-        result = _called(fn, args)
-    finally:
-        if training:
-            torch_module.train()
+    with evaluating(torch_module):  # as locate runs it (train mode goes through locate_runs)
+        result = _called(applied(fn), args)
     output, steps = split_result(result)  # a tuple output (nn.MultiheadAttention's) gives its first
+    return _steps_then_output(steps, output)
+
+
+def _steps_then_output(steps: Mapping[str, Any], output: Any) -> OrderedDict:
+    """The steps a run recorded (a misspelt name warned of), then its output, in the order compared."""
     _warn_unknown_steps(steps)
     trace = OrderedDict((k, v) for k, v in steps.items() if k != "output")
     trace["output"] = output

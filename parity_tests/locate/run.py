@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ __all__ = [
     "NoGradients",
     "applied",
     "capture",
+    "evaluating",
     "framework_of",
     "holds_weights",
     "returned_framework",
@@ -282,23 +284,35 @@ def _capture(
     fn = applied(fn)
     kwargs = {"return_steps": True} if takes_return_steps(fn) else {}
     capture_fn = {"torch": capture_torch, "jax": capture_jax, "numpy": capture_numpy}[framework]
-    module = torch_module_of(fn)
-    was_training = module.training if module is not None else False
-    if module is not None and not train:
-        module.eval()
+    with (
+        evaluating(torch_module_of(fn), not train),
+        warnings.catch_warnings(),
+        np.errstate(all="ignore"),
+        exits_raise(),
+    ):
+        warnings.simplefilter("ignore")
+        if framework == "jax" and keep_masks:
+            return capture_jax(fn, args, kwargs, gradient_seed, keep_masks)
+        if framework == "numpy" and keep_masks:
+            return capture_numpy(fn, args, kwargs, keep_masks, kept_high)
+        if gradient_seed is None:
+            return capture_fn(fn, args, kwargs)
+        return capture_fn(fn, args, kwargs, gradient_seed)
+
+
+@contextlib.contextmanager
+def evaluating(module: Any, evaluate: bool = True) -> Iterator[None]:
+    """A torch ``module`` (None: nothing to do) in eval mode where ``evaluate`` (else in the mode it is
+    in), its own mode put back afterwards."""
+    if module is None or not evaluate:
+        yield
+        return
+    was_training = module.training
+    module.eval()
     try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"), exits_raise():
-            warnings.simplefilter("ignore")
-            if framework == "jax" and keep_masks:
-                return capture_jax(fn, args, kwargs, gradient_seed, keep_masks)
-            if framework == "numpy" and keep_masks:
-                return capture_numpy(fn, args, kwargs, keep_masks, kept_high)
-            if gradient_seed is None:
-                return capture_fn(fn, args, kwargs)
-            return capture_fn(fn, args, kwargs, gradient_seed)
+        yield
     finally:
-        if module is not None:
-            module.train(was_training)
+        module.train(was_training)
 
 
 def applied(fn: Any) -> Any:
