@@ -471,19 +471,28 @@ def _scaled_otherwise(alignment: Alignment, unscaled: int, laid_out: np.ndarray 
     counterpart = alignment.reference.records[alignment.counterpart]
     rtol, atol = tolerance_of(alignment.candidate.records[alignment.shown], counterpart)
     if laid_out is not None and laid_out.dtype.kind == "f" and counterpart.value.dtype.kind == "f":
-        factor = scale_between(counterpart.value.astype(np.float64), laid_out.astype(np.float64), rtol, atol)
         left_out = 1 / alignment.factors[0] if counterpart.index in alignment.scaled else 1.0
-        if factor is not None and abs(factor / left_out - 1) > 1e-3:
+        if _scaled_by_another(counterpart.value, laid_out, left_out, rtol, atol):
             return True
     given = alignment.reference.records[unscaled].value
     as_it_is = 1 / alignment.factors[0] if unscaled in alignment.scaled else 1.0  # yours holds it unscaled
     for record in line_records(alignment.candidate, alignment.shown):
         due = due_value(given, record.shape, alignment.rules) if record.value.dtype.kind == "f" else None
-        if due is not None and due.dtype.kind == "f":
-            factor = scale_between(due.astype(np.float64), record.value.astype(np.float64), rtol, atol)
-            if factor is not None and abs(factor / as_it_is - 1) > 1e-3:
-                return True
+        if (
+            due is not None
+            and due.dtype.kind == "f"
+            and _scaled_by_another(due, record.value, as_it_is, rtol, atol)
+        ):
+            return True
     return False
+
+
+def _scaled_by_another(
+    reference: np.ndarray, value: np.ndarray, expected: float, rtol: float, atol: float
+) -> bool:
+    """Whether ``value`` is ``reference`` times one factor, other than ``expected`` (by more than 0.1 %)."""
+    factor = scale_between(reference.astype(np.float64), value.astype(np.float64), rtol, atol)
+    return factor is not None and abs(factor / expected - 1) > 1e-3
 
 
 def _interleaved_pairs(
@@ -560,12 +569,11 @@ def _residual_left_out(expected: Trace, alignment: Alignment) -> str:
             other[0].index in ancestors(expected, mine[0]) or mine[0] in ancestors(expected, other[0].index)
         )
     ):  # two terms computed apart (token and position embeddings): no skip connection
-        return (
-            f"a term of a sum left out: this is a value the reference adds{added} to first "
-            f"({total.location}); yours goes on without the sum"
-        )
+        what = "a term of a sum"
+    else:
+        what = "a residual connection"
     return (
-        f"a residual connection left out: this is a value the reference adds{added} to first "
+        f"{what} left out: this is a value the reference adds{added} to first "
         f"({total.location}); yours goes on without the sum"
     )
 
@@ -681,27 +689,23 @@ def _mask_taken_as_made(report: LocateReport, expected: Trace, actual: Trace, al
             expected.records[r].value.dtype == bool and _hides(expected, r) for r in equal
         ):
             continue
+        meaning = "(jax.nn's and Flax's meaning, True = attend)"
         if made.op in NEGATIONS:
             user = report.candidate_location
             report.candidate_location = made.location
             report.candidate_op = _source_text(made.location, made.op)
-            _add_new(
-                report,
-                [
-                    f"the mask made here by a negation ({made.op}) is the reference's as it is, True = "
-                    f"hidden, but {user} hides where it is False (jax.nn's and Flax's meaning, True = "
-                    "attend): drop the negation, or swap that line's branches"
-                ],
+            cause = (
+                f"the mask made here by a negation ({made.op}) is the reference's as it is, True = hidden, "
+                f"but {user} hides where it is False {meaning}: drop the negation, or swap that line's "
+                "branches"
             )
         else:
-            _add_new(
-                report,
-                [
-                    f"the mask it takes ({made.location}, {made.op}) is the reference's as it is, True = "
-                    "hidden, but this line hides where it is False (jax.nn's and Flax's meaning, True = "
-                    "attend): invert the mask there, or swap this line's branches"
-                ],
+            cause = (
+                f"the mask it takes ({made.location}, {made.op}) is the reference's as it is, True = hidden, "
+                f"but this line hides where it is False {meaning}: invert the mask there, or swap this "
+                "line's branches"
             )
+        _add_new(report, [cause])
         return
 
 
