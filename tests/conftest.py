@@ -7,12 +7,18 @@ import tempfile
 # XLA:CPU settings that make compiling fast, set before JAX starts its backend (it reads XLA_FLAGS
 # then; the subprocesses the tests start inherit them). The suite compiles thousands of small
 # programs and runs each a few times, so LLVM's optimisation of the machine code (level 0 for
-# XLA's default 3) and XLA's MLIR fusion emitters (its elemental emitter instead) cost far more
-# compile time than they save (the measurements: benchmarks/README.md, "Test-suite time").
-# A flag the run names itself is kept:
-#   XLA_FLAGS="--xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=true" make test
+# XLA's default 3), XLA's MLIR fusion emitters (its elemental emitter instead) and the split of a
+# program's LLVM module into up to 32 parts compiled on threads (one part: a worker per core
+# already keeps every core busy) cost more compile time than they save (the measurements:
+# benchmarks/README.md, "Test-suite time"). A flag the run names itself is kept:
+#   XLA_FLAGS="--xla_backend_optimization_level=3 --xla_cpu_use_fusion_emitters=true
+#   --xla_cpu_parallel_codegen_split_count=32" make test
 # runs the tests on the code users' programs get (XLA's defaults).
-FAST_COMPILE = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false"}
+FAST_COMPILE = {
+    "--xla_backend_optimization_level": "0",
+    "--xla_cpu_use_fusion_emitters": "false",
+    "--xla_cpu_parallel_codegen_split_count": "1",
+}
 flags = os.environ.get("XLA_FLAGS", "").split()
 named = {flag.split("=")[0] for flag in flags}
 os.environ["XLA_FLAGS"] = " ".join(flags + [f"{k}={v}" for k, v in FAST_COMPILE.items() if k not in named])
