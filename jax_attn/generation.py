@@ -9,7 +9,8 @@ reached an eos id: no dispatch and no host wait per token.
 Its caches (float32 for a 16-bit model on a CPU: ``cache_dtype``) hold T + ``max_new_tokens``
 tokens rounded up to ``CACHE_STEP`` (so that one program serves nearby lengths; each is compiled
 once per prompt shape, cache size and sampling options, and the temperature, ``top_p``, ids and
-lengths are its arguments). The caches are loop carries that
+lengths are its arguments; the eos ids are padded to a multiple of ``STOPS_STEP`` with -1, an id no
+token has, so that one program serves up to that many). The caches are loop carries that
 XLA updates in place: the program reads the weights as the model holds them (the Linear kernels
 ``(in, out)``, transposed inside the program, where XLA folds each transpose into its product;
 16-bit ones in torch's layout, ``generation_params``, which the loop reads as they are:
@@ -43,6 +44,7 @@ DECODING = decoding("jax_attn")  # model kind (decoder_spec.model_kind) -> its c
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 CACHE_STEP = 64  # the caches' length is T + max_new_tokens rounded up to a multiple of this
+STOPS_STEP = 4  # the eos ids (none too) are padded with -1 to a multiple of this, at least this many
 # XLA:CPU's copy insertion keeps a loop's cache in place only with its region analysis (without it,
 # every token copies every cache two or three times); the GPU backend's flag, for the same reason
 IN_PLACE = {
@@ -296,7 +298,10 @@ def program_arguments(
     stored, transposed = generation_params(model)
     num_tokens = token_ids.shape[1]
     stops = stop_ids(eos_token_id)
-    padding = jnp.zeros(token_ids.shape, bool) if attention_mask is None else jnp.asarray(attention_mask) == 0
+    padded_stops = stops + [-1] * (max(1, math.ceil(len(stops) / STOPS_STEP)) * STOPS_STEP - len(stops))
+    padding = jnp.zeros(token_ids.shape, bool)
+    if attention_mask is not None:  # not ``== 0``: for a bool mask a weak bool, another program
+        padding = ~jnp.asarray(attention_mask, bool)
     sample = float(temperature) > 0.0
     key = jax.random.key(0) if rng is None else rng
     if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
@@ -304,7 +309,7 @@ def program_arguments(
     arguments = (
         stored, token_ids, padding, jnp.int32(max_new_tokens), jnp.int32(min_new_tokens),
         jnp.float32(min(float(temperature), FLOAT32_MAX) if sample else 1.0),
-        jnp.float32(1.0 if top_p is None else top_p), jnp.asarray(stops, jnp.int32).reshape(-1),
+        jnp.float32(1.0 if top_p is None else top_p), jnp.asarray(padded_stops, jnp.int32),
         jnp.asarray(fill_id(stops, pad_token_id), token_ids.dtype), key, jnp.int32(stream_id),
     )  # fmt: skip
     static = {

@@ -169,8 +169,16 @@ class TorchWeights(nnx.Module):
         return stored, frozenset(transposed)
 
     def to_params(self) -> dict[str, np.ndarray]:
-        """The weights as NumPy arrays in the weights format: torch name -> array in torch's layout."""
-        return {name: np.asarray(value) for name, value in self.torch_params().items()}
+        """The weights as NumPy arrays in the weights format: torch name -> array in torch's layout,
+        read-only and C-contiguous (transposed in NumPy: a JAX array's transpose compiles a program
+        for each shape)."""
+        variables, params = self._variables(), {}
+        for name in self._format():
+            path, param = variables[name]
+            value = np.ascontiguousarray(torch_value(path, np.asarray(param[...])))
+            value.flags.writeable = False
+            params[name] = value
+        return params
 
     def load_params(self, params: Mapping[str, Any]) -> Self:
         """Copy the weights-format ``params`` (NumPy, JAX or torch arrays; a ``state_dict()`` as it
@@ -197,7 +205,9 @@ class TorchWeights(nnx.Module):
         for name, (path, param) in variables.items():
             if first[id(param)] != name:
                 continue
-            value = to_flax(path, as_jax(weights[name])).astype(dtypes[name])
+            # transposed before as_jax: a NumPy array's (or a tensor's) transpose is a view, where
+            # a JAX array's compiles a program for each shape
+            value = as_jax(to_flax(path, weights[name])).astype(dtypes[name])
             if isinstance(param.get_value(), jax.ShapeDtypeStruct):  # a shape that build_to_load left
                 param.set_value(value)
             else:

@@ -53,11 +53,18 @@ def ours(models, ids, max_new_tokens, **options):
     }
 
 
-def test_greedy_tokens_equal_transformers_for_a_left_padded_batch_and_each_row_alone(models):
+@pytest.fixture(scope="module")
+def free_run(models):
+    """transformers' greedy tokens for PROMPTS with no stop id: ``(3, 5 + 8)``, read-only."""
+    tokens = hf_generate(models[3], PROMPTS, MASK, max_new_tokens=8)
+    tokens.flags.writeable = False
+    return tokens
+
+
+def test_greedy_tokens_equal_transformers_for_a_left_padded_batch_and_each_row_alone(models, free_run):
     """The rows' RoPE positions count from their first token, their padding hidden: the batch's
     tokens are transformers' (its position_ids from the attention_mask) and each row's alone."""
-    hf = models[3]
-    expected = hf_generate(hf, PROMPTS, MASK, max_new_tokens=8)
+    hf, expected = models[3], free_run
     assert expected.shape == (3, 13)
     for name, actual in ours(models, PROMPTS, 8, attention_mask=MASK).items():
         np.testing.assert_array_equal(actual, expected, err_msg=name)
@@ -102,11 +109,10 @@ def test_a_padding_mask_of_another_shape_is_refused_with_one_text(models):
     assert messages[0] == messages[1]
 
 
-def test_stop_ids_and_min_new_tokens_equal_transformers(models):
+def test_stop_ids_and_min_new_tokens_equal_transformers(models, free_run):
     """Row 0's third new token is the stop: row 0 finishes there and gets pad_token_id after it,
     min_new_tokens keeps it from stopping before; generation ends when every row has."""
-    free = hf_generate(models[3], PROMPTS, MASK, max_new_tokens=8)
-    stop = int(free[0, 5 + 2])
+    stop = int(free_run[0, 5 + 2])
     for options in (
         {"eos_token_id": stop, "pad_token_id": 7},
         {"eos_token_id": [stop, 60], "min_new_tokens": 4, "pad_token_id": PAD},

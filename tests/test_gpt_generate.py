@@ -104,12 +104,18 @@ def test_greedy_generation_equals_transformers_greedy_generate(params, model, tm
 
 def test_one_program_per_prompt_shape_and_cache_size_not_per_length_temperature_or_top_p(model):
     """The whole generation is one compiled program: its lengths, temperature, top_p, ids and key are
-    arguments, so that other values of them reuse it; the cache's size (T + max_new_tokens rounded up
-    to CACHE_STEP, TINY's context at most), top_k and whether it samples are compiled in."""
-    prompt = jnp.asarray(token_ids(1, 3, seed=5))
+    arguments, so that other values of them reuse it (up to STOPS_STEP eos ids, none included, and
+    an int or a bool attention_mask, too); the cache's size (T + max_new_tokens rounded up to
+    CACHE_STEP, TINY's context at most), top_k and whether it samples are compiled in. The prompt's
+    shape is the transformers test's, whose program the first call may reuse."""
+    prompt = jnp.asarray(token_ids(2, 4, seed=5))
     jax_attn.generate(model, prompt, 2)
     compiled = jax_generation._generate._cache_size()
-    assert jax_attn.generate(model, prompt, 12).shape == (1, 15)  # the same cache: TINY's 16 tokens
+    assert jax_attn.generate(model, prompt, 12).shape == (2, 16)  # the same cache: TINY's 16 tokens
+    jax_attn.generate(model, prompt, 2, eos_token_id=[3, 4], pad_token_id=5)
+    jax_attn.generate(model, prompt, 2, eos_token_id=list(range(jax_generation.STOPS_STEP)))
+    for mask in (np.ones((2, 4), np.int32), np.ones((2, 4), bool)):
+        jax_attn.generate(model, prompt, 2, attention_mask=jnp.asarray(mask))
     assert jax_generation._generate._cache_size() == compiled
     jax_attn.generate(model, prompt, 2, temperature=0.5, top_p=0.9, rng=jax.random.key(0))  # sampling
     sampling = jax_generation._generate._cache_size()
@@ -127,7 +133,8 @@ def test_the_program_keeps_its_caches_in_place(model):
         half = jax_attn.GPTModel.from_params(
             {k: jnp.asarray(v, dtype) for k, v in model.to_params().items()}, TINY
         )
-        arguments, static = jax_generation.program_arguments(half, jnp.asarray(token_ids(2, 3)), 5)
+        prompt = jnp.asarray(token_ids(2, 4))  # the shape the other tests generate from in each dtype
+        arguments, static = jax_generation.program_arguments(half, prompt, 5)
         program = jax_generation._generate.lower(*arguments, **static).compile().as_text()
         cache = f"[2,2,{static['cache_length']},16]"
         assert [line for line in program.splitlines() if " copy(" in line and cache in line] == []
@@ -585,12 +592,12 @@ def test_jax_generate_takes_a_bfloat16_model_as_gpt_model_does(params):
     gpt_model and gpt_model_decode take, was refused by generate alone."""
     weights = {name: jnp.asarray(value, jnp.bfloat16) for name, value in params.items()}
     model = jax_attn.GPTModel.from_params(weights, TINY)
-    prompt = jnp.asarray(token_ids(2, 3, seed=6))
+    prompt = jnp.asarray(token_ids(2, 4, seed=6))
     actual = jax_attn.generate(model, prompt, 4)
     caches = jax_attn.init_gpt_cache(TINY, 2, jnp.bfloat16)
     logits, _ = jax.jit(lambda *args: jax_attn.gpt_model_decode(*args, TINY))(weights, prompt, caches)
-    np.testing.assert_array_equal(actual[:, 3], jnp.argmax(logits[:, -1], axis=-1))
-    assert actual.shape == (2, 7)
+    np.testing.assert_array_equal(actual[:, 4], jnp.argmax(logits[:, -1], axis=-1))
+    assert actual.shape == (2, 8)
 
 
 def test_a_temperature_past_the_int64_or_the_logits_range_samples_in_both_packages(params):
@@ -599,7 +606,7 @@ def test_a_temperature_past_the_int64_or_the_logits_range_samples_in_both_packag
     the temperature cast to inf: NaN, and token 0 sampled whatever it was. Now an int temperature
     is a float, and one past the logits' range divides as their largest value: ``top_k=1`` is
     greedy, whatever the temperature."""
-    prompt = token_ids(2, 3, seed=6)
+    prompt = token_ids(2, 4, seed=6)  # the shape of the float16 programs in test_gpt_generate_half
     half = {name: value.astype(np.float16) for name, value in params.items()}
     model = jax_attn.GPTModel.from_params(half, TINY)
     greedy = jax_attn.generate(model, jnp.asarray(prompt), 3)

@@ -2,6 +2,7 @@
 table's half-precision rows), and jax_attn.generate's program (16-bit weights in torch's layout)
 against the public decoding functions."""
 
+import functools
 import re
 
 import jax
@@ -28,21 +29,23 @@ def torch_logits(dtype, ids):
         return model(torch.tensor(ids)).float().numpy()
 
 
+# jax_attn's decoding step, jitted once for the module: the weights are an argument, so that the tests
+# that decode the same shapes in the same dtype run the programs the first of them compiled
+jitted_decode = jax.jit(functools.partial(jax_attn.gpt_model_decode, config=TINY))
+
+
 def decoded_logits(package, weights, ids, prefill):
     """``prefill`` tokens at once, then one at a time, through the public gpt_model_decode (jitted in
     jax_attn): the logits of every position ``(B, T, V)``."""
-
-    def step(ids, caches):
-        return package.gpt_model_decode(weights, ids, caches, TINY)
-
-    convert = np.asarray
+    step, convert = functools.partial(numpy_attn.gpt_model_decode, config=TINY), np.asarray
     if package is jax_attn:
-        step, convert = jax.jit(step), jnp.asarray
+        step, convert = jitted_decode, jnp.asarray
     dtype = weights["tok_emb.weight"].dtype
-    logits, caches = step(convert(ids[:, :prefill]), package.init_gpt_cache(TINY, ids.shape[0], dtype))
+    caches = package.init_gpt_cache(TINY, ids.shape[0], dtype)
+    logits, caches = step(weights, convert(ids[:, :prefill]), caches)
     actual = [np.asarray(logits, np.float32)]
     for position in range(prefill, ids.shape[1]):
-        logits, caches = step(convert(ids[:, position : position + 1]), caches)
+        logits, caches = step(weights, convert(ids[:, position : position + 1]), caches)
         actual.append(np.asarray(logits, np.float32))
     return np.concatenate(actual, axis=1)
 
@@ -63,7 +66,7 @@ def test_half_precision_decoding_matches_torch_in_that_dtype(package, dtype):
     )
     weights = {name: cast(value) for name, value in params.items()}
     expected = torch_logits(dtype, ids)  # (B, T, V), computed in dtype
-    actual = decoded_logits(package, weights, ids, prefill=5)
+    actual = decoded_logits(package, weights, ids, prefill=4)  # the next test's prompt length
     rtol, atol = tolerance_for(dtype)  # both sides computed in dtype, compared as float32
     report = compare_arrays(f"{package.__name__} {dtype} logits", expected, actual, rtol=rtol, atol=atol)
     assert report.ok, report

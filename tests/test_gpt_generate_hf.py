@@ -56,8 +56,16 @@ def ours(models, ids, max_new_tokens, **options):
     }
 
 
-def test_left_padded_prompts_equal_transformers_batch_and_each_row_alone(models):
-    expected = hf_generate(models[2], PROMPTS, MASK, max_new_tokens=8)
+@pytest.fixture(scope="module")
+def free_run(models):
+    """transformers' greedy tokens with no stop id: ``(3, 6 + 8)``, read-only."""
+    tokens = hf_generate(models[2], PROMPTS, MASK, max_new_tokens=8)
+    tokens.flags.writeable = False
+    return tokens
+
+
+def test_left_padded_prompts_equal_transformers_batch_and_each_row_alone(models, free_run):
+    expected = free_run  # transformers' greedy tokens for the batch
     assert expected.shape == (3, 14)
     for name, actual in ours(models, PROMPTS, 8, attention_mask=MASK).items():
         np.testing.assert_array_equal(actual, expected, err_msg=name)
@@ -72,22 +80,16 @@ def test_a_bool_attention_mask_means_what_its_ints_mean(models):
         np.testing.assert_array_equal(actual, expected[name], err_msg=name)
 
 
-def free_run(models, new_tokens=8):
-    """transformers' greedy tokens with no stop id: ``(3, 6 + new_tokens)``."""
-    return hf_generate(models[2], PROMPTS, MASK, max_new_tokens=new_tokens)
-
-
 @pytest.mark.parametrize("stops", ["one row", "every row", "a list"])
-def test_stop_ids_end_each_row_and_pad_after_as_transformers(models, stops):
+def test_stop_ids_end_each_row_and_pad_after_as_transformers(models, free_run, stops):
     """A row that picks an eos id gets ``pad_token_id`` after it; when every row has, generation
     ends early: transformers' shape and tokens, whatever the kind of stop."""
-    free = free_run(models)
     if stops == "one row":
-        eos = int(free[1, 6 + 2])  # row 1's third new token
+        eos = int(free_run[1, 6 + 2])  # row 1's third new token
     elif stops == "every row":
-        eos = sorted({int(free[row, 6 + 1]) for row in range(3)})  # each row's second new token
+        eos = sorted({int(free_run[row, 6 + 1]) for row in range(3)})  # each row's second new token
     else:
-        eos = [int(free[0, 6 + 4]), int(free[2, 6])]
+        eos = [int(free_run[0, 6 + 4]), int(free_run[2, 6])]
     expected = hf_generate(models[2], PROMPTS, MASK, max_new_tokens=8, eos_token_id=eos, pad_token_id=60)
     if stops == "every row":
         assert expected.shape[1] < 14  # stopped before max_new_tokens
@@ -99,16 +101,15 @@ def test_stop_ids_end_each_row_and_pad_after_as_transformers(models, stops):
         np.testing.assert_array_equal(actual, expected, err_msg=name)
 
 
-def test_the_pad_id_defaults_to_the_eos_id_as_in_transformers(models):
-    eos = int(free_run(models)[1, 6 + 2])
+def test_the_pad_id_defaults_to_the_eos_id_as_in_transformers(models, free_run):
+    eos = int(free_run[1, 6 + 2])
     expected = hf_generate(models[2], PROMPTS, MASK, max_new_tokens=8, eos_token_id=eos, pad_token_id=eos)
     for name, actual in ours(models, PROMPTS, 8, attention_mask=MASK, eos_token_id=eos).items():
         np.testing.assert_array_equal(actual, expected, err_msg=name)
 
 
-def test_min_new_tokens_holds_the_stop_id_back_as_in_transformers(models):
-    free = free_run(models)
-    eos = int(free[0, 6])  # row 0's first new token: it would stop at once
+def test_min_new_tokens_holds_the_stop_id_back_as_in_transformers(models, free_run):
+    eos = int(free_run[0, 6])  # row 0's first new token: it would stop at once
     options = {"max_new_tokens": 8, "eos_token_id": eos, "pad_token_id": 60}
     expected = hf_generate(models[2], PROMPTS, MASK, min_new_tokens=3, **options)
     assert expected[0, 6] != eos and expected.shape[1] >= 9
@@ -130,9 +131,9 @@ class Recorder:
         self.calls.append("end")
 
 
-def test_a_streamer_gets_what_transformers_streamer_gets(models):
+def test_a_streamer_gets_what_transformers_streamer_gets(models, free_run):
     """The prompt, then each step's tokens ``(B,)`` (pad after a row's eos), then ``end()``."""
-    eos = int(free_run(models)[1, 6 + 2])
+    eos = int(free_run[1, 6 + 2])
     expected = Recorder()
     hf_generate(
         models[2], PROMPTS, MASK, max_new_tokens=6, eos_token_id=eos, pad_token_id=60, streamer=expected
