@@ -15,6 +15,7 @@ weights, operands swapped), the line that produced the misrouted value is blamed
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -520,9 +521,10 @@ def _broadcast(c: Record, matcher: _Matcher) -> list[Match]:
         return []
     once = value[tuple(0 if a in repeated else slice(None) for a in range(value.ndim))]
     copy = Record(c.index, c.op, once, c.dtype, c.location)
+    whole = matcher.fingerprints[("c", c.index)]
     matcher.fingerprints[("c", c.index)] = _fingerprint(once)
     found = matcher.whole(copy)
-    matcher.fingerprints[("c", c.index)] = _fingerprint(value)
+    matcher.fingerprints[("c", c.index)] = whole
     return found
 
 
@@ -654,7 +656,7 @@ class _Matcher:
                         shape = tuple(r.shape[a] for a in axes)
                         moved = np.moveaxis(r.value, axes, tuple(range(len(axes))))
                         tables.append(_table(moved.reshape(n, -1)))
-                        rows += [(r.index, axes, tuple(int(i) for i in idx)) for idx in np.ndindex(shape)]
+                        rows += [(r.index, axes, idx) for idx in itertools.product(*map(range, shape))]
                         records += [r] * n
             fields = tuple(np.concatenate(column) for column in zip(*tables, strict=True)) if tables else ()
             self.slices[size] = self._table(records, fields, rows) if rows else None
