@@ -5,6 +5,8 @@ planted statement, with the cause the data shows (every bug has one), and the po
 pass (no false alarm). The references are transformers' ``GPT2LMHeadModel`` and a user's
 minGPT-style torch GPT (``models.MODEL_PORTS``)."""
 
+import functools
+
 import pytest
 
 from parity_tests.locate import locate
@@ -17,9 +19,16 @@ def source_file(port: str) -> str:
     return SOURCES.get(port, port)
 
 
+@functools.cache
+def built(make_reference):
+    """``make_reference()``, built once for the module: locate and the ports' builders only read it
+    (its weights, its state dict), so every test is given the same model."""
+    return make_reference()
+
+
 def run_model(port, source, directory=None, seed=0):
     make_reference, make_inputs, build = MODEL_PORTS[port]
-    reference = make_reference()
+    reference = built(make_reference)
     candidate, weights = build(load(source_file(port), source, directory), reference)
     return locate(reference, candidate, make_inputs(seed), params=weights)
 

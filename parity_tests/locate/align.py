@@ -14,6 +14,8 @@ weights, operands swapped), the line that produced the misrouted value is blamed
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -118,8 +120,14 @@ def _comparable(record: Record) -> bool:
 
 
 def tolerance_of(a: Record, b: Record) -> tuple[float, float]:
+    return _tolerance(a.dtype, b.dtype)
+
+
+@functools.cache
+def _tolerance(*dtypes: str) -> tuple[float, float]:
+    """``(rtol, atol)`` between values of dtypes named ``dtypes``, any but a float's as float64."""
     return tolerance_for(
-        *(d if d in ("float16", "bfloat16", "float32", "float64") else "float64" for d in (a.dtype, b.dtype))
+        *(d if d in ("float16", "bfloat16", "float32", "float64") else "float64" for d in dtypes)
     )
 
 
@@ -170,14 +178,18 @@ def _table(rows: np.ndarray) -> tuple[np.ndarray, ...]:
     v = rows if rows.dtype.kind == "f" else rows.astype(np.float64)
     finite = np.isfinite(v)
     low = v <= _VERY_NEGATIVE
-    magnitude = np.where(finite, np.abs(v), 0.0)
     empty = v.shape[1] == 0
+    if finite.all():  # no NaN nor inf to count or leave out
+        none = np.zeros(len(v), dtype=np.intp)
+        magnitude, kept = np.abs(v), np.ascontiguousarray(v)
+        counts = (none, none, none)
+    else:
+        magnitude, kept = np.where(finite, np.abs(v), 0.0), np.where(finite, v, 0.0)
+        counts = (np.isnan(v).sum(1), (v == np.inf).sum(1), (v == -np.inf).sum(1))
     return (
-        np.isnan(v).sum(1),
-        (v == np.inf).sum(1),
-        (v == -np.inf).sum(1),
+        *counts,
         low.sum(1),
-        np.where(finite, v, 0.0).sum(1, dtype=np.float64),
+        kept.sum(1, dtype=np.float64),
         np.zeros(len(v)) if empty else magnitude.max(1).astype(np.float64),
         np.zeros(len(v)) if empty else np.where(low, 0.0, magnitude).max(1).astype(np.float64),
     )
@@ -204,8 +216,9 @@ def _worth_comparing(
         & (np.abs(fc.largest - largest) <= bound)
         & (np.abs(fc.total - total) <= size * bound + 1e-9)
     )  # fmt: skip
-    if c_kind == "b":
-        return hit | (r_kinds == "b") | (r_kinds == "f")
+    if c_kind == "b":  # or a mask of the other convention: a float row of zeros and ones
+        ones = (nan == 0) & (posinf == 0) & (neginf == 0) & ((largest == 0) | (largest == 1))
+        return hit | (r_kinds == "b") | ((r_kinds == "f") & ones)
     if c_kind == "f":
         floating = (r_kinds == "f") & (low == fc.low)
         hit |= floating & (fc.low > 0)
@@ -508,9 +521,10 @@ def _broadcast(c: Record, matcher: _Matcher) -> list[Match]:
         return []
     once = value[tuple(0 if a in repeated else slice(None) for a in range(value.ndim))]
     copy = Record(c.index, c.op, once, c.dtype, c.location)
+    whole = matcher.fingerprints[("c", c.index)]
     matcher.fingerprints[("c", c.index)] = _fingerprint(once)
     found = matcher.whole(copy)
-    matcher.fingerprints[("c", c.index)] = _fingerprint(value)
+    matcher.fingerprints[("c", c.index)] = whole
     return found
 
 
@@ -526,6 +540,14 @@ class _Table:
     names: list[str]
     in_scaled: np.ndarray
     rows: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)  # slices
+    bounds: dict[tuple[str, bool], tuple] = field(default_factory=dict)  # see ``_Matcher._bounds``
+    columns: list[list] | None = None  # ``fields`` as Python numbers, made when a row is first read
+
+    def fingerprint(self, row: int) -> _Fingerprint:
+        """Row ``row``'s fingerprint."""
+        if self.columns is None:
+            self.columns = [column.tolist() for column in self.fields]
+        return _Fingerprint(*(column[row] for column in self.columns))
 
 
 class _Matcher:
@@ -555,19 +577,29 @@ class _Matcher:
         )
 
     def _hits(self, c: Record, table: _Table, size: int) -> np.ndarray:
-        tolerances = [tolerance_of(c, Record(0, "", np.zeros(0), name, "")) for name in table.names]
-        rtol = np.array([t[0] for t in tolerances])[table.dtypes]
-        atol = np.array([t[1] for t in tolerances])[table.dtypes]
-        factors, _, scaled_c = self.scales
-        width = max(len(factors), 1)
-        forward = np.array(list(factors) + [np.nan] * (width - len(factors)))
-        legit = np.where(table.in_scaled[:, None], 1 / forward[None, :], forward[None, :])
-        some = np.full(len(table.records), bool(factors)) & ~(table.in_scaled & (c.index in scaled_c))
+        tolerances, legit = self._bounds(c, table)
         fc = self.fingerprints[("c", c.index)]
-        hits = _worth_comparing(
-            fc, table.fields, size, c.value.dtype.kind, table.kinds, (rtol, atol), (legit, some)
-        )
+        hits = _worth_comparing(fc, table.fields, size, c.value.dtype.kind, table.kinds, tolerances, legit)
         return np.flatnonzero(hits)
+
+    def _bounds(
+        self, c: Record, table: _Table
+    ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """``_worth_comparing``'s ``tolerances`` and ``legit`` of ``table``'s rows for candidate
+        record ``c``: they depend on its dtype and on whether it is among the candidate's scaled
+        records alone, so they are computed once for each of those and kept in ``table.bounds``."""
+        factors, _, scaled_c = self.scales
+        key = (c.dtype, c.index in scaled_c)
+        if key not in table.bounds:
+            tolerances = [tolerance_of(c, Record(0, "", np.zeros(0), name, "")) for name in table.names]
+            rtol = np.array([t[0] for t in tolerances])[table.dtypes]
+            atol = np.array([t[1] for t in tolerances])[table.dtypes]
+            width = max(len(factors), 1)
+            forward = np.array(list(factors) + [np.nan] * (width - len(factors)))
+            legit = np.where(table.in_scaled[:, None], 1 / forward[None, :], forward[None, :])
+            some = np.full(len(table.records), bool(factors)) & ~(table.in_scaled & key[1])
+            table.bounds[key] = ((rtol, atol), (legit, some))
+        return table.bounds[key]
 
     def whole(self, c: Record) -> list[Match]:
         size = c.value.size
@@ -603,7 +635,7 @@ class _Matcher:
             if reduced and not _reduces(record.call) and record.expands is None:
                 continue  # a row's maximum is no slice of the scores it was taken over
             part = take_part(record.value, axes, indices)
-            fr = _Fingerprint(*(column[row].item() for column in table.fields))
+            fr = table.fingerprint(row)
             match = _match(c, record, self.rules, self.scales, self.fingerprints, part, fr)
             if match is not None:
                 found.append((r, axes, indices, match.kind))
@@ -624,7 +656,7 @@ class _Matcher:
                         shape = tuple(r.shape[a] for a in axes)
                         moved = np.moveaxis(r.value, axes, tuple(range(len(axes))))
                         tables.append(_table(moved.reshape(n, -1)))
-                        rows += [(r.index, axes, tuple(int(i) for i in idx)) for idx in np.ndindex(shape)]
+                        rows += [(r.index, axes, idx) for idx in itertools.product(*map(range, shape))]
                         records += [r] * n
             fields = tuple(np.concatenate(column) for column in zip(*tables, strict=True)) if tables else ()
             self.slices[size] = self._table(records, fields, rows) if rows else None
