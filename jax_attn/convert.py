@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Path = tuple[str | int, ...]
 # the last part of a Flax path -> (the last part of its torch name, whether the value is transposed)
@@ -50,6 +51,8 @@ def as_jax(value: Any) -> Any:
     recognised by ``detach`` and crosses by DLPack (no copy on the CPU)."""
     if hasattr(value, "detach") and hasattr(value, "__dlpack__"):
         return jax.dlpack.from_dlpack(value.detach().cpu().contiguous())
+    if isinstance(value, np.ndarray):  # jnp.asarray would compile a program for each shape and dtype
+        return jax.device_put(value)
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         return jnp.asarray(value)
     return value

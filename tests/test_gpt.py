@@ -167,6 +167,19 @@ def test_changing_later_tokens_leaves_earlier_logits_unchanged():
     assert not np.allclose(actual[:, 8:], expected[:, 8:])
 
 
+def test_numpy_weights_load_and_leave_without_compiling_a_program(caplog):
+    """NumPy weights enter by ``jax.device_put`` and Linear kernels are transposed in NumPy, both
+    ways: ``jnp.asarray`` and a JAX transpose would each compile a program per shape and dtype."""
+    params = jax_attn.GPTModel(TINY, rngs=nnx.Rngs(0)).to_params()
+    jax.clear_caches()  # no program of these shapes left from other tests
+    with jax.log_compiles(True), caplog.at_level("WARNING"):
+        model = jax_attn.GPTModel.from_params(params, TINY)
+        loaded = model.to_params()
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("Compiling")] == []
+    for name, value in loaded.items():
+        np.testing.assert_array_equal(value, params[name])
+
+
 def test_from_params_draws_no_weight_and_has_no_dropout_stream_without_rngs(monkeypatch):
     params = jax_attn.GPTModel(TINY, rngs=nnx.Rngs(0)).to_params()
     refuse_draws(monkeypatch)
