@@ -153,8 +153,12 @@ class TorchWeights(nnx.Module):
 
     def torch_params(self) -> dict[str, jax.Array]:
         """The weights as JAX arrays in the weights format: torch name -> array in torch's layout."""
+        return self._in_torch_layout(lambda param: param[...])
+
+    def _in_torch_layout(self, read: Callable[[nnx.Param], Any]) -> dict[str, Any]:
+        """Torch name -> ``read(parameter)`` in torch's layout, in the weights format's order."""
         variables = self._variables()
-        return {name: torch_value(variables[name][0], variables[name][1][...]) for name in self._format()}
+        return {name: torch_value(variables[name][0], read(variables[name][1])) for name in self._format()}
 
     def stored_params(self) -> tuple[dict[str, jax.Array], frozenset[str]]:
         """The weights as the module holds them, under their torch names, with no copy, and the names
@@ -172,12 +176,12 @@ class TorchWeights(nnx.Module):
         """The weights as NumPy arrays in the weights format: torch name -> array in torch's layout,
         read-only and C-contiguous (transposed in NumPy: a JAX array's transpose compiles a program
         for each shape)."""
-        variables, params = self._variables(), {}
-        for name in self._format():
-            path, param = variables[name]
-            value = np.ascontiguousarray(torch_value(path, np.asarray(param[...])))
+        params = {
+            name: np.ascontiguousarray(value)
+            for name, value in self._in_torch_layout(lambda param: np.asarray(param[...])).items()
+        }
+        for value in params.values():
             value.flags.writeable = False
-            params[name] = value
         return params
 
     def load_params(self, params: Mapping[str, Any]) -> Self:
