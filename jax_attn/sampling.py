@@ -21,11 +21,12 @@ def suppress_stops(logits: jax.Array, stops: jax.Array, new_tokens: jax.Array, m
 def keep_top_p(scaled: jax.Array, top_p: jax.Array) -> jax.Array:
     """transformers' ``TopPLogitsWarper``: the most probable tokens whose probability before them
     (in descending order) is below ``top_p`` are kept, the most probable always; the others -inf.
-    ``scaled`` ``(B, V)``, the logits after temperature (and top_k)."""
+    ``top_p`` 1 keeps every token (transformers applies no warper at 1; a cumulative sum rounded up
+    to 1 would drop the least probable). ``scaled`` ``(B, V)``, the logits after temperature (and top_k)."""
     order = jnp.argsort(-scaled, axis=-1, stable=True)  # (B, V), most probable first
     probs = jax.nn.softmax(jnp.take_along_axis(scaled, order, axis=-1), axis=-1)  # (B, V)
     before = jnp.cumsum(probs, axis=-1) - probs  # (B, V): the probability of the tokens before each
-    remove_sorted = (before >= top_p).at[:, 0].set(False)
+    remove_sorted = ((before >= top_p) & (top_p < 1)).at[:, 0].set(False)
     remove = jnp.zeros_like(remove_sorted).at[jnp.arange(scaled.shape[0])[:, None], order].set(remove_sorted)
     return jnp.where(remove, -jnp.inf, scaled)
 

@@ -25,11 +25,12 @@ def suppress_stops(logits: np.ndarray, stops: list[int], new_tokens: int, min_ne
 def keep_top_p(scaled: np.ndarray, top_p: float) -> np.ndarray:
     """transformers' ``TopPLogitsWarper``: the most probable tokens whose probability before them
     (in descending order) is below ``top_p`` are kept, the most probable always; the others -inf.
-    ``scaled`` ``(B, V)``, the logits after temperature (and top_k)."""
+    ``top_p`` 1 keeps every token (transformers applies no warper at 1; a cumulative sum rounded up
+    to 1 would drop the least probable). ``scaled`` ``(B, V)``, the logits after temperature (and top_k)."""
     order = np.argsort(-scaled, axis=-1, kind="stable")  # (B, V), most probable first
     probs = softmax(np.take_along_axis(scaled, order, axis=-1), axis=-1)  # (B, V)
     before = np.cumsum(probs, axis=-1) - probs  # (B, V): the probability of the tokens before each
-    remove_sorted = before >= top_p
+    remove_sorted = (before >= top_p) & (top_p < 1)
     remove_sorted[:, 0] = False
     remove = np.empty_like(remove_sorted)
     np.put_along_axis(remove, order, remove_sorted, axis=-1)

@@ -183,6 +183,16 @@ def test_the_tokens_kept_for_sampling_are_transformers_warpers(temperature, top_
         np.testing.assert_array_equal(actual, expected)
 
 
+def test_a_top_p_of_one_keeps_every_token_as_transformers_does():
+    """top_p = 1 keeps all V tokens (transformers adds no TopPLogitsWarper at 1), also where the
+    cumulative probability rounds up to 1 before the least probable tokens (each row here, in
+    float32, would drop some of its last ones)."""
+    logits = np.random.default_rng(5).standard_normal((8, 1000)).astype(np.float32) * 3
+    for keep_top_p in (numpy_sampling.keep_top_p, jax_sampling.keep_top_p):
+        kept = np.isfinite(np.asarray(keep_top_p(logits, np.float32(1.0))))
+        assert kept.sum(axis=-1).tolist() == [1000] * 8, keep_top_p.__module__
+
+
 @WARPERS
 def test_every_sampled_token_is_one_transformers_would_allow(models, temperature, top_k, top_p):
     """At each step, the token sampled is among those transformers' warpers keep from the logits of
