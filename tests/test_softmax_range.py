@@ -229,6 +229,24 @@ def test_softmax_matches_torch_at_every_magnitude(dtype):
         check()
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_long_half_precision_row_is_float32s_softmax_rounded_once(dtype):
+    """4096 keys in float16 or bfloat16: each weight within one unit in the last place of float32's
+    softmax of the same values rounded to the dtype (the sums accumulate in float32). Accumulated in
+    the half dtype itself, the weights stray up to 6 units (float16) from it in this row."""
+    x = (np.random.default_rng(0).standard_normal((4, 4096)) * 2).astype(DTYPES[dtype])
+    shifted = x.astype(np.float32) - x.astype(np.float32).max(axis=-1, keepdims=True)
+    expected = (np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)).astype(DTYPES[dtype])
+    paths = {"jax": jax_attn.softmax, "jax jit": jax.jit(jax_attn.softmax)}
+    if dtype in NUMPY_DTYPES:
+        paths["numpy"] = numpy_attn.softmax
+    for name, path in paths.items():
+        actual = np.asarray(path(x if name == "numpy" else jnp.asarray(x)))
+        assert actual.dtype == expected.dtype, name
+        ulps = np.abs(actual.view(np.int16).astype(np.int32) - expected.view(np.int16).astype(np.int32))
+        assert ulps.max() <= 1, f"{name}: {ulps.max()} units in the last place from float32's softmax"
+
+
 @pytest.mark.parametrize("implementation", ["reference", "blockwise"])
 @pytest.mark.parametrize(
     "layer, dtype, magnitude",
