@@ -5,7 +5,9 @@ import math
 import numpy as np
 import pytest
 
+import jax_attn
 import numpy_attn
+from parity_tests.tolerances import tolerance_for
 
 
 def test_softmax_by_hand():
@@ -106,6 +108,25 @@ def test_split_projection_fused_or_not_gives_the_thirds_of_one_linear():
     first, second = numpy_attn.split_projection(x, weight, None, parts=2, fused=False)
     np.testing.assert_allclose(first, x @ weight[:6].T, rtol=1e-14, atol=1e-14)
     np.testing.assert_allclose(second, x @ weight[6:].T, rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("package", [numpy_attn, jax_attn], ids=["numpy", "jax"])
+def test_qkv_projections_are_the_query_key_and_value_projections_in_that_order(package, fused):
+    """Three products or one over the stacked weights (``fused``): W_query(x), W_key(x), W_value(x)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    params = {
+        f"W_{name}.{kind}": rng.standard_normal((4, 3) if kind == "weight" else 4).astype(np.float32)
+        for name in ("query", "key", "value")
+        for kind in ("weight", "bias")
+    }
+    rtol, atol = tolerance_for("float32")
+    actual = package.qkv_projections(x, params, fused=fused)
+    assert len(actual) == 3
+    for part, name in zip(actual, ("query", "key", "value"), strict=True):
+        expected = x @ params[f"W_{name}.weight"].T + params[f"W_{name}.bias"]  # (2, 5, 4)
+        np.testing.assert_allclose(np.asarray(part), expected, rtol=rtol, atol=atol, err_msg=name)
 
 
 def test_simplified_self_attention_steps():
