@@ -105,6 +105,17 @@ def test_altered_npz_data_is_detected(tmp_path):
         load_weights(path)
 
 
+def test_bytes_appended_to_a_saved_npz_are_detected(tmp_path):
+    """zipfile still finds the archive and its digest comment before them; the record says the file
+    ends with that comment."""
+    _, params = weights()
+    path = tmp_path / "w.npz"
+    save_weights(path, params)
+    path.write_bytes(path.read_bytes() + b"appended")
+    with pytest.raises(ValueError, match=r"was altered: .* do not match the SHA-256 recorded"):
+        load_weights(path)
+
+
 def last_tensor(header):
     """The name of the tensor whose data the file holds last."""
     return max((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"])
