@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from parity_tests.locate.dropout import share_bound
 from parity_tests.locate.lines import Loop, LoopLog
 from parity_tests.locate.trace import CustomRule, Raised, Trace, cotangent_for, split_result, user_stack
 
@@ -115,11 +116,15 @@ def capture_jax(
     kwargs: dict[str, Any],
     gradient_seed: int | None = None,
     keep_masks: Sequence[np.ndarray] | None = None,
+    drop_rates: Sequence[float | None] | None = None,
+    kept_high: bool = True,
 ) -> Trace:
     """Trace ``fn(*args, **kwargs)`` and evaluate it recording every equation's outputs; with
     ``gradient_seed``, also the cotangent of every floating value for the loss
     ``sum(output * cotangent_for(output, gradient_seed))``; with ``keep_masks`` (a reference's
-    dropout keep-masks, in order), its random keep-masks replaced by them. An exception ``fn``
+    dropout keep-masks, in order, at their ``drop_rates``), its random keep-masks replaced by them
+    (``kept_high``: a draw that cannot tell a keep-mask from a drop-mask taken as a keep-mask, see
+    ``_Recorder``). An exception ``fn``
     raises while traced comes as ``Raised``, with the values ``_eager_trace`` finds before it."""
     import functools
     import sys
@@ -161,7 +166,7 @@ def capture_jax(
         raise Raised(error, Trace("jax")) from error
     names = [_leaf_name(paths[i], position) for position, i in enumerate(traced)]
     trace = Trace("jax")
-    recording = _Recording(trace, keep_masks)
+    recording = _Recording(trace, keep_masks, drop_rates, kept_high)
     recording.python = _python_loops(closed.jaxpr, log.runs)
     outs = _run(closed, arrays, names, recording)
     n_out = len(jax.tree_util.tree_leaves(out_shape[0]))
@@ -171,7 +176,8 @@ def capture_jax(
     values = [np.asarray(v) for v, _ in outs[n_out:]]
     trace.name_steps({k: v for k, v in zip(step_names, values, strict=True) if k != "output"})
     if gradient_seed is not None:
-        _cotangents(trace, closed, arrays, names, cotangent_for(outs[0][0], gradient_seed), keep_masks)
+        cotangent = cotangent_for(outs[0][0], gradient_seed)
+        _cotangents(trace, closed, arrays, names, cotangent, keep_masks, drop_rates, kept_high)
     return trace
 
 
@@ -224,6 +230,8 @@ def _cotangents(
     names: Sequence[str],
     cotangent: Any,
     keep_masks: Sequence[np.ndarray] | None,
+    drop_rates: Sequence[float | None] | None = None,
+    kept_high: bool = True,
 ) -> None:
     """Fill ``trace.cotangents`` (and ``trace.custom_rules``) by the probing pass."""
     import jax
@@ -231,7 +239,7 @@ def _cotangents(
 
     floating = [r for r in trace.records if r.value.dtype.kind == "f"]
     probes = {r.index: jnp.zeros(r.value.shape, r.value.dtype) for r in floating}
-    probing = _Probing(probes, keep_masks)
+    probing = _Probing(probes, keep_masks, drop_rates, kept_high)
     output, backward = jax.vjp(lambda p: _run(closed, arrays, names, probing.reset(p))[0][0], probes)
     (grads,) = backward(jnp.asarray(cotangent, output.dtype))
     trace.cotangents = {index: np.asarray(grad) for index, grad in grads.items()}
@@ -247,10 +255,20 @@ class _Recorder:
     """What both passes share: values computed from random bits are tracked (``random``), and a
     random boolean (a dropout keep-mask drawn by ``bernoulli`` or a ``uniform`` comparison) is
     replaced by the next of ``keep_masks`` (the reference's, True = kept) of its size, negated
-    when the port's draw is a drop-mask (its share of True nearer the reference's dropped share)."""
+    when the port's draw is a drop-mask: its share of True nearer the mask's rate ``p`` (from
+    ``drop_rates``, else the reference's dropped share) than ``1 - p``. A draw whose share lies
+    within ``dropout.share_bound`` of both (p near 0.5) cannot tell: it is taken as a keep-mask
+    when ``kept_high``, as a drop-mask otherwise (``locate`` tries both)."""
 
-    def __init__(self, keep_masks: Sequence[np.ndarray] | None) -> None:
+    def __init__(
+        self,
+        keep_masks: Sequence[np.ndarray] | None,
+        drop_rates: Sequence[float | None] | None = None,
+        kept_high: bool = True,
+    ) -> None:
         self.keep_masks, self.random = list(keep_masks or []), set()
+        self.drop_rates = list(drop_rates) if drop_rates is not None else [None] * len(self.keep_masks)
+        self.kept_high = kept_high
         self.loops: list[Loop] = []  # the scan iterations under way
         self.python: dict[int, tuple[Loop, ...]] = {}  # id(eqn) -> its Python loops (_python_loops)
         self.here: tuple[Loop, ...] = ()  # the Python loops of the equation evaluated
@@ -273,15 +291,26 @@ class _Recorder:
         if found is None:
             return value
         keep = self.keep_masks.pop(found).reshape(value.shape)
+        rate = self.drop_rates.pop(found)
+        dropped = 1 - keep.mean() if rate is None else rate
         drawn = float(np.mean(np.asarray(value)))
-        return jnp.asarray(keep if abs(drawn - keep.mean()) <= abs(drawn - (1 - keep.mean())) else ~keep)
+        bound = share_bound(value.size)
+        if abs(drawn - dropped) <= bound and abs(drawn - (1 - dropped)) <= bound:  # it cannot tell
+            return jnp.asarray(keep if self.kept_high else ~keep)
+        return jnp.asarray(keep if abs(drawn - (1 - dropped)) <= abs(drawn - dropped) else ~keep)
 
 
 class _Recording(_Recorder):
     """The capture pass: every value goes into ``trace`` (a PRNG key as its key data)."""
 
-    def __init__(self, trace: Trace, keep_masks: Sequence[np.ndarray] | None = None) -> None:
-        super().__init__(keep_masks)
+    def __init__(
+        self,
+        trace: Trace,
+        keep_masks: Sequence[np.ndarray] | None = None,
+        drop_rates: Sequence[float | None] | None = None,
+        kept_high: bool = True,
+    ) -> None:
+        super().__init__(keep_masks, drop_rates, kept_high)
         self.trace = trace
 
     def record(
@@ -306,12 +335,18 @@ class _Probing(_Recorder):
     is bound whole (its own gradient rule applies): ``computed`` maps the records of its call to it,
     ``inside`` holds those that are not its results (no cotangent of their own)."""
 
-    def __init__(self, probes: dict[int, Any], keep_masks: Sequence[np.ndarray] | None) -> None:
-        self.masks = keep_masks
+    def __init__(
+        self,
+        probes: dict[int, Any],
+        keep_masks: Sequence[np.ndarray] | None,
+        drop_rates: Sequence[float | None] | None = None,
+        kept_high: bool = True,
+    ) -> None:
+        self.masks, self.rates, self.high = keep_masks, drop_rates, kept_high
         self.reset(probes)
 
     def reset(self, probes: dict[int, Any]) -> _Probing:
-        super().__init__(self.masks)
+        super().__init__(self.masks, self.rates, self.high)
         self.probes, self.count, self.inside, self.computed = probes, 0, set(), {}
         return self
 

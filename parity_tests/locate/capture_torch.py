@@ -92,7 +92,8 @@ def capture_torch(
     recorded.
 
     Each dropout that drops (train mode) adds its keep-mask to ``trace.keep_masks`` (True = kept:
-    the same draw, from the same generator state, on a tensor of ones).
+    the same draw, from the same generator state, on a tensor of ones) and its rate ``p`` to
+    ``trace.drop_rates`` (None where the call gives none).
 
     With ``gradient_seed``, autograd runs too (floating inputs require grad) and a tensor hook on
     every recorded value fills ``trace.cotangents`` for the loss ``sum(output * cotangent)``
@@ -187,6 +188,8 @@ def capture_torch(
             sources = tuple(index_of(t) for t in inputs)
             if keep is not None and outputs and outputs[0] is not inputs[0]:  # it dropped (train mode)
                 trace.keep_masks.append(keep)  # a record too: the candidate's injected mask matches it
+                rate = kwargs.get("p", args[1] if len(args) > 1 else None)  # F.dropout's p=, torch.dropout's
+                trace.drop_rates.append(float(rate) if isinstance(rate, (int, float)) else None)
                 module = module_stack[-1] if module_stack else None
                 mask = trace.add("keep_mask", keep, "bool", "?", sources[:1], module, stack=_user_stack())
                 sources = (*sources, mask)

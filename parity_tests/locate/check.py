@@ -35,6 +35,7 @@ from parity_tests.locate.causes import (
     rope_causes,
     scale_between,
 )
+from parity_tests.locate.dropout import ambiguous, dropout_causes
 from parity_tests.locate.expand import stopped_short
 from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
@@ -71,8 +72,10 @@ def locate(
     other callable object holds its own weights). A torch reference runs in eval mode unless ``train``;
     then the keep-masks of its dropouts are given to a JAX candidate in place of its own random draws (the
     boolean of its ``bernoulli`` or ``uniform`` comparison, matched by size in order), or drawn by the
-    ``np.random.Generator`` a NumPy candidate is given (both ways of reading uniform draws tried:
-    ``u >= p`` and ``u < 1 - p`` keep), so both sides drop the same entries.
+    ``np.random.Generator`` a NumPy candidate is given (uniform draws that give the reference's mask
+    compared with its rate, both ways of reading them tried: ``u >= p`` and ``u < 1 - p`` keep), so
+    both sides drop the same entries; a port comparing with another rate or using its mask the wrong
+    way round drops others, and the cause gives the share it drops (``dropout``).
 
     A candidate that raises is a finding: the report names the exception (``raised``) and the
     candidate's line raising it (see ``raised_report``). A reference that raises is the caller's
@@ -93,20 +96,27 @@ def locate_runs(
     train: bool = False,
 ) -> tuple[LocateReport, Trace, Trace | None]:
     """``locate``'s report with the two runs it compared: the reference's trace and the
-    candidate's (for a NumPy candidate in train mode, the run whose reading of the draws agrees
-    best), None where the candidate raised. Takes and raises what ``locate`` does."""
+    candidate's (for a NumPy candidate in train mode, or a JAX one whose draws may not tell a
+    keep-mask from a drop-mask, the run whose reading of the draws agrees best), None where the
+    candidate raised. Takes and raises what ``locate`` does."""
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     expected = capture(reference, args, params, reference_framework, train)
-    masks = expected.keep_masks
+    masks, rates = expected.keep_masks, expected.drop_rates
+    given = {"keep_masks": masks, "drop_rates": rates}
     try:
-        actual = capture(candidate, args, params, candidate_framework, train, keep_masks=masks)
+        actual = capture(candidate, args, params, candidate_framework, train, **given)
     except Raised as raised:
         return raised_report(expected, raised, candidate), expected, None
     report = compare_traces(expected, actual)
-    if report.ok or not masks or (candidate_framework or framework_of(candidate)) != "numpy":
+    framework = candidate_framework or framework_of(candidate)
+    if report.ok or not masks or framework not in ("numpy", "jax"):
         return report, expected, actual
-    low = capture(candidate, args, params, candidate_framework, train, keep_masks=masks, kept_high=False)
-    other = compare_traces(expected, low)  # a port keeping low draws (u < 1 - p)
+    if framework == "jax" and not any(
+        r is not None and ambiguous(m.size, r) for m, r in zip(masks, rates, strict=True)
+    ):  # its draws told keep-masks from drop-masks: no other reading
+        return report, expected, actual
+    low = capture(candidate, args, params, candidate_framework, train, kept_high=False, **given)
+    other = compare_traces(expected, low)  # a port keeping low draws (u < 1 - p), or a JAX drop-mask
     if other.ok or len(other.verified) > len(report.verified):
         return other, expected, low
     return report, expected, actual
@@ -437,6 +447,7 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         )  # fmt: skip
         if any(cause.startswith("mask inverted") for cause in report.causes):
             _mask_taken_as_made(report, expected, actual, alignment)
+        _add_new(report, _dropout_causes(expected, alignment, e, a, rtol, atol))
         if not report.causes:
             report.causes += _interleaved_pairs(expected, counterpart, a, rtol, atol)
         skipped = _skipped_step(alignment)
@@ -459,6 +470,30 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             report.causes += read_causes(due, blamed.value, axes, sizes, rtol, atol, masks=True)
         report.causes += transform_causes(alignment, sizes)
     return report
+
+
+def _dropout_causes(
+    expected: Trace, alignment: Alignment, due: np.ndarray, value: np.ndarray, rtol: float, atol: float
+) -> list[str]:
+    """Where the value due (``due``) is a train-mode dropout's output: what the blamed line leaves
+    (its last value in ``due``'s layout after the one shown, ``value``, as the shown one is: a
+    NumPy line's ``where`` after the scale it takes) shows against the dropout's input
+    (``dropout.dropout_causes``: the share of entries dropped, the scale of the kept ones); else
+    nothing."""
+    dropout = expected.records[alignment.counterpart]
+    if not any(expected.records[i].op == "keep_mask" for i in dropout.inputs):
+        return []
+    given = expected.records[dropout.inputs[0]].value
+    if alignment.counterpart_part is not None:  # one head of it
+        given = take_part(given, *alignment.counterpart_part)
+    shown = alignment.candidate.records[alignment.shown]
+    for record in alignment.candidate.records[shown.index + 1 :]:
+        if record.location != shown.location:
+            break
+        laid_out = in_layout(record.value, due.shape, alignment.rules)
+        if record.loops == shown.loops and laid_out is not None and laid_out.dtype.kind == "f":
+            value = laid_out
+    return dropout_causes(given, due, value, dropout.keywords, rtol, atol)
 
 
 def _scaled_otherwise(alignment: Alignment, unscaled: int, laid_out: np.ndarray | None) -> bool:

@@ -62,7 +62,8 @@ def locate_gradients(
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     expected = capture(reference, args, params, reference_framework, train, seed)
     try:
-        actual = capture(candidate, args, params, candidate_framework, train, seed, expected.keep_masks)
+        masks, rates = expected.keep_masks, expected.drop_rates
+        actual = capture(candidate, args, params, candidate_framework, train, seed, masks, drop_rates=rates)
     except Raised as raised:
         return raised_report(expected, raised, candidate)
     return compare_cotangents(expected, actual)

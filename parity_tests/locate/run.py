@@ -218,15 +218,17 @@ def capture(
     gradient_seed: int | None = None,
     keep_masks: Sequence[Any] | None = None,
     kept_high: bool = True,
+    drop_rates: Sequence[float | None] | None = None,
 ) -> Trace:
     """Run ``fn`` on ``inputs`` (converted to its framework; ``params`` first when ``fn`` is a function, see
     ``holds_weights``) and capture every value it computes. A torch module runs in eval mode unless
     ``train``. With ``gradient_seed``, also every value's cotangent (``Trace.cotangents``): torch and JAX
     only, NumPy has no gradients (``NoGradients``, a TypeError). ``keep_masks`` (a torch reference's
-    dropout keep-masks, ``Trace.keep_masks``) replace a JAX callable's random keep-masks, or are drawn by
-    the NumPy ``Generator`` passed to a NumPy callable (``kept_high``: which draws keep, see
-    ``capture_numpy``). An exception ``fn`` raises comes as ``Raised`` (the exception, and the values
-    ``fn`` computed before it), an exit too (``sys.exit``, ``os._exit``, a ``KeyboardInterrupt``).
+    dropout keep-masks, ``Trace.keep_masks``, at its ``drop_rates``) replace a JAX callable's random
+    keep-masks, or are drawn by the NumPy ``Generator`` passed to a NumPy callable (``kept_high``: which
+    draws keep, see ``capture_numpy``; for JAX, how a draw that cannot tell keep from drop is taken).
+    An exception ``fn`` raises comes as ``Raised`` (the exception, and the values ``fn`` computed
+    before it), an exit too (``sys.exit``, ``os._exit``, a ``KeyboardInterrupt``).
 
     ``framework`` (``"numpy"``, ``"jax"``, ``"torch"``) overrides the detection: without it, a callable
     that is not a module or jitted and reads no torch or JAX name is run as NumPy first, then again in
@@ -236,11 +238,11 @@ def capture(
     certain = framework is not None
     if framework is None:
         framework, certain = _guess(fn)
-    run = (inputs, params, train, gradient_seed, keep_masks, kept_high)
+    run = (inputs, params, train, gradient_seed, keep_masks, kept_high, drop_rates)
     # NumPy has no gradients: a guessed NumPy callable runs forward first, for the framework it returns
     first = run
     if gradient_seed is not None and not certain and framework == "numpy":
-        first = (inputs, params, train, None, keep_masks, kept_high)
+        first = (inputs, params, train, None, keep_masks, kept_high, drop_rates)
     try:
         trace = _capture(fn, framework, *first)
     except Raised as raised:
@@ -267,6 +269,7 @@ def _capture(
     gradient_seed: int | None,
     keep_masks: Sequence[Any] | None,
     kept_high: bool,
+    drop_rates: Sequence[float | None] | None,
 ) -> Trace:
     from parity_tests.locate.capture_jax import capture_jax
     from parity_tests.locate.capture_numpy import capture_numpy
@@ -292,9 +295,9 @@ def _capture(
     ):
         warnings.simplefilter("ignore")
         if framework == "jax" and keep_masks:
-            return capture_jax(fn, args, kwargs, gradient_seed, keep_masks)
+            return capture_jax(fn, args, kwargs, gradient_seed, keep_masks, drop_rates, kept_high)
         if framework == "numpy" and keep_masks:
-            return capture_numpy(fn, args, kwargs, keep_masks, kept_high)
+            return capture_numpy(fn, args, kwargs, keep_masks, kept_high, drop_rates)
         if gradient_seed is None:
             return capture_fn(fn, args, kwargs)
         return capture_fn(fn, args, kwargs, gradient_seed)

@@ -246,7 +246,9 @@ class Trace:
     ``sum(output * cotangent_for(output, seed))`` with respect to that value, for the floating
     values the output depends on differentiably) and, in JAX, ``custom_rules`` (the index of each
     record computed inside a custom rule's call -> that call: its values have no cotangent).
-    ``returned`` is the framework of the value the callable returned (``run.returned_framework``)."""
+    ``returned`` is the framework of the value the callable returned (``run.returned_framework``).
+    A torch run in train mode holds its dropouts' ``keep_masks`` (True = kept) and ``drop_rates``
+    (their ``p``, None where unknown), in order."""
 
     framework: str
     records: list[Record] = field(default_factory=list)
@@ -255,6 +257,7 @@ class Trace:
     cotangents: dict[int, np.ndarray] = field(default_factory=dict)
     custom_rules: dict[int, CustomRule] = field(default_factory=dict)
     keep_masks: list[np.ndarray] = field(default_factory=list)
+    drop_rates: list[float | None] = field(default_factory=list)
     returned: str | None = None
 
     def add(
