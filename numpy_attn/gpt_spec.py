@@ -29,6 +29,11 @@ BLOCK_STEPS = {
     "ff": "(B, T, D) ff(norm2(shortcut1)), before the residual dropout",
     "output": "(B, T, D) shortcut1 + drop(ff(norm2(shortcut1))): the block's output",
 }
+MODEL_STEPS = {  # a model's own, around its blocks' trf_blocks.{i}.<step>
+    "embeddings": "(B, T, D) the embedded tokens (and positions), after dropout",
+    "final_norm": "(B, T, D) the final norm of the last block's output",
+    "output": "(B, T, V) the logits",
+}
 
 
 def check_config(config: Any) -> None:

@@ -249,11 +249,14 @@ def _warn_unknown_steps(steps: Mapping[str, Any]) -> None:
     import warnings
 
     from numpy_attn import STEP_DOCS
+    from numpy_attn.decoder_spec import GQA_STEPS
+    from numpy_attn.gpt_spec import BLOCK_STEPS, MODEL_STEPS
 
+    known = [*STEP_DOCS, *BLOCK_STEPS, *GQA_STEPS, *MODEL_STEPS]  # the layers', blocks' and models'
     for name in steps:
         role = name.rsplit(".", 1)[-1]
-        if role not in STEP_DOCS:
-            nearest = difflib.get_close_matches(role, list(STEP_DOCS), n=1)
+        if role not in known:
+            nearest = difflib.get_close_matches(role, known, n=1)
             hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
             warnings.warn(f"step {name!r} is not one of the project's step names{hint}", stacklevel=3)
 

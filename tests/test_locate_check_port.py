@@ -88,6 +88,32 @@ def test_a_misspelt_step_name_warns_with_the_nearest_name():
         check_port(case.build_torch(), port, case.make_input(), params=params)
 
 
+def test_the_projects_block_model_and_decoder_step_names_warn_of_nothing():
+    """A GPT and a Llama 3 checked against numpy_attn's functions: every step name they record
+    (norm1, att, shortcut1, embeddings, final_norm, queries_rope...) is the project's."""
+    import warnings
+
+    from torch_ref import GPTModel, Llama3Model
+
+    sizes = {"vocab_size": 50, "context_length": 8, "emb_dim": 8, "n_heads": 2, "n_layers": 1}
+    gpt = {**sizes, "drop_rate": 0.0, "qkv_bias": False}
+    llama = {**sizes, "hidden_dim": 16, "n_kv_groups": 1, "rope_base": 10_000.0, "rope_freq": None}
+    torch.manual_seed(0)
+    runs = {
+        "GPTModel": (GPTModel(gpt), functools.partial(numpy_attn.gpt_model, config=gpt)),
+        "Llama3Model": (
+            Llama3Model({**llama, "dtype": torch.float32}),
+            functools.partial(numpy_attn.llama3_model, cfg={**llama, "dtype": "float32"}),
+        ),
+    }
+    for name, (model, port) in runs.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            report = check_port(model, port, np.array([[1, 2, 3, 4]]), params=to_params(model))
+        steps = [row.step for row in report.rows]
+        assert report.ok and "trf_blocks.0.norm1" in steps and "final_norm" in steps, name
+
+
 def test_steps_that_still_match_are_those_before_the_divergence():
     case = Case("MultiHeadAttention", d_in=4, d_out=4, bias=True)
     params = to_params(case.build_torch())
