@@ -108,7 +108,8 @@ def _generate(
             tokens = jnp.argmax(last, axis=-1)  # (B,)
         tokens = jnp.where(finished, fill, tokens).astype(token_ids.dtype)  # (B,)
         finished = finished | (tokens[:, None] == stops[None, :]).any(axis=-1)
-        sequences = jax.lax.dynamic_update_slice(sequences, tokens[:, None], (0, num_tokens + new))
+        start = (jnp.zeros_like(new), num_tokens + new)  # indices of one integer type (int64 with x64)
+        sequences = jax.lax.dynamic_update_slice(sequences, tokens[:, None], start)
         if stream:
             io_callback(_put, None, stream_id, tokens, ordered=True)
         return new + 1, logits, caches, sequences, tokens, finished, bad_step

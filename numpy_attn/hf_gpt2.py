@@ -204,8 +204,8 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
     """``config.json`` (at ``path``; named as in ``directory``), checked before anything is built from
     it: a JSON object of at most ``_MAX_CONFIG`` bytes, UTF-8, ``model_type`` gpt2, positive int sizes (an
     ``n_layer`` whose tensors could not fit in a weight file refused here), ``n_head`` dividing
-    ``n_embd``, a bool ``tie_word_embeddings`` (True where absent), a dropout rate in [0, 1) and the
-    settings this GPT computes as GPT-2 does."""
+    ``n_embd``, a bool ``tie_word_embeddings`` (True where absent), one dropout rate in [0, 1) (the
+    three of GPT-2 equal) and the settings this GPT computes as GPT-2 does."""
     name = f"{directory}/{CONFIG_FILE}"
     hf_config = read_config_json(directory, path, "a GPT-2 config.json")
     if hf_config.get("model_type") != "gpt2":
@@ -213,7 +213,10 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
     check_sizes(name, hf_config, _SIZES, HF_NAMES, _SUPPORTED)
     check_divisible(f"{name}: n_embd", hf_config["n_embd"], hf_config["n_head"], heads_name="n_head")
     check_flag(f"{name}: tie_word_embeddings", hf_config.setdefault("tie_word_embeddings", True))
-    check_dropout(f"{name}: resid_pdrop", hf_config.get("resid_pdrop", 0.1))
+    rates = {key: hf_config.get(key, 0.1) for key in ("resid_pdrop", "attn_pdrop", "embd_pdrop")}
+    check_dropout(f"{name}: resid_pdrop", rates["resid_pdrop"])
+    if len(set(rates.values())) > 1:  # the book's GPT has one drop_rate for the three dropouts
+        raise ValueError(f"{name}: dropout rates {rates} differ; the book's GPT has one drop_rate for all three")
     if hf_config.get("n_inner") not in (None, 4 * hf_config["n_embd"]):
         raise ValueError(f"{name}: n_inner={hf_config['n_inner']} is not supported, only 4 * n_embd")
     return hf_config

@@ -19,6 +19,8 @@ import torch_ref
 from jax_attn import generation as jax_generation
 from numpy_attn import decoders as numpy_decoders
 from numpy_attn import generation as numpy_generation
+from parity_tests.frameworks import jax_context
+from tests import gpt_cases
 from tests.decoder_cases import CFGS, token_ids, torch_decoder
 from tests.test_gpt_generate_hf import PAD, hf_generate
 
@@ -224,3 +226,22 @@ def test_jax_generate_takes_a_bfloat16_decoder_as_its_decode_functions_do(models
         tokens.append(np.asarray(logits[:, -1].astype(jnp.float32)).argmax(axis=-1)[:, None])
         logits, caches = decode(half, jnp.asarray(tokens[-1]), caches, cfg)
     np.testing.assert_array_equal(generated, np.concatenate(tokens, axis=1))
+
+
+@pytest.mark.parametrize("model", ["GPTModel", "Llama3Model"])
+def test_a_float64_model_generates_in_jax_with_64_bit_types_as_in_numpy(model):
+    """jax_attn.generate with x64 on, which float64 models need (its index arithmetic mixed int64
+    and int32 there and raised): greedy tokens, a padded row and an eos id, numpy_attn's."""
+    if model == "GPTModel":
+        config, torch_module = gpt_cases.TINY, gpt_cases.torch_model(seed=3).double()
+    else:
+        config, torch_module = CFGS[model] | {"dtype": "float64"}, torch_decoder(model, dtype="float64")
+    params, prompt = torch_ref.to_params(torch_module), token_ids(2, 4, seed=5)
+    mask = np.array([[0, 1, 1, 1], [1, 1, 1, 1]])
+    options = {"attention_mask": mask, "eos_token_id": int(prompt[1, -1]), "pad_token_id": 0}
+    expected = numpy_attn.generate(params, prompt, config, 6, **options)
+    with jax_context("float64"):
+        jax_model = getattr(jax_attn, model).from_params(params, config)
+        actual = jax_attn.generate(jax_model, jnp.asarray(prompt), 6, **options)
+        assert jax_model.tok_emb.embedding.dtype == jnp.float64
+    np.testing.assert_array_equal(np.asarray(actual), expected)

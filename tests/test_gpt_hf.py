@@ -171,6 +171,9 @@ CONFIG_FILES = {
                       ": n_embd must be a positive int, got '24' (str)"),
     "resid_pdrop_1.5": (lambda d: _hf_config_bytes(d, resid_pdrop=1.5), ValueError,
                         ": resid_pdrop must be in [0, 1), got 1.5"),
+    "attn_pdrop_other": (lambda d: _hf_config_bytes(d, attn_pdrop=0.3), ValueError,
+                         ": dropout rates {'resid_pdrop': 0.0, 'attn_pdrop': 0.3, 'embd_pdrop': 0.0} differ; "
+                         "the book's GPT has one drop_rate for all three"),
     "n_head_5": (lambda d: _hf_config_bytes(d, n_head=5), ValueError,
                  ": n_embd=24 is not divisible by n_head=5"),
     "tie_word_embeddings_string": (lambda d: _hf_config_bytes(d, tie_word_embeddings="false"), TypeError,
