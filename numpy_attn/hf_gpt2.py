@@ -216,7 +216,9 @@ def _read_config(directory: str, path: str) -> dict[str, Any]:
     rates = {key: hf_config.get(key, 0.1) for key in ("resid_pdrop", "attn_pdrop", "embd_pdrop")}
     check_dropout(f"{name}: resid_pdrop", rates["resid_pdrop"])
     if len(set(rates.values())) > 1:  # the book's GPT has one drop_rate for the three dropouts
-        raise ValueError(f"{name}: dropout rates {rates} differ; the book's GPT has one drop_rate for all three")
+        raise ValueError(
+            f"{name}: dropout rates {rates} differ; the book's GPT has one drop_rate for all three"
+        )
     if hf_config.get("n_inner") not in (None, 4 * hf_config["n_embd"]):
         raise ValueError(f"{name}: n_inner={hf_config['n_inner']} is not supported, only 4 * n_embd")
     return hf_config

@@ -1440,7 +1440,9 @@ def _part_counterpart(
     inputs hold parts of one index (one head, or one batch entry's head) alone, or where they hold
     none, the values its line takes from other lines (a softmax's last operation, whose inputs are
     the line's own): among the unmatched reference values with a slice of its layout, the one
-    computed from most of the values those inputs hold parts of."""
+    computed from most of the values those inputs hold parts of; where none is, the unmatched value
+    the inputs hold a part of itself (a line normalising again weights already equal to the
+    reference's, as a query's row of a causal softmax is when that row keeps one key)."""
     record = result.candidate.records[shown]
     held = [p for s in line_inputs(result.candidate, shown) for p in result.parts.get(s, [])]
     if not held:
@@ -1450,6 +1452,7 @@ def _part_counterpart(
     if len({indices for _, _, indices in held}) != 1:
         return None
     indices, ours = held[0][2], {classes[r] for r, _, _ in held}
+    loop = tuple(result.reference.records[held[0][0]].shape[a] for a in held[0][1])  # the slices' count
     best, best_shared = None, 0
     for r in unmatched:
         value = result.reference.records[r].value
@@ -1458,11 +1461,17 @@ def _part_counterpart(
         if n < 2 or value.size != n * record.value.size or shared <= best_shared:
             continue
         for axes in slicings(value.shape, n):
-            if len(axes) != len(indices):
-                continue
+            if len(axes) != len(indices) or tuple(value.shape[a] for a in axes) != loop:
+                continue  # sliced along another axis than the parts held (a query row is no head_dim)
             if any(i >= value.shape[a] for a, i in zip(axes, indices, strict=True)):
                 continue
             if in_layout(take_part(value, axes, indices), record.shape, result.rules) is not None:
                 best, best_shared = (r, axes, indices), shared
                 break
-    return best
+    if best is not None:
+        return best
+    for r, axes, parts in held:
+        value = take_part(result.reference.records[r].value, axes, parts)
+        if r in unmatched and in_layout(value, record.shape, result.rules) is not None:
+            return r, axes, parts
+    return None

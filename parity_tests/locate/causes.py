@@ -115,15 +115,30 @@ def scale_between(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: f
     return factor if _close(factor * e, a, rtol, atol) else None
 
 
-def _one_diagonal(difference: np.ndarray) -> int | None:
-    """``k`` where ``difference`` (over its last two axes) is True on the ``k``-th diagonal alone."""
-    if difference.ndim < 2 or not difference.any():
+def _diagonal(shape: tuple[int, ...], row: int | None = None, k: int = 0) -> np.ndarray:
+    """True where key = query + ``k``, in ``shape``: over its last two axes (query, key), or with
+    ``row``, over its last axis alone (the keys of query ``row``: one row of a (query, key) value)."""
+    if row is None:
+        return np.broadcast_to(np.eye(*shape[-2:], k, dtype=bool), shape)
+    return np.broadcast_to(np.arange(shape[-1]) == row + k, shape)
+
+
+def _causal(shape: tuple[int, ...], row: int | None = None) -> np.ndarray:
+    """True where the key comes after its query (a causal mask, True = hidden), as ``_diagonal``."""
+    if row is None:
+        return np.broadcast_to(np.triu(np.ones(shape[-2:], dtype=bool), 1), shape)
+    return np.broadcast_to(np.arange(shape[-1]) > row, shape)
+
+
+def _one_diagonal(difference: np.ndarray, row: int | None = None) -> int | None:
+    """``k`` where ``difference`` (over its last two axes, or with ``row`` its last axis alone: see
+    ``_diagonal``) is True on the ``k``-th diagonal alone."""
+    if difference.ndim < (1 if row is not None else 2) or not difference.any():
         return None
-    rows, columns = difference.shape[-2:]
-    for k in range(1 - rows, columns):
-        if np.array_equal(
-            difference, np.broadcast_to(np.eye(rows, columns, k, dtype=bool), difference.shape)
-        ):
+    rows, columns = (1, difference.shape[-1]) if row is not None else difference.shape[-2:]
+    first = 0 if row is None else row
+    for k in range(1 - rows - first, columns - first):
+        if np.array_equal(difference, _diagonal(difference.shape, row, k)):
             return k
     return None
 
@@ -134,16 +149,22 @@ def _off_by(offset: int) -> str:
     return f"causal mask off by {'one' if abs(offset) <= 1 else abs(offset)}: {where}"
 
 
-def mask_causes(expected: np.ndarray, actual: np.ndarray) -> list[str]:
-    """What two boolean masks that hide where True (the reference's, the candidate's) show."""
+def mask_causes(expected: np.ndarray, actual: np.ndarray, row: int | None = None) -> list[str]:
+    """What two boolean masks of one shape that hide where True (the reference's, the candidate's)
+    show; with ``row``, both are the keys of query ``row`` alone (no transposition shows in one
+    row)."""
     if np.array_equal(expected, ~actual):
         return ["mask inverted: the positions hidden are those the reference keeps"]
-    if expected.shape[-1] == expected.shape[-2] and np.array_equal(np.swapaxes(expected, -1, -2), actual):
+    if (
+        row is None
+        and expected.shape[-1] == expected.shape[-2]
+        and np.array_equal(np.swapaxes(expected, -1, -2), actual)
+    ):
         return [
             "mask transposed: the keys hidden are those on the other side of the diagonal "
             "(triu where tril is due, or query and key axes swapped)"
         ]
-    offset = _one_diagonal(expected ^ actual)
+    offset = _one_diagonal(expected ^ actual, row)
     if offset is None:
         return []
     return [f"{_off_by(offset)} {'is hidden too' if (actual & ~expected).any() else 'is not hidden'}"]
@@ -199,10 +220,14 @@ def read_causes(
     reference_scale: float | None = None,
     causal_fix: str = "pass is_causal=True or a mask",
     hides: tuple[bool | None, bool | None] = (None, None),
+    row: int | None = None,
 ) -> list[str]:
     """Causes that the numbers show: ``actual`` is ``expected`` with entries dropped, transposed,
     scaled, masked the other way, shifted by a bias, normalised over another axis, or the same
-    numbers in another order.
+    numbers in another order. The causes read from a diagonal or a transposition take the last two
+    axes for (query, key); with ``row``, both values are one query row of such a value, its keys
+    last (a port computing attention one query at a time): the diagonal is then key ``row``, and no
+    transposition is read (one row shows none).
     ``masks``: the candidate hides entries somewhere on the way to its output (then "no mask
     applied" is not said: its value is compared before its mask or after its exp);
     ``reference_scale``: the scale the reference applies after ``expected`` (see
@@ -218,24 +243,24 @@ def read_causes(
         if decoder:
             return decoder
     if expected.dtype == bool or actual.dtype == bool or expected.shape != actual.shape:
-        if expected.shape == actual.shape and expected.ndim >= 2:
+        if expected.shape == actual.shape and expected.ndim >= (1 if row is not None else 2):
             e, a = expected.astype(bool), actual.astype(bool)
             if None not in hides:  # both masks as "True: hidden"
-                return mask_causes(e if hides[0] else ~e, a if hides[1] else ~a)
-            diagonal = np.broadcast_to(np.eye(*e.shape[-2:], dtype=bool), e.shape)
+                return mask_causes(e if hides[0] else ~e, a if hides[1] else ~a, row)
+            diagonal = _diagonal(e.shape, row)
             if np.array_equal(e, ~a):
                 causes.append("mask inverted: True here means the opposite of the reference's mask")
             elif np.array_equal(e ^ a, diagonal) or np.array_equal(~e ^ a, diagonal):
                 causes.append("causal mask off by one: the diagonal (each token itself) differs")
-            elif (offset := _one_diagonal(e ^ a)) is not None or (
-                offset := _one_diagonal(~e ^ a)
+            elif (offset := _one_diagonal(e ^ a, row)) is not None or (
+                offset := _one_diagonal(~e ^ a, row)
             ) is not None:
                 causes.append(f"{_off_by(offset)} is hidden in one mask and not in the other")
         return causes
     dropped = _dropped(expected, actual, rtol, atol)
     if dropped is not None:
         return [dropped]
-    if expected.ndim >= 2 and expected.shape[-1] == expected.shape[-2]:
+    if row is None and expected.ndim >= 2 and expected.shape[-1] == expected.shape[-2]:
         swapped = np.swapaxes(expected, -1, -2)
         factor = _factor(swapped, actual) or 1.0  # a scale the reference applies later, say
         if _close(factor * swapped, actual, rtol, atol):
@@ -246,31 +271,26 @@ def read_causes(
     hidden_e, hidden_a = _hidden(expected), _hidden(actual)
     zeros_e, zeros_a = expected == 0, actual == 0
     for label, e, a in (("-inf", hidden_e, hidden_a), ("zero", zeros_e, zeros_a)):
-        if e.any() and not np.array_equal(e, a) and e.ndim >= 2:
+        if e.any() and not np.array_equal(e, a) and e.ndim >= (1 if row is not None else 2):
             rows = ~e.all(axis=-1, keepdims=True) & ~a.all(axis=-1, keepdims=True)
+            square = row is None and e.shape[-1] == e.shape[-2]
             if np.array_equal((e ^ a) | ~rows, np.ones_like(e)) or np.array_equal(a & rows, ~e & rows):
                 causes.append("mask inverted: the positions hidden are those the reference keeps")
-            elif e.shape[-1] == e.shape[-2] and np.array_equal(np.swapaxes(e, -1, -2), a):
+            elif square and np.array_equal(np.swapaxes(e, -1, -2), a):
                 causes += mask_causes(e, a)  # the mask transposed
             elif label == "-inf" and (fill := _weak_fill(expected, actual, e, rtol, atol)) is not None:
                 causes.append(
                     f"masked with {fill:g} where the reference has -inf: the positions are filled with a "
                     "value softmax does not hide (fill with -inf or a large negative number)"
                 )
-            elif np.array_equal(a & ~e, np.broadcast_to(np.eye(e.shape[-1], dtype=bool), e.shape) & ~e):
+            elif np.array_equal(a & ~e, _diagonal(e.shape, row) & ~e):
                 causes.append("causal mask off by one: the diagonal (each token itself) is hidden too")
-            elif (offset := _one_diagonal(e ^ a)) is not None:
+            elif (offset := _one_diagonal(e ^ a, row)) is not None:
                 causes.append(f"{_off_by(offset)} {'is hidden too' if (a & ~e).any() else 'is not hidden'}")
             elif not a.any() and not masks:
-                causal = np.broadcast_to(np.triu(np.ones(e.shape[-2:], dtype=bool), 1), e.shape)
-                causes.append(
-                    f"no mask applied: the reference has {label} entries here"
-                    + (
-                        f", every key after its query: the causal mask is missing ({causal_fix})"
-                        if e.shape[-1] == e.shape[-2] and np.array_equal(e, causal)
-                        else ""
-                    )
-                )
+                causal = (square or row is not None) and np.array_equal(e, _causal(e.shape, row))
+                missing = f", every key after its query: the causal mask is missing ({causal_fix})"
+                causes.append(f"no mask applied: the reference has {label} entries here" + missing * causal)
             break
     keep = np.isfinite(expected) & np.isfinite(actual)
     factor = _factor(expected, actual)
@@ -283,16 +303,29 @@ def read_causes(
             described = _describe_factor(factor, sizes, reference_scale)
             causes += [f"scale differs: yours is {described}"] if described else []
     difference = np.where(keep, actual - expected, 0)
-    if expected.ndim >= 2 and np.abs(difference).max() > atol:
+    nan = np.isnan(actual) & ~np.isnan(expected)  # no bias makes NaN
+    if expected.ndim >= 2 and np.abs(difference).max() > atol and not nan.any():
         flat = difference.reshape(-1, difference.shape[-1])
         if np.allclose(flat, flat[:1], rtol=0, atol=atol + rtol * float(np.abs(expected[keep]).max())):
             causes.append(
                 "differs by one constant vector along the last axis: a bias missing, added twice "
                 "or taken from another layer"
             )
-    if expected.ndim >= 2 and np.isfinite(actual).all() and (actual >= 0).all():
-        if np.allclose(actual.sum(axis=-2), 1, atol=1e-4) and not np.allclose(
-            actual.sum(axis=-1), 1, atol=1e-4
+    # NaN where the reference's entry is 0: 0/0, a group normalised over entries all hidden
+    rest = actual[~np.isnan(actual)]
+    if (
+        expected.ndim >= 2
+        and rest.size
+        and (expected[np.isnan(actual)] == 0).all()
+        and np.isfinite(rest).all()
+        and (rest >= 0).all()
+    ):
+        over = actual.sum(axis=-2)  # NaN for a group holding a NaN
+        groups = over[~np.isnan(over)]
+        if (
+            groups.size
+            and np.allclose(groups, 1, atol=1e-4)
+            and not np.allclose(actual.sum(axis=-1), 1, atol=1e-4)
         ):
             causes.append(
                 f"normalised over the {axes[-2]} axis instead of the {axes[-1]} axis: softmax over "

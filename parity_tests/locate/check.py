@@ -41,7 +41,7 @@ from parity_tests.locate.layout import in_layout
 from parity_tests.locate.report import LocateReport
 from parity_tests.locate.run import capture, framework_of, source_file, unwrapped
 from parity_tests.locate.trace import Raised, Record, Trace, is_user_file
-from parity_tests.locate.transforms import due_value, transform_causes
+from parity_tests.locate.transforms import due_value, paired_part, transform_causes
 
 __all__ = [
     "compare_traces",
@@ -317,6 +317,8 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         return LocateReport(True, verified=verified)
     blamed, diverging = actual.records[alignment.shown], expected.records[alignment.diverging]
     counterpart = expected.records[alignment.counterpart]
+    sizes = sizes_of(expected, alignment.rules)
+    row = _query_row(counterpart.shape, alignment.counterpart_part, sizes)
     if alignment.counterpart_part is not None:  # one head of it: the slice, as a record of its own
         value = take_part(counterpart.value, *alignment.counterpart_part)
         counterpart = Record(
@@ -330,7 +332,6 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     named = [r for r in expected.records[diverging.index :] if r.step] if expected.steps else []
     first = named[0].step if named else diverging.op
     rtol, atol = tolerance_of(blamed, counterpart)
-    sizes = sizes_of(expected, alignment.rules)
     location = blame_location(alignment)
     report = LocateReport(
         False,
@@ -429,6 +430,8 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     ):
         e, a = counterpart.value.astype(np.float64), laid_out.astype(np.float64)
         report.axes = axis_names(counterpart.shape, sizes)
+        if row is not None:  # one query's row: its last axis the keys
+            report.axes = (*report.axes[:-1], "key")
         error = np.abs(np.nan_to_num(a - e, nan=np.inf, posinf=np.inf, neginf=np.inf))
         error[(e == a)] = 0
         worst = np.unravel_index(int(np.argmax(error)), error.shape) if error.size else ()
@@ -443,7 +446,7 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         hides = (_hides(expected, counterpart.index), _hides(actual, blamed.index))
         report.causes += read_causes(
             counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks,
-            _scale_after(alignment, counterpart.index), fix, hides,
+            _scale_after(alignment, counterpart.index), fix, hides, row,
         )  # fmt: skip
         if any(cause.startswith("mask inverted") for cause in report.causes):
             _mask_taken_as_made(report, expected, actual, alignment)
@@ -459,12 +462,12 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             last = [r for r in actual.records[alignment.blamed :] if r.location == span[-1]][-1]
             joined = in_layout(last.value, counterpart.shape, alignment.rules)
             if joined is not None and joined.dtype.kind == "f":
-                found = read_causes(counterpart.value, joined, report.axes, sizes, rtol, atol, masks)
+                found = read_causes(counterpart.value, joined, report.axes, sizes, rtol, atol, masks, row=row)
                 _add_new(report, found)
     elif laid_out is None and blamed.value.dtype.kind == "f":
         _add_new(report, _before_expansion(expected, counterpart, blamed.value, rtol, atol))
     if not report.causes:  # the value due may be a later one, or this one's first slice
-        due = due_value(diverging.value, blamed.shape, alignment.rules)
+        due = due_value(diverging.value, blamed.shape, alignment.rules, paired_part(alignment))
         if due is not None and due.dtype.kind == "f" and blamed.value.dtype.kind == "f":
             axes = axis_names(due.shape, sizes)
             report.causes += read_causes(due, blamed.value, axes, sizes, rtol, atol, masks=True)
@@ -496,6 +499,20 @@ def _dropout_causes(
     return dropout_causes(given, due, value, dropout.keywords, rtol, atol)
 
 
+def _query_row(
+    shape: tuple[int, ...], part: tuple[tuple[int, ...], tuple[int, ...]] | None, sizes: dict[str, int]
+) -> int | None:
+    """The query index where ``part`` (the counterpart's slice: its axes and indices) takes one query
+    row of a reference value of ``shape`` whose last two axes are (query, key), its keys all kept (a
+    port computing attention one query at a time); None for any other part."""
+    if part is None or len(shape) < 2 or axis_names(shape, sizes)[-2:] != ("query", "key"):
+        return None
+    axes, indices = part
+    if len(shape) - 1 in axes or len(shape) - 2 not in axes:
+        return None
+    return indices[axes.index(len(shape) - 2)]
+
+
 def _scaled_otherwise(alignment: Alignment, unscaled: int, laid_out: np.ndarray | None) -> bool:
     """Whether the blamed line scales the reference value ``unscaled`` after all (a value of its
     line is that value times a factor other than the one undoing the reference's scale, where
@@ -512,7 +529,11 @@ def _scaled_otherwise(alignment: Alignment, unscaled: int, laid_out: np.ndarray 
     given = alignment.reference.records[unscaled].value
     as_it_is = 1 / alignment.factors[0] if unscaled in alignment.scaled else 1.0  # yours holds it unscaled
     for record in line_records(alignment.candidate, alignment.shown):
-        due = due_value(given, record.shape, alignment.rules) if record.value.dtype.kind == "f" else None
+        due = (
+            due_value(given, record.shape, alignment.rules, paired_part(alignment))
+            if record.value.dtype.kind == "f"
+            else None
+        )
         if (
             due is not None
             and due.dtype.kind == "f"

@@ -19,7 +19,8 @@ reads from the candidate's and the reference's code; ``--gradients`` also compar
 dropout keep-masks given to the candidate: the options of ``check_port``. Exit 0 when every shape
 matches, 1 when one does not (a candidate that raises is a port that diverges: the report names its
 line raising, the exception and the last value it still agreed on), 2 for bad usage, with one line
-on stderr: a file that does not load, a name it lacks or that is not a function, module or class, a
+on stderr (also 2, one line, for an exception the checker's own code raises: no finding about the
+port): a file that does not load, a name it lacks or that is not a function, module or class, a
 class refusing the ``--init`` values, a size below 1, an input making an array past 2**27 entries
 (one head's scores; with ``--tokens`` also the logits ``(B, T, VOCAB)``), a seed outside 0 to
 2**32 - 1, a ``--tokens`` outside 1 to 2**31 - 1, a reference that raises on an input of the shape
@@ -182,6 +183,9 @@ def _diff(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"the reference {args.reference} raises on an input of shape {shape}: {raised}"
             ) from None
+        except Exception as error:
+            _checker_fault(error, f"shape {shape}, seed {seed}")
+            raise  # the user's code raised (a port raising as check_port calls it)
         if failed is None and not reports[(shape, seed)].ok:
             failed = reports[(shape, seed)].located, x
     from rich.console import Console
@@ -193,7 +197,11 @@ def _diff(args: argparse.Namespace) -> int:
     if failed is not None and heatmap:
         located, x = failed
         if located is None:  # the steps named the divergence: the values to draw are locate's
-            located = locate(reference, candidate, x, **how)
+            try:
+                located = locate(reference, candidate, x, **how)
+            except Exception as error:
+                _checker_fault(error, "the heatmap's run")
+                raise
         if located.ok:
             console.print("no heatmap: the outputs match (locate), only the steps differ")
         elif located.expected_value is None:
@@ -203,6 +211,31 @@ def _diff(args: argparse.Namespace) -> int:
                 located.write_heatmap(heatmap)
             console.print(f"heatmap of the first diverging tensor: {heatmap}")
     return 0 if failed is None else 1
+
+
+def _checker_fault(error: Exception, where: str) -> None:
+    """Raise ``UsageError`` (one line, exit 2) where ``error`` comes from the checker's own code:
+    the last frame of its traceback in ``parity_tests`` or in a user's file (the port, the
+    reference, the project's packages) is ``parity_tests``'; return where the user's code raised it.
+    Exit 1 says the port diverges: a fault of the checker must not read as one."""
+    import traceback
+
+    from parity_tests.locate.trace import is_user_file
+
+    checker = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if is_user_file(f.filename) or os.path.realpath(f.filename).startswith(checker)
+    ]
+    if frames and os.path.realpath(frames[-1].filename).startswith(checker):
+        root = os.path.dirname(checker.rstrip(os.sep))
+        at = f"{os.path.relpath(os.path.realpath(frames[-1].filename), root)}:{frames[-1].lineno}"
+        message = " ".join(f"{type(error).__name__}: {error}".split())
+        raise UsageError(
+            f"internal error of the checker ({where}), not a finding about the port: {message} "
+            f"(at {at}); please report it"
+        ) from error
 
 
 def _weights(reference: Any) -> dict[str, Any] | None:

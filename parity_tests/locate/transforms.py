@@ -3,8 +3,10 @@ value, it may still be one the reference computes, transformed the way a bug tra
 
 The reference values tried are the diverging one and those computed soon after it (with the steps
 of fused operations, ``expand.steps``), against the candidate's shown value and the values its line
-computed before it, each laid out as the candidate's value, or its first slice
-(the first sequence, the first head: where a port loops, the first iteration diverges first). The
+computed before it, each laid out as the candidate's value, or its slice the alignment paired the
+candidate's value with (a port computing one query row at a time, blamed in its second iteration),
+else its first slice (the first sequence, the first head: where a port loops, the first iteration
+diverges first). The
 transformations: the square root or the square of a statistic per row (a standard deviation for a
 variance), the heads in another order along the model width (or a head written at another's
 place), a square weight used transposed, an activation or a norm left out, one factor per row that
@@ -46,20 +48,37 @@ from parity_tests.locate.causes import (
 from parity_tests.locate.layout import atomic, in_layout
 from parity_tests.locate.trace import Record
 
-__all__ = ["due_value", "transform_causes"]
+__all__ = ["due_value", "paired_part", "transform_causes"]
 
 _SOON = 12  # the reference values tried: the diverging one and those computed this soon after it
 
 
+Part = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+def paired_part(alignment: Alignment) -> Part | None:
+    """``(shape, axes, indices)``: the slice of the reference's counterpart (of ``shape``) that the
+    alignment paired the blamed value with (``Alignment.counterpart_part``), None where it paired the
+    whole value."""
+    if alignment.counterpart_part is None:
+        return None
+    return (alignment.reference.records[alignment.counterpart].shape, *alignment.counterpart_part)
+
+
 def due_value(
-    value: np.ndarray, shape: tuple[int, ...], rules: dict[int, tuple[int, ...]]
+    value: np.ndarray, shape: tuple[int, ...], rules: dict[int, tuple[int, ...]], part: Part | None = None
 ) -> np.ndarray | None:
     """``value`` laid out in ``shape`` (see ``layout.in_layout``), or where it holds several values of
-    that shape, its first slice (index 0 along one or two of its atomic axes: ``(B*T, D)`` split into
-    ``(B, T, D)``) laid out; None where neither fits."""
+    that shape, its slice ``part`` (``paired_part``: where ``value`` has the shape that part is taken
+    of) or else its first slice (index 0 along one or two of its atomic axes: ``(B*T, D)`` split into
+    ``(B, T, D)``) laid out; None where none fits."""
     whole, size = in_layout(value, shape, rules), int(np.prod(shape))
     if whole is not None or size < 2 or value.size % size or value.size <= size:
         return whole
+    if part is not None and value.shape == part[0]:
+        paired = in_layout(take_part(value, part[1], part[2]), shape, rules)
+        if paired is not None:
+            return paired
     n, value = value.size // size, atomic(value, rules)
     for axes in slicings(value.shape, n):
         part = in_layout(take_part(value, axes, (0,) * len(axes)), shape, rules)
@@ -84,7 +103,7 @@ def _tried(alignment: Alignment) -> Iterator[tuple[Record, Record, np.ndarray]]:
     soon = _soon(alignment)
     for mine in (r for r in line if r.value.dtype.kind == "f" and r.value.size > 1):
         for record in soon:
-            due = due_value(record.value, mine.shape, alignment.rules)
+            due = due_value(record.value, mine.shape, alignment.rules, paired_part(alignment))
             if due is not None and due.dtype.kind == "f":
                 yield mine, record, due.astype(np.float64)
 
@@ -258,7 +277,7 @@ def _left_out(alignment: Alignment) -> str | None:
             (reference.records[r], x) for r in held for x in soon if r in computed_from[x.index]
         ):
             mine = candidate.records[source].value  # the reference's value, or a slice of it
-            due = due_value(record.value, mine.shape, alignment.rules)
+            due = due_value(record.value, mine.shape, alignment.rules, paired_part(alignment))
             if due is None:
                 continue
             where = f"the reference's {given.label} ({candidate.records[source].location}) as it is"
@@ -318,7 +337,7 @@ def _tokens_moved(alignment: Alignment, sizes: dict[str, int]) -> str | None:
         axis = mine.shape.index(tokens)
         actual = np.moveaxis(mine.value.astype(np.float64), axis, 0)
         for record in tried:
-            due = due_value(record.value, mine.shape, alignment.rules)
+            due = due_value(record.value, mine.shape, alignment.rules, paired_part(alignment))
             if due is None or due.dtype.kind != "f":
                 continue
             due = np.moveaxis(due.astype(np.float64), axis, 0)
@@ -405,7 +424,8 @@ def _rotated(alignment: Alignment) -> str | None:
         if mine.value.dtype.kind != "f" or mine.value.ndim < 2 or mine.index in alignment.matches:
             continue
         laid_out = [(r, in_layout(r.value, mine.shape, alignment.rules)) for r in held]
-        laid_out += [(r, due_value(r.value, mine.shape, alignment.rules)) for r in soon]
+        part = paired_part(alignment)
+        laid_out += [(r, due_value(r.value, mine.shape, alignment.rules, part)) for r in soon]
         for record, due in laid_out:
             if due is not None and due.dtype.kind == "f":
                 found = rope_causes(
@@ -447,7 +467,7 @@ def _scale_differs(alignment: Alignment, sizes: dict[str, int]) -> str | None:
     line = line_records(alignment.candidate, alignment.shown)[::-1]
     for mine in (r for r in line if r.value.dtype.kind == "f" and r.value.size > 1):
         for record in tried:
-            due = due_value(record.value, mine.shape, alignment.rules)
+            due = due_value(record.value, mine.shape, alignment.rules, paired_part(alignment))
             if due is None or due.dtype.kind != "f":
                 continue
             factor = scale_between(

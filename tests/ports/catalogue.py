@@ -65,6 +65,8 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "jax_dpa": ("torch_ref", lambda module, params: module.mha),
     "jax_scan_heads": ("torch_ref", lambda module, params: module.mha),
     "jax_loop_heads": ("torch_ref", lambda module, params: module.mha),
+    "numpy_query_rows": ("torch_ref", lambda module, params: module.mha),
+    "jax_scan_tokens": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa_scale": ("torch_ref", lambda module, params: module.mha),
     "torch_sdpa_mqa": ("user_mqa", lambda module, params: module.mqa),
@@ -564,6 +566,54 @@ BUGS = [
 
 # Gradient parity: ports whose forward pass is right and whose backward pass is not. ``locate_gradients``
 # must report the planted line. NumPy ports have no gradients.
+# Ports computing attention one query at a time (a (B, N, S) row of the reference's (B, N, T, S)
+# scores per token), checked through ``check_port``: their causes once raised instead of reporting.
+ROW_BUGS = [
+    B(
+        "rows_scale_by_d_model",
+        "numpy_query_rows",
+        "s = s / np.sqrt(hd)",
+        "s = s / np.sqrt(d)",
+        "scale differs: yours is the reference's div",
+    ),
+    B(
+        "rows_mask_keeps_next_token",
+        "numpy_query_rows",
+        "s[:, :, i + 1 :] = -np.inf",
+        "s[:, :, i + 2 :] = -np.inf",
+        "causal mask off by one: the next token (key = query + 1) is not hidden",
+    ),
+    B(
+        "rows_softmax_over_heads",
+        "numpy_query_rows",
+        "w = w / w.sum(-1, keepdims=True)",
+        "w = w / w.sum(-2, keepdims=True)",
+        "normalised over the head axis instead of the key axis",
+    ),
+    B(
+        "scan_rows_scale_by_d_model",
+        "jax_scan_tokens",
+        's = jnp.einsum("bnh,bsnh->bns", q[:, i], k) / jnp.sqrt(hd)  # (B, N, S)',
+        's = jnp.einsum("bnh,bsnh->bns", q[:, i], k) / jnp.sqrt(d)  # (B, N, S)',
+        "scale differs",
+    ),
+    B(
+        "scan_rows_mask_keeps_next_token",
+        "jax_scan_tokens",
+        "s = jnp.where(positions > i, -jnp.inf, s)",
+        "s = jnp.where(positions > i + 1, -jnp.inf, s)",
+        "causal mask off by one: the next token (key = query + 1) is not hidden",
+    ),
+    B(
+        "scan_rows_softmax_over_heads",
+        "jax_scan_tokens",
+        "w = jax.nn.softmax(s, axis=-1)",
+        "w = jax.nn.softmax(s, axis=1)",
+        "normalised over the head axis instead of the key axis",
+    ),
+]
+
+
 GRADIENT_PORTS = {
     **{port: spec for port, spec in PORTS.items() if not port.startswith("numpy")},
     "jax_custom_rules": ("torch_ref", lambda module, params: module.mha),
