@@ -18,7 +18,7 @@ import jax_attn
 import numpy_attn
 from numpy_attn import cache_checks
 from numpy_attn.checks import check_mapping
-from numpy_attn.memory import MAX_ELEMENTS, check_array_size
+from numpy_attn.memory import MAX_ELEMENTS, check_array_size, check_memory
 from parity_tests.cases import Case
 from tests.gpt_cases import TINY, token_ids
 from torch_ref import to_params
@@ -88,6 +88,14 @@ BOOK |= {"drop_rate": 0.0, "qkv_bias": False}
 def test_what_cannot_fit_in_memory_is_refused_before_anything_is_allocated(make, what):
     with pytest.raises(ValueError, match=f"{what}.*{MEMORY}"):
         make()
+
+
+def test_the_memory_bound_is_the_limit_itself():
+    """Exactly the bytes there are passes; one byte more is refused, naming both sizes."""
+    check_memory("a 1 GiB thing", 2**30, limit=2**30)
+    message = r"^a 1 GiB thing would take 1\.0 GiB, more than the 1\.0 GiB of memory here$"
+    with pytest.raises(ValueError, match=message):
+        check_memory("a 1 GiB thing", 2**30 + 1, limit=2**30)
 
 
 @pytest.mark.parametrize("package", [numpy_attn, jax_attn], ids=["numpy", "jax"])

@@ -50,6 +50,20 @@ def test_differences_within_the_dtype_tolerance_pass():
     assert compare_steps(expected, actual).first_divergence == "output"
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_the_bound_is_atol_plus_rtol_times_the_largest_expected_value(dtype):
+    """A deviation of 0.9 times ``atol + rtol * max|expected|`` passes, 1.1 times fails: the
+    tolerance table's bound, neither looser nor tighter."""
+    expected = trace(dtype)
+    rtol, atol = TOLERANCES[dtype]
+    bound = atol + rtol * float(np.abs(expected["output"]).max())
+    for factor, ok in ((0.9, True), (1.1, False)):
+        output = expected["output"].astype(np.float64)
+        output[0, 0] += factor * bound  # one entry off, the others equal
+        report = compare_steps(expected, trace(dtype, output=output.astype(dtype)))
+        assert report.ok is ok, (factor, report.rows[-1].max_abs_err, bound)
+
+
 def test_shape_and_name_mismatches_are_reported_not_raised():
     expected = trace()
     actual = OrderedDict(queries=expected["queries"].T, extra=expected["output"])
