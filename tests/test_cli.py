@@ -146,6 +146,16 @@ def test_walkthrough_lists_and_replays_the_notes(capsys):
     assert main(["walkthrough", "--stage", "nope"]) == 2
 
 
+def test_walkthrough_exits_1_when_a_step_does_not_match(capsys, monkeypatch):
+    """A step that no longer computes the notes' numbers (here: every step said not to) fails the
+    command, for scripts that replay the lesson as a check."""
+    from parity_tests import walkthrough
+
+    monkeypatch.setattr(walkthrough.Shown, "ok", property(lambda shown: False))
+    code, _ = run(capsys, "walkthrough", "--stage", "one-query")
+    assert code == 1
+
+
 @pytest.mark.parametrize("layer", ["MultiHeadAttention", "SelfAttentionV1", "FusedCausalAttention"])
 def test_heatmap_writes_a_png(tmp_path, capsys, layer):
     """A row of panels per head (their content: tests/test_pictures.py)."""
