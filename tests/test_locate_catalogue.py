@@ -120,6 +120,35 @@ def test_heads_merged_without_transpose_in_one_statement_is_reported_as_on_its_o
     ]
 
 
+@pytest.mark.parametrize(
+    ("name", "colliding"),
+    [
+        ("np_einsum_values_from_key_weights", True),  # B * T == D: the keys' view parts from their class
+        ("np_buffer_values_from_key_weights", False),  # used one head at a time in a loop
+        ("jax_loop_values_from_key_weights", False),  # computed one head at a time
+        ("jax_scan_values_from_key_weights", False),  # a helper called twice for the keys: its call
+    ],
+)
+def test_values_projected_with_the_key_weights_are_blamed_where_they_are_computed(name, colliding, tmp_path):
+    """The values computed from the key weights on a line before they are used (QA): they equal the
+    keys, held already by the line computing those, while the reference's values are held nowhere.
+    The line computing them is blamed, with the reference's keys and the values due there; it was
+    listed as verified and the blame fell on a later line using them (a reshape, the loop, the
+    scan), with no cause."""
+    bug = next(b for b in BUGS if b.name == name)
+    source, line = plant(bug)
+    report = run_port(bug.port, source, tmp_path, colliding_inputs() if colliding else None)
+    location = f"{tmp_path / bug.port}.py:{line}"
+    assert (report.candidate_location, report.first_divergence) == (location, "values"), f"\n{report}"
+    assert not any(v.startswith(f"{location}  ") for v in report.verified), f"\n{report}"
+    reference = report.reference_location.rsplit(":", 1)[0]
+    assert report.reference_location == f"{reference}:53", f"\n{report}"  # linear in W_value
+    assert report.causes == [
+        f"this value equals the reference's keys ({reference}:51), where its values ({reference}:53) "
+        "are due: taken from the wrong variable or weights"
+    ], f"\n{report}"
+
+
 def test_the_report_names_the_loop_and_the_reference_module(tmp_path):
     """A wrong bias on the queries of one head, in a loop over heads: the report names the
     iteration (``i = 1``, the second head) and the torch module computing the reference value

@@ -85,7 +85,9 @@ class Alignment:
     another layer's weights (``_other_weights``); ``taken``: the value of another variable the
     blamed one takes (its numbers used right elsewhere); ``repeated[c]``: the slice candidate record
     ``c`` holds as the same line did in an earlier iteration of its loop (``_repeated``), no longer
-    among its ``parts``."""
+    among its ``parts``; ``duplicate``: ``(held, due, original)`` where the blamed value holds the
+    reference's ``held`` (its keys) a second time, computed apart from candidate record
+    ``original``, where its sibling ``due`` (its values) is due and held nowhere (``_duplicated``)."""
 
     reference: Trace
     candidate: Trace
@@ -113,6 +115,7 @@ class Alignment:
     weights: tuple[int, int] | None = None
     taken: int | None = None
     repeated: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    duplicate: tuple[int, int, int] | None = None
 
 
 def _comparable(record: Record) -> bool:
@@ -877,7 +880,16 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
         result.counterpart = operation
     result.unmasked_scores = _unmasked_scores(candidate, result.blamed)
     result.weights = _other_weights(result)
-    if result.unmasked_scores is None and result.weights is None:  # a call hiding nothing is to
+    duplicate = None
+    if result.unmasked_scores is None and result.weights is None:
+        duplicate = _duplicated(result, classes)
+    if duplicate is not None:  # a value computed again from the wrong weights: its line
+        result.rerouted_from, result.blamed = result.blamed, duplicate[0]
+        result.duplicate = duplicate[1:]
+        result.diverging = _in_layout_of(result, duplicate[2], candidate.records[duplicate[0]].shape)
+        result.counterpart = result.diverging
+        _due_part(result, duplicate[0], duplicate[1], duplicate[2])
+    elif result.unmasked_scores is None and result.weights is None:  # a call hiding nothing is to
         _reroute(result, bad_r, classes)  # blame, not the inputs it takes
     if result.rerouted_from is None and result.unmasked_scores is None:
         _reroute_part(result, bad_r, classes)
@@ -1064,8 +1076,10 @@ def blame_location(result: Alignment) -> str:
     first value a helper call computes, when that helper is called once or computes right
     elsewhere, or takes an argument the reference scales first: the call site (its arguments are
     wrong, not its body). A value taking another variable's numbers: its line in the function that
-    computed them (the call passing the wrong argument, not the helper using it). A product the port
-    never scales where the reference does: the line of the product (``_unscaled_product``)."""
+    computed them (the call passing the wrong argument, not the helper using it). A value computed
+    again from the wrong weights (``duplicate``): where its stack parts from the value it duplicates
+    (the call ``split("W_key")`` where both run one helper's line). A product the port never
+    scales where the reference does: the line of the product (``_unscaled_product``)."""
     records = result.candidate.records
     product = _unscaled_product(result) if result.rerouted_from is None else None
     record = records[result.blamed if product is None else product]
@@ -1079,6 +1093,12 @@ def blame_location(result: Alignment) -> str:
         for loc, fn in stack:
             if (fn, loc.rsplit(":", 1)[0]) in produced:
                 return loc
+    if result.duplicate is not None:  # computed again where the original is: a helper's call site
+        other = records[result.duplicate[2]].stack
+        if other[:1] == stack[:1]:  # where the two calls part (both on one line: the call)
+            parting = [f for i, f in enumerate(stack[1:], 1) if i >= len(other) or other[i] != f]
+            return (parting or stack[1:2] or stack)[0][0]
+        return stack[0][0]
     if result.rerouted_from is not None and records[result.rerouted_from].stack:
         consumers = records[result.rerouted_from].stack
         for consumer in consumers if result.residual is not None else consumers[:1]:
@@ -1333,6 +1353,175 @@ def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
     result.counterpart = (
         result.residual if result.residual is not None else _counterpart(result, first, bad_r, classes)
     )
+
+
+def _families(trace: Trace, classes: list[int]) -> list[int]:
+    """Each reference record's family: its layout class, joined with the values it only copies or
+    rearranges (``clone``, ``view``, ``transpose``: one computed input of its size), whatever the
+    split rules say (a ``view`` into heads where the batch's tokens number the features)."""
+    family = list(classes)
+
+    def root(index: int) -> int:
+        while family[index] != index:
+            index = family[index]
+        return index
+
+    for record in trace.records:
+        computed = [s for s in record.inputs if trace.records[s].leaf is None]
+        if (
+            record.call.split(".")[0] in (*_LAYOUT, "clone")
+            and len(computed) == 1
+            and trace.records[computed[0]].value.size == record.value.size
+        ):
+            family[root(record.index)] = root(computed[0])
+    return [root(i) for i in range(len(family))]
+
+
+def _duplicated(result: Alignment, classes: list[int]) -> tuple[int, int, int, int] | None:
+    """``(candidate record, held, due, original)``: a value computed from the wrong weights (``v =
+    x @ W_key.T``). The reference computes two sibling values, ``held`` and ``due`` (its keys and
+    values: one operation of one shape on the same inputs but for weights); the port holds
+    ``held`` (whole, or a head of it) in values computed apart (none from another), and ``due``
+    nowhere, whole or in part; the numbers of all of them but one line's feed a value holding
+    another reference value (``original``'s: the keys reach the scores), that line's (the
+    candidate record, its first to reach the first wrong value) feed none. None otherwise: a port
+    computing the keys twice holds the values as well, or uses both copies as keys; a reference
+    whose siblings are equal (queries, keys and values all ``x``, or tied weights) has any copy
+    hold both; where two siblings are held nowhere (or every copy's use is wrong) which one a copy
+    stands for is not told."""
+    reference, candidate = result.reference, result.candidate
+    family = _families(reference, classes)
+
+    def holds(index: int) -> set[int]:  # the families candidate record ``index`` holds, whole or a part
+        found = [m.reference for m in result.matches.get(index, [])]
+        found += [p[0] for p in result.parts.get(index, [])]
+        return {family[r] for r in found if reference.records[r].leaf is None}
+
+    held_anywhere = {f for c in candidate.records if c.leaf is None for f in holds(c.index)}
+    held_anywhere |= {family[r] for steps in result.steps.values() for r in steps}
+    used_r = ancestors(reference, reference.output)
+
+    def data(record: Record) -> list[int]:  # its inputs but weights
+        records = reference.records
+        return [s for s in record.inputs if records[s].leaf is None or records[s].leaf.startswith("input")]
+
+    def siblings(record: Record) -> list[Record]:
+        return [
+            other
+            for other in reference.records
+            if other.leaf is None
+            and other.index in used_r
+            and other.call == record.call
+            and other.shape == record.shape
+            and data(other) == data(record)
+            and family[other.index] != family[record.index]
+        ]
+
+    consumers: dict[int, list[int]] = {}
+    for record in candidate.records:
+        for source in record.inputs:
+            consumers.setdefault(source, []).append(record.index)
+    for due in reference.records:
+        if due.leaf is not None or due.index not in used_r or family[due.index] in held_anywhere:
+            continue
+        for held in siblings(due):
+            if family[held.index] not in held_anywhere:
+                continue
+            if [s for s in siblings(held) if family[s.index] not in held_anywhere] != [due]:
+                continue  # another sibling missing too: which one a copy stands for is not told
+            found = _duplicate_of(result, family, family[held.index], holds, consumers)
+            if found is not None:
+                return found[0], held.index, due.index, found[1]
+    return None
+
+
+def _duplicate_of(
+    result: Alignment, family: list[int], held: int, holds, consumers: dict[int, list[int]]
+) -> tuple[int, int] | None:
+    """``(suspect, original)`` for ``_duplicated``: of the candidate's values computing reference
+    family ``held`` (whole or a head of it; not copies: reshapes, slices), computed apart, those of
+    one line alone feed, through their copies, no value holding another reference value; the
+    first of them that reaches the first wrong value (``blamed``), and the first of the others."""
+    candidate = result.candidate
+    holders = [c.index for c in candidate.records if c.leaf is None and held in holds(c.index)]
+
+    def copied(index: int) -> bool:  # a layout change of a holder
+        record = candidate.records[index]
+        return (
+            record.call.split(".")[0] in _LAYOUT
+            and bool(record.inputs)
+            and candidate.records[record.inputs[0]].leaf is None
+            and held in holds(record.inputs[0])
+        )
+
+    origins: list[int] = []
+    for c in holders:  # computed apart: neither a copy nor computed from another (a loop's w @ v)
+        if not copied(c) and not any(o in ancestors(candidate, c) for o in origins):
+            origins.append(c)
+    calls: dict[int, tuple] = {}  # one call of a line: its stack, and which of its runs in one
+    runs: dict[tuple, int] = {}  # iteration of its loops it is (a helper called twice on one line)
+    for c in origins:
+        record = candidate.records[c]
+        run = (record.stack, record.calls, record.loops)
+        calls[c] = (record.stack, record.calls, runs.get(run, 0))
+        runs[run] = runs.get(run, 0) + 1
+    line = calls.__getitem__
+    lines = set(calls.values())
+    if len(lines) < 2:
+        return None
+    wrong: dict[tuple, list[int]] = {}
+    right: list[int] = []
+    for origin in origins:
+        copies, frontier, used_well = {origin}, [origin], False
+        while frontier:
+            for consumer in consumers.get(frontier.pop(), []):
+                record = candidate.records[consumer]
+                if consumer in copies:
+                    continue
+                if (
+                    record.call.split(".")[0] in _LAYOUT
+                    and record.inputs[0] in copies
+                    and record.value.size <= candidate.records[record.inputs[0]].value.size
+                ):
+                    copies.add(consumer)
+                    frontier.append(consumer)
+                elif holds(consumer) - {held}:
+                    used_well = True
+        if used_well:
+            right.append(origin)
+        else:
+            wrong.setdefault(line(origin), []).append(origin)
+    before = ancestors(candidate, result.blamed)
+    reaching = [c for c in next(iter(wrong.values()), []) if c in before]
+    if len(wrong) != 1 or not right or not reaching:
+        return None
+    return reaching[0], right[0]
+
+
+def _due_part(result: Alignment, suspect: int, held: int, due: int) -> None:
+    """Where the duplicate ``suspect`` holds one head of the reference's ``held``: the same head of
+    ``due`` (of the layout of the part held) is its counterpart (``counterpart_part``)."""
+    records = result.reference.records
+    family = _families(result.reference, layout_classes(result.reference, result.rules))
+    for r, axes, indices in result.parts.get(suspect, []):
+        if family[r] != family[held] or suspect in result.matches:
+            continue
+        shape = records[r].shape
+        alike = [x.index for x in records[due:] if family[x.index] == family[due] and x.shape == shape]
+        if alike:
+            result.counterpart, result.counterpart_part = alike[0], (axes, indices)
+            return
+
+
+def _in_layout_of(result: Alignment, index: int, shape: tuple[int, ...]) -> int:
+    """Reference record ``index``, or where it cannot be laid out as ``shape`` the first value only
+    copying or rearranging it that can (its heads split), else ``index``."""
+    records = result.reference.records
+    family = _families(result.reference, layout_classes(result.reference, result.rules))
+    for record in records[index:]:
+        if family[record.index] == family[index] and in_layout(record.value, shape, result.rules) is not None:
+            return record.index
+    return index
 
 
 def _other_weights(result: Alignment) -> tuple[int, int] | None:

@@ -382,6 +382,13 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
     elif alignment.swapped:
         report.causes.append(_swapped(expected, actual, alignment))
         misrouted = []
+    if alignment.duplicate is not None:  # held a second time where its sibling is due
+        held, due = (expected.records[i] for i in alignment.duplicate[:2])
+        report.causes.append(
+            f"this value equals the reference's {held.label} ({held.location}), where its {due.label} "
+            f"({due.location}) are due: taken from the wrong variable or weights"
+        )
+        misrouted = []
     if misrouted:
         other = expected.records[misrouted[0].reference]
         report.causes.append(
@@ -403,7 +410,8 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             f"{_label(expected, counterpart.index)}, but the output is not computed from it"
         )
     again = alignment.repeated.get(blamed.index)
-    if again is not None or (alignment.rerouted_from is not None and blamed.index in alignment.parts):
+    rerouted = alignment.rerouted_from is not None and alignment.duplicate is None
+    if again is not None or (rerouted and blamed.index in alignment.parts):
         r, axes, indices = again or alignment.parts[blamed.index][0]
         other = expected.records[r]
         names = axis_names(other.shape, sizes)

@@ -57,6 +57,7 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "jax_fused": ("user_torch", lambda module, params: module.attention),
     "numpy_loop_heads": ("torch_ref", lambda module, params: module.mha),
     "numpy_head_buffer": ("torch_ref", lambda module, params: module.mha),
+    "numpy_einsum": ("torch_ref", lambda module, params: module.mha),
     "numpy_batch_head_loop": ("torch_ref", lambda module, params: module.mha),
     "numpy_batch_loop": ("torch_ref", lambda module, params: module.mha),
     "numpy_mult_mask": ("torch_ref", lambda module, params: module.mha),
@@ -241,6 +242,35 @@ BUGS = [
         "numpy_mha",
         'v = x @ params["W_value.weight"].T + params["W_value.bias"]',
         'v = x @ params["W_key.weight"].T + params["W_key.bias"]',
+        "equals the reference's keys",
+    ),
+    # values projected with the key weights on a line before they are used (QA): the line computing them
+    B(
+        "np_einsum_values_from_key_weights",
+        "numpy_einsum",
+        'v = np.einsum("btd,ed->bte", x, params["W_value.weight"]) + params["W_value.bias"]',
+        'v = np.einsum("btd,ed->bte", x, params["W_key.weight"]) + params["W_key.bias"]',
+        "equals the reference's keys",
+    ),
+    B(
+        "np_buffer_values_from_key_weights",
+        "numpy_head_buffer",
+        'v = x @ params["W_value.weight"].T + params["W_value.bias"]',
+        'v = x @ params["W_key.weight"].T + params["W_key.bias"]',
+        "equals the reference's keys",
+    ),
+    B(
+        "jax_loop_values_from_key_weights",
+        "jax_loop_heads",
+        'v = x @ params["W_value.weight"][rows].T + params["W_value.bias"][rows]',
+        'v = x @ params["W_key.weight"][rows].T + params["W_key.bias"][rows]',
+        "equals the reference's keys",
+    ),
+    B(
+        "jax_scan_values_from_key_weights",
+        "jax_scan_heads",
+        '_, ctx = jax.lax.scan(head, None, (split("W_query"), split("W_key"), split("W_value")))',
+        '_, ctx = jax.lax.scan(head, None, (split("W_query"), split("W_key"), split("W_key")))',
         "equals the reference's keys",
     ),
     B(
