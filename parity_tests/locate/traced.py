@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -47,6 +48,8 @@ _CREATORS = (
     "zeros", "ones", "empty", "full", "arange", "eye", "identity", "tri", "linspace", "array",
     "asarray", "ascontiguousarray",
 )  # fmt: skip
+_CONVERTERS = ("array", "asarray", "ascontiguousarray")  # a library's conversion keeps a traced array traced
+_NOT_LIBRARIES = (os.path.dirname(np.__file__), os.path.dirname(os.path.dirname(__file__)))  # NumPy, this
 
 
 def _plain(value: Any) -> Any:
@@ -270,7 +273,10 @@ def creating(recorder: Recorder) -> Iterator[None]:
         function = originals[name]
 
         def create(*args: Any, **kwargs: Any) -> Any:
-            if not _ACTIVE or not is_user_file(sys._getframe(1).f_code.co_filename):
+            caller = sys._getframe(1).f_code.co_filename
+            converts = name in _CONVERTERS and isinstance(args[:1] and args[0], TracedArray)
+            converts = converts and not caller.startswith(_NOT_LIBRARIES)  # a library: SciPy's softmax...
+            if not _ACTIVE or not (converts or is_user_file(caller)):
                 return function(*args, **kwargs)
             return recorder.create(name, function, args, kwargs)
 

@@ -58,6 +58,7 @@ PORTS = {  # port -> (reference kind, how to build the candidate from the loaded
     "numpy_loop_heads": ("torch_ref", lambda module, params: module.mha),
     "numpy_head_buffer": ("torch_ref", lambda module, params: module.mha),
     "numpy_einsum": ("torch_ref", lambda module, params: module.mha),
+    "numpy_scipy_softmax": ("torch_ref", lambda module, params: module.mha),
     "numpy_batch_head_loop": ("torch_ref", lambda module, params: module.mha),
     "numpy_batch_loop": ("torch_ref", lambda module, params: module.mha),
     "numpy_mult_mask": ("torch_ref", lambda module, params: module.mha),
@@ -116,6 +117,28 @@ def inputs(seed: int = 0) -> np.ndarray:
 
 B = Bug
 BUGS = [
+    # NumPy port calling SciPy's softmax (its conversions keep the values traced)
+    B(
+        "scipy_mask_keeps_next_token",
+        "numpy_scipy_softmax",
+        "scores[..., np.triu(np.ones((t, t)), k=1).astype(bool)] = -np.inf",
+        "scores[..., np.triu(np.ones((t, t)), k=2).astype(bool)] = -np.inf",
+        "causal mask off by one",
+    ),
+    B(
+        "scipy_scale_by_d_model",
+        "numpy_scipy_softmax",
+        "weights = softmax(scores / np.sqrt(hd), axis=-1)",
+        "weights = softmax(scores / np.sqrt(d), axis=-1)",
+        "scale differs",
+    ),
+    B(
+        "scipy_softmax_over_queries",
+        "numpy_scipy_softmax",
+        "weights = softmax(scores / np.sqrt(hd), axis=-1)",
+        "weights = softmax(scores / np.sqrt(hd), axis=-2)",
+        "softmax over the wrong axis",
+    ),
     # NumPy port computing one head at a time
     B(
         "np_loop_queries_keys_swapped",
