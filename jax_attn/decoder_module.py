@@ -3,8 +3,9 @@
 ``tok_emb`` (``nnx.Embed``), ``trf_blocks`` (an ``nnx.List`` of ``DecoderBlock``: ``att``, a
 ``GroupedQueryAttention`` holding ``W_query``, ``W_key``, ``W_value``, ``out_proj`` (``nnx.Linear``,
 no biases) and Qwen3's ``q_norm``, ``k_norm``; ``ff``: ``fc1``, ``fc2``, ``fc3``; ``norm1``,
-``norm2``), ``final_norm``, ``out_head``. The modules call ``jax_attn``'s math (``rms_norm``,
-``silu``, ``grouped_query.rotated_heads``, ``attend_groups``); the block and model loops are
+``norm2``), ``final_norm``, ``out_head`` (an ``nnx.Linear``, or with ``tie_embeddings`` the
+``tok_emb`` module itself). The modules call ``jax_attn``'s math (``rms_norm``, ``silu``,
+``grouped_query.rotated_heads``, ``attend_groups``); the block and model loops are
 ``numpy_attn.gpt_spec``'s. RoPE's tables are not held: they are built from the positions. The
 weights go in and out in the weights format (``from_params``, ``load_params``, ``to_params``).
 """
@@ -116,16 +117,21 @@ class _Decoder(ModelWeights):
 
     Drawn as torch draws it (embeddings N(0, 1), Linear layers U(±1/sqrt(in_features)), RMSNorms
     ones) from ``rngs``' ``params`` stream, in ``dtype`` (``cfg["dtype"]`` by default, else float32).
+    ``tie_embeddings=True`` ties the output head to the token embedding, as Llama 3.2 1B and 3B and
+    the small Qwen3 models do (``out_head`` is ``tok_emb``; the book's classes hold them apart).
     ``return_steps=True`` gives ``(logits, steps)``: ``embeddings``, ``trf_blocks.{i}.<step>``,
     ``final_norm``, ``output``. ``from_params``, ``load_params`` and ``to_params`` take and give the
-    weights format; ``from_hf`` reads a Hugging Face folder, ``save_hf`` writes one. A bad cfg,
-    dtype, rngs or token ids raise numpy_attn's errors (``decoder_checks``).
+    weights format (a tied model's under both names, equal); ``from_hf`` reads a Hugging Face folder
+    (tied where it is), ``save_hf`` writes one. A bad cfg, dtype, rngs or token ids raise
+    numpy_attn's errors (``decoder_checks``).
     """
 
-    def __init__(self, cfg: Mapping[str, Any], *, dtype: Any = None, rngs: nnx.Rngs) -> None:
+    def __init__(
+        self, cfg: Mapping[str, Any], *, tie_embeddings: bool = False, dtype: Any = None, rngs: nnx.Rngs
+    ) -> None:
         spec.check_config(cfg, self.model)  # before its dtype is read
         dtype = spec.dtype_name(cfg) or jnp.float32 if dtype is None else dtype
-        dtype = self._check_build(cfg, dtype, rngs)
+        dtype = self._check_build(cfg, tie_embeddings, dtype, rngs)
         self.cfg = dict(cfg)
         vocab, emb = cfg["vocab_size"], cfg["emb_dim"]
         init = base.torch_normal
@@ -134,25 +140,27 @@ class _Decoder(ModelWeights):
         self.trf_blocks = nnx.List(blocks)
         weight = spec.MODELS[self.model].norms[0]
         self.final_norm = RMSNorm(emb, spec.norm_eps(cfg, self.model), weight_name=weight, dtype=dtype)
-        self.out_head = base.torch_linear(emb, vocab, False, dtype, rngs)
+        self._init_head(tie_embeddings, dtype, rngs)
 
     def __call__(self, token_ids: jax.Array, *, return_steps: bool = False) -> Output:
         self._check_call(token_ids, return_steps)
         x = self.tok_emb(token_ids)  # (B, T, D)
         blocks = [functools.partial(block, return_steps=True) for block in self.trf_blocks]
-        logits, steps = apply_model(x, blocks=blocks, final_norm=self.final_norm, out_head=self.out_head)
+        logits, steps = apply_model(x, blocks=blocks, final_norm=self.final_norm, out_head=self._logits)
         return (logits, steps) if return_steps else logits  # (B, T, V)
 
     @classmethod
     def from_hf(cls, directory: str | os.PathLike, *, rngs: nnx.Rngs | None = None) -> Self:
-        """A model from a transformers folder of this architecture (``numpy_attn.load_hf``)."""
+        """A model from a transformers folder of this architecture (``numpy_attn.load_hf``), its head
+        tied to its token embedding where the checkpoint's is (``gpt_module.tied_in``)."""
         params, cfg = load_hf(directory)
         if spec.model_kind(cfg) != cls.model:
             raise ValueError(f"{os.fspath(directory)} holds no {cls.model}: load it with jax_attn.from_hf")
-        return cls.from_params(params, cfg, rngs=rngs)
+        return cls._from_checkpoint(params, cfg, rngs)
 
     def save_hf(self, directory: str | os.PathLike) -> None:
-        """Write the model as a folder transformers' ``AutoModelForCausalLM.from_pretrained`` loads."""
+        """Write the model as a folder transformers' ``AutoModelForCausalLM.from_pretrained`` loads
+        (tied where ``out_head.weight`` equals ``tok_emb.weight``: always for a tied model)."""
         save_hf(directory, self.to_params(), self.cfg)
 
 
@@ -170,7 +178,8 @@ class Qwen3Model(_Decoder):
 
 def from_hf(directory: str | os.PathLike, *, rngs: nnx.Rngs | None = None) -> nnx.Module:
     """The model of a transformers folder, by its config.json's ``model_type``: a ``GPTModel`` (gpt2),
-    a ``Llama3Model`` (llama) or a ``Qwen3Model`` (qwen3), its weights in their dtype."""
+    a ``Llama3Model`` (llama) or a ``Qwen3Model`` (qwen3), its weights in their dtype, its head tied
+    to its token embedding where the checkpoint's is (``gpt_module.tied_in``)."""
     params, cfg = load_hf(directory)
     classes = {cls.model: cls for cls in (jax_attn.GPTModel, Llama3Model, Qwen3Model)}
-    return classes[spec.model_kind(cfg)].from_params(params, cfg, rngs=rngs)
+    return classes[spec.model_kind(cfg)]._from_checkpoint(params, cfg, rngs)

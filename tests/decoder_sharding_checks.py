@@ -35,7 +35,9 @@ CASES = {
     "qwen": ("Qwen3Model", QWEN, ("data4_model2",), ("data2_model4",)),
     "llama_kv4": ("Llama3Model", LLAMA | WIDE, ("data2_model4", "data4_model2"), ()),
     "qwen_kv4": ("Qwen3Model", QWEN | WIDE, ("data2_model4", "data4_model2"), ()),
+    "qwen_tied": ("Qwen3Model", QWEN, ("data4_model2",), ()),
 }
+TIED = {"qwen_tied"}  # built with tie_embeddings=True: out_head is tok_emb, one variable placed once
 CHECKS = [f"{case}/{mesh}/logits" for case, (_, _, meshes, _) in CASES.items() for mesh in meshes]
 BATCH, NUM_TOKENS = 4, 11
 
@@ -48,9 +50,9 @@ def decoders(results: Results) -> None:
     import jax_attn
     from jax_attn.parallel import shard_batch, shard_model
 
-    def build(model: str, cfg: dict) -> nnx.Module:
+    def build(model: str, cfg: dict, tied: bool) -> nnx.Module:
         """The model drawn from seed 0, its RMSNorms' weights (q_norm and k_norm too) from U[0.5, 1.5)."""
-        module = getattr(jax_attn, model)(cfg, rngs=nnx.Rngs(0))
+        module = getattr(jax_attn, model)(cfg, tie_embeddings=tied, rngs=nnx.Rngs(0))
         keys = iter(jax.random.split(jax.random.key(1), 1000))
         for path, node in nnx.iter_graph(module):
             if isinstance(node, nnx.Param) and any("norm" in str(part) for part in path):
@@ -61,10 +63,10 @@ def decoders(results: Results) -> None:
     logits = nnx.jit(lambda model, ids: model(ids))
     token_ids = jnp.asarray(np.random.default_rng(1).integers(0, 61, (BATCH, NUM_TOKENS)))
     for case, (model, cfg, meshes, refused) in CASES.items():
-        expected = logits(build(model, cfg), token_ids)
+        expected = logits(build(model, cfg, case in TIED), token_ids)
         for mesh_name in meshes:
             mesh = auto_mesh(MESHES[mesh_name], ("data", "model"))
-            sharded = shard_model(build(model, cfg), mesh)
+            sharded = shard_model(build(model, cfg, case in TIED), mesh)
             results.measures[f"{case}/{mesh_name}/specs"] = {
                 ".".join(map(str, path)): mesh_axes(node.get_value())
                 for path, node in nnx.iter_graph(sharded)
@@ -74,7 +76,7 @@ def decoders(results: Results) -> None:
             results.record(f"{case}/{mesh_name}/logits", expected, actual)
         for mesh_name in refused:
             mesh = auto_mesh(MESHES[mesh_name], ("data", "model"))
-            module = build(model, cfg)
+            module = build(model, cfg, case in TIED)
             try:
                 shard_model(module, mesh)
                 message = None

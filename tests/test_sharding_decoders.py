@@ -1,9 +1,10 @@
 """shard_model's tensor parallelism for the Llama 3 and Qwen3 decoders (grouped-query attention):
 W_query, W_key, W_value, ff.fc1 and ff.fc2 split by output units (heads, SwiGLU's hidden units),
-out_proj and ff.fc3 by input units, norms (QK-norm's too), embeddings and out_head replicated,
-written out below parameter by parameter; a model axis that does not divide the key/value heads
-(n_kv_groups) is refused. The 8-device half (logits against one device, where every parameter
-went, the refusals) runs once in a subprocess, ``tests/decoder_sharding_checks.py``.
+out_proj and ff.fc3 by input units, norms (QK-norm's too), embeddings and out_head replicated (a
+tied head's one embedding once), written out below parameter by parameter; a model axis that does
+not divide the key/value heads (n_kv_groups) is refused. The 8-device half (logits against one
+device, where every parameter went, the refusals) runs once in a subprocess,
+``tests/decoder_sharding_checks.py``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ pytestmark = pytest.mark.xdist_group("multi_device")  # as tests/test_parallel.p
 NORM_WEIGHT = {"Llama3Model": "weight", "Qwen3Model": "scale"}  # RMSNorm's weight, as torch_ref names it
 
 
-def decoder_table(model: str, n_layers: int) -> dict[str, tuple]:
-    """Parameter path -> its split over "model", for every parameter of ``model`` (QK-norm: Qwen3)."""
+def decoder_table(model: str, n_layers: int, tied: bool = False) -> dict[str, tuple]:
+    """Parameter path -> its split over "model", for every parameter of ``model`` (QK-norm: Qwen3);
+    ``tied``: with ``tie_embeddings``, whose one embedding ``nnx.iter_graph`` gives under the first of
+    its paths, ``out_head.embedding``, replicated (right for the lookup and for the head)."""
     weight = NORM_WEIGHT[model]
     block = {
         "att.W_query.kernel": COLUMN,  # query heads
@@ -45,18 +48,21 @@ def decoder_table(model: str, n_layers: int) -> dict[str, tuple]:
         f"norm2.{weight}": REPLICATED,
     }
     return {
-        "tok_emb.embedding": REPLICATED,
+        "out_head.embedding" if tied else "tok_emb.embedding": REPLICATED,
         **{f"trf_blocks.{i}.{path}": split for i in range(n_layers) for path, split in block.items()},
         f"final_norm.{weight}": REPLICATED,
-        "out_head.kernel": REPLICATED,
+        **({} if tied else {"out_head.kernel": REPLICATED}),
     }
 
 
-@pytest.mark.parametrize("model, cfg", [("Llama3Model", LLAMA), ("Qwen3Model", QWEN)])
-def test_param_spec_splits_every_decoder_parameter_as_the_table_says(model, cfg):
+@pytest.mark.parametrize(
+    "model, cfg, tied",
+    [("Llama3Model", LLAMA, False), ("Qwen3Model", QWEN, False), ("Qwen3Model", QWEN, True)],
+)
+def test_param_spec_splits_every_decoder_parameter_as_the_table_says(model, cfg, tied):
     mesh = AbstractMesh((4, 2), ("data", "model"))
-    params = params_of(getattr(jax_attn, model)(cfg, rngs=nnx.Rngs(0)))
-    table = decoder_table(model, cfg["n_layers"])
+    params = params_of(getattr(jax_attn, model)(cfg, tie_embeddings=tied, rngs=nnx.Rngs(0)))
+    table = decoder_table(model, cfg["n_layers"], tied)
     assert sorted(params) == sorted(table)
     actual = {
         path: trimmed(param_spec(path, param.get_value().shape, mesh)) for path, param in params.items()
@@ -124,7 +130,8 @@ def test_sharded_decoder_logits_equal_one_device(checks, case, mesh):
 def test_sharded_decoders_hold_every_parameter_as_the_table_says(checks, case, mesh):
     model, cfg, _, _ = checks_module.CASES[case]
     actual = {path: trimmed(split) for path, split in checks[1][f"{case}/{mesh}/specs"].items()}
-    assert actual == {path: trimmed(split) for path, split in decoder_table(model, cfg["n_layers"]).items()}
+    table = decoder_table(model, cfg["n_layers"], case in checks_module.TIED)
+    assert actual == {path: trimmed(split) for path, split in table.items()}
 
 
 @pytest.mark.parametrize("case, mesh", REFUSED)
