@@ -87,7 +87,8 @@ class Alignment:
     ``c`` holds as the same line did in an earlier iteration of its loop (``_repeated``), no longer
     among its ``parts``; ``duplicate``: ``(held, due, original)`` where the blamed value holds the
     reference's ``held`` (its keys) a second time, computed apart from candidate record
-    ``original``, where its sibling ``due`` (its values) is due and held nowhere (``_duplicated``)."""
+    ``original``, where its sibling ``due`` (its values) is due and held nowhere (``_duplicated``);
+    ``settled``: the reference records past the softmax its scale is applied before (``_settled``)."""
 
     reference: Trace
     candidate: Trace
@@ -116,6 +117,7 @@ class Alignment:
     taken: int | None = None
     repeated: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     duplicate: tuple[int, int, int] | None = None
+    settled: set[int] = field(default_factory=set)
 
 
 def _comparable(record: Record) -> bool:
@@ -245,13 +247,13 @@ def _scale_between(reference: _Fingerprint, value: _Fingerprint) -> float | None
 
 def _reference_scales(
     trace: Trace, rules: dict[int, tuple[int, ...]], prints: dict, side: str = "r"
-) -> tuple[list[float], set[int]]:
+) -> tuple[list[float], set[int], set[int]]:
     """Scales the reference applies on the way to its attention weights (a value ``s`` times its
     input, that a softmax or a product of two computed values takes a few operations on: the
     scores' scale or the queries', never GELU's ``0.5 * x``), or ``H**-0.5`` for the head sizes
     ``H`` its reshapes show when it applies none (an opaque reference); and the records computed
-    after a scale was applied (the scaling records and what they feed). ``side`` is the trace's key
-    in ``prints``: ``"c"`` reads the candidate's."""
+    after a scale was applied (the scaling records and what they feed), and those where no scale is
+    pending (``_settled``). ``side`` is the trace's key in ``prints``: ``"c"`` reads the candidate's."""
     scales, scaling = [], set()
     consumers: dict[int, list[int]] = {}
     for record in trace.records:
@@ -277,7 +279,23 @@ def _reference_scales(
     for record in trace.records:
         if record.index in scaling or any(source in scaled for source in record.inputs):
             scaled.add(record.index)
-    return scales, scaled
+    return scales, scaled, _settled(trace, scaling, scaled)
+
+
+def _settled(trace: Trace, scaling: set[int], scaled: set[int]) -> set[int]:
+    """The records computed from a softmax of scaled values (the attention weights, and all that
+    follows from them: the context, the residual stream, the next layers), ``scaling`` the records
+    applying the scales: no scale applied before that softmax is pending past it, so a value there
+    that is the reference's times a scale's factor is wrong, not scaled at another place (GELU
+    without its 0.5 where the scores' scale is 0.5). Empty where the reference scales again after
+    such a softmax (a train-mode dropout's ``1 / (1 - p)``): a scale may be pending there."""
+    settled: set[int] = set()
+    for record in trace.records:
+        name = record.call.split(".")[0]
+        softmax = "softmax" in name and record.expands is None and any(s in scaled for s in record.inputs)
+        if softmax or any(s in settled for s in record.inputs):
+            settled.add(record.index)
+    return set() if scaling & settled else settled
 
 
 def _feeds_attention(trace: Trace, index: int, consumers: dict[int, list[int]], weights: set[int]) -> bool:
@@ -302,7 +320,9 @@ def _feeds_attention(trace: Trace, index: int, consumers: dict[int, list[int]], 
 
 def _legitimate(r: int, c: int, scales) -> list[float]:
     """The scales a candidate value ``c`` may hold reference value ``r`` at (see ``_match``)."""
-    factors, scaled, scaled_c = scales
+    factors, scaled, scaled_c, settled = scales
+    if r in settled:  # past the softmax: no scale pending
+        return []
     if r in scaled:
         return [] if c in scaled_c else [1 / f for f in factors]
     return factors
@@ -319,10 +339,11 @@ def _match(
 ) -> Match | None:
     """How candidate record ``c`` holds reference record ``r``'s numbers, if it does. The
     fingerprints decide which comparisons are worth making; the comparisons decide. ``scales``
-    is ``(factors, scaled, scaled_c)``: a candidate value may hold ``r`` times a factor where
-    ``r`` is computed before the reference's scale (the candidate scales earlier), or divided by
-    it where ``r`` is among ``scaled`` and ``c`` is not among ``scaled_c`` (the candidate scales
-    later: it has not scaled yet), never scaled twice. With ``part`` (a slice of ``r``'s value),
+    is ``(factors, scaled, scaled_c, settled)``: a candidate value may hold ``r`` times a factor
+    where ``r`` is computed before the reference's scale (the candidate scales earlier), or divided
+    by it where ``r`` is among ``scaled`` and ``c`` is not among ``scaled_c`` (the candidate scales
+    later: it has not scaled yet), never scaled twice, and at no scale where ``r`` is among
+    ``settled`` (past the softmax the scale is applied before). With ``part`` (a slice of ``r``'s value),
     whether ``c`` holds that part (``fr`` its fingerprint)."""
     scales = _legitimate(r.index, c.index, scales)
     value = r.value if part is None else part
@@ -463,10 +484,12 @@ def match_values(reference: Trace, candidate: Trace) -> Alignment:
     rules = split_rules(pairs)
     fingerprints = {("r", r.index): _fingerprint(r.value) for r in reference.records if _comparable(r)}
     fingerprints.update({("c", c.index): _fingerprint(c.value) for c in candidate.records if _comparable(c)})
-    factors, scaled = _reference_scales(reference, rules, fingerprints)
-    scales = (factors, scaled, _reference_scales(candidate, rules, fingerprints, "c")[1])
+    factors, scaled, settled = _reference_scales(reference, rules, fingerprints)
+    scales = (factors, scaled, _reference_scales(candidate, rules, fingerprints, "c")[1], settled)
     matcher = _Matcher(reference, rules, scales, fingerprints)
-    result = Alignment(reference, candidate, rules, scaled=scaled, factors=factors if scaled else [])
+    result = Alignment(
+        reference, candidate, rules, scaled=scaled, factors=factors if scaled else [], settled=settled
+    )
     step = lambda r: reference.records[r].expands is not None  # noqa: E731
     weights = _weight_derived(candidate)  # a kernel transposed: never held in parts
     numpy = candidate.framework == "numpy"
@@ -591,7 +614,7 @@ class _Matcher:
         """``_worth_comparing``'s ``tolerances`` and ``legit`` of ``table``'s rows for candidate
         record ``c``: they depend on its dtype and on whether it is among the candidate's scaled
         records alone, so they are computed once for each of those and kept in ``table.bounds``."""
-        factors, _, scaled_c = self.scales
+        factors, _, scaled_c, _ = self.scales
         key = (c.dtype, c.index in scaled_c)
         if key not in table.bounds:
             tolerances = [tolerance_of(c, Record(0, "", np.zeros(0), name, "")) for name in table.names]
@@ -897,14 +920,20 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
     line = candidate.records[result.blamed].location
     # a NumPy statement is one step: what the blamed line's own sub-expressions reproduce, its value
     # may still be held against (``s = q @ k.T / hd`` is the scores, scaled wrong)
+    stack = candidate.records[result.blamed].stack[1:]  # its call site: a helper's other calls are not it
     on_line = frozenset(
-        r.index for r in candidate.records if r.location == line and candidate.framework == "numpy"
+        r.index
+        for r in candidate.records
+        if r.location == line and r.stack[1:] == stack and candidate.framework == "numpy"
     )
     elsewhere = _reproduced(result, matched_c & used - on_line, on_line)
     unmatched = sorted(i for i in path_r - elsewhere if reference.records[i].leaf is None)
     if result.rerouted_from is None:  # show the blamed line's result, not its first operation
         result.shown = _statement_end(candidate, result.blamed, set(bad_c))
         result.counterpart = _counterpart(result, result.shown, unmatched, classes)
+        fed = _fed_counterpart(result, result.shown, unmatched)
+        if fed is not None:
+            result.counterpart = fed
         shown = candidate.records[result.shown].value
         expected = once(reference.records[result.counterpart].value, shown.shape)
         if (
@@ -914,6 +943,11 @@ def align(reference: Trace, candidate: Trace) -> Alignment:
             part = _part_counterpart(result, result.shown, unmatched, classes)
             if part is not None:
                 result.counterpart, result.counterpart_part = part[0], part[1:]
+    uses = [use for _, _, use in _finished_weights(result)] if result.weights is not None else []
+    shape = candidate.records[result.shown].shape
+    uses = [u for u in uses if in_layout(reference.records[u].value, shape, result.rules) is not None]
+    if uses and result.rerouted_from is None:  # another layer's weights: the statement's value due is the
+        result.counterpart = max(uses)  # reference's last operation taking the weights due
     unfinished = _unfinished(candidate, result.blamed)
     if unfinished is not None:  # a buffer its loop left part unwritten: show what the writes made
         result.shown, result.unwritten = unfinished, result.blamed
@@ -1116,8 +1150,14 @@ def blame_location(result: Alignment) -> str:
         # a loop over blocks calls each block's GELU module)
         call_of = lambda r: r.calls[: len(r.stack)] if r.calls else (r.stack[1:], r.module)  # noqa: E731
         calls: dict[tuple, list[Record]] = {}
+        derived = _weight_derived(result.candidate)  # a weight transposed: no value the call computes
         for other in records:
-            if len(other.stack) > 1 and other.stack[0][1] == function and other.leaf is None:
+            if (
+                len(other.stack) > 1
+                and other.stack[0][1] == function
+                and other.leaf is None
+                and other.index not in derived
+            ):
                 calls.setdefault(call_of(other), []).append(other)
         first_in_call = calls.get(call_of(record), [None])[0] is record
         elsewhere = [
@@ -1207,6 +1247,42 @@ def _counterpart(result: Alignment, blamed: int, bad_r: list[int], classes: list
     return chosen.index
 
 
+def _fed_counterpart(result: Alignment, shown: int, unmatched: list[int]) -> int | None:
+    """Where a NumPy statement computes what the reference computes in several operations (a GELU
+    written on one line): the value the reference feeds to the operation taking the weights that
+    the statement's value is fed to (the GELU's output, which the next linear layer takes), where
+    that value is computed from the counterpart chosen by the values taken (the GELU's first
+    product), is not reproduced, and has the statement's layout; None otherwise."""
+    candidate, reference = result.candidate, result.reference.records
+    if candidate.framework != "numpy":
+        return None
+    chosen, record = result.counterpart, candidate.records[shown]
+    weights = {
+        m.reference
+        for consumer in candidate.records[shown + 1 :]
+        if shown in consumer.inputs
+        for s in consumer.inputs
+        for m in result.matches.get(s, [])
+        if reference[m.reference].leaf is not None and not reference[m.reference].leaf.startswith("input")
+    }
+    fed = [
+        s
+        for r in reference
+        if r.expands is None and set(r.inputs) & weights
+        for s in r.inputs
+        if reference[s].leaf is None
+    ]
+    fed = [
+        s
+        for s in dict.fromkeys(fed)
+        if s in unmatched
+        and s != chosen
+        and chosen in ancestors(result.reference, s)
+        and in_layout(once(reference[s].value, record.shape), record.shape, result.rules) is not None
+    ]
+    return fed[0] if len(fed) == 1 else None
+
+
 def line_inputs(trace: Trace, index: int) -> list[int]:
     """The values record ``index`` is computed from: for NumPy, whose statements are the steps of
     a port, the inputs of its line up to it that come from other lines (the values a statement
@@ -1220,9 +1296,19 @@ def line_inputs(trace: Trace, index: int) -> list[int]:
 
 def line_records(trace: Trace, index: int) -> list[Record]:
     """The records of one run of record ``index``'s line up to it: those before it on its line, back
-    to the first record of another line."""
-    start = index
-    while start > 0 and trace.records[start - 1].location == trace.records[index].location:
+    to the first record of another line or of another call of its function (a helper's line run
+    from two call sites in a row: ``linear(linear(x))``; a constant read on the line has no call)."""
+    start, record = index, trace.records[index]
+
+    def same_run(other: Record) -> bool:
+        if other.location != record.location:
+            return False
+        return not (other.stack and record.stack) or (other.stack, other.calls) == (
+            record.stack,
+            record.calls,
+        )
+
+    while start > 0 and same_run(trace.records[start - 1]):
         start -= 1
     return trace.records[start : index + 1]
 
@@ -1280,12 +1366,6 @@ def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
     target = reference.records[result.counterpart]
     expected = [classes[s] for s in target.inputs]
     found_of = lambda index: {classes[r] for r in _whole_or_parts(result, index)}  # noqa: E731
-    if not any(found_of(s) & set(expected) for s in blamed.inputs):
-        return  # the counterpart is not the blamed value's: nothing to reroute against
-    split = _swapped_split(result, blamed, expected, found_of)
-    if split is not None:
-        result.rerouted_from, result.blamed, result.swapped = result.blamed, split, True
-        return
 
     def origin(index: int, found: set[int]) -> int:
         while True:  # back to the first line that produced these numbers
@@ -1297,6 +1377,14 @@ def _reroute(result: Alignment, bad_r: list[int], classes: list[int]) -> None:
             if not earlier:
                 return index
             index = earlier[0]
+
+    if not any(found_of(s) & set(expected) for s in blamed.inputs):
+        _residual_before(result, blamed, target, classes, found_of, origin)
+        return  # the counterpart is not the blamed value's: nothing else to reroute against
+    split = _swapped_split(result, blamed, expected, found_of)
+    if split is not None:
+        result.rerouted_from, result.blamed, result.swapped = result.blamed, split, True
+        return
 
     origins = {
         s: origin(s, found_of(s)) for s in blamed.inputs if found_of(s) and candidate.records[s].leaf is None
@@ -1548,7 +1636,106 @@ def _other_weights(result: Alignment) -> tuple[int, int] | None:
             same = [s for s in due if reference[s].shape == record.shape]
             if same:
                 return held[0], same[0]
-    return None
+    finished = _finished_weights(result)
+    return finished[0][:2] if finished else None
+
+
+def _finished_weights(result: Alignment) -> list[tuple[int, int, int]]:
+    """``(held, due, use)`` for each weight the blamed statement takes (its run of its line: a norm
+    written on one line) that holds the reference's weight ``held`` the reference is done with
+    (every operation taking it comes before the first diverging value), where the reference takes
+    ``due``, a weight of its shape that no value of the port is computed from, at or after that
+    value (``use``: its first operation there): the right formula on another layer's weights (the
+    second norm given the first norm's scale and shift). Empty otherwise."""
+    candidate, reference = result.candidate, result.reference.records
+    blamed = candidate.records[result.blamed]
+    run = [
+        r
+        for r in candidate.records
+        if (r.location, r.stack, r.calls, r.loops)
+        == (blamed.location, blamed.stack, blamed.calls, blamed.loops)
+    ]
+    consumers: dict[int, list[int]] = {}
+    for record in reference:
+        for source in record.inputs:
+            consumers.setdefault(source, []).append(record.index)
+    used_r = ancestors(result.reference, result.reference.output)
+    derived = _weight_derived(candidate)
+
+    def weights(index: int) -> set[int]:  # the weight leaves a value of weights alone comes from
+        record = candidate.records[index]
+        if record.leaf is not None:
+            return {index} if record.leaf != "constant" and not record.leaf.startswith("input") else set()
+        return set().union(*(weights(s) for s in record.inputs)) if index in derived else set()
+
+    def leaves(index: int) -> list[int]:  # the reference weights a candidate leaf holds
+        return [m.reference for m in result.matches.get(index, []) if reference[m.reference].leaf is not None]
+
+    read = {  # the reference weights the port computes any value from
+        r
+        for c in candidate.records
+        if c.leaf is None
+        for s in c.inputs
+        for w in weights(s)
+        for r in leaves(w)
+    }
+    taken = {w for record in run for s in record.inputs for w in weights(s)}
+    found = []
+    for leaf in sorted(taken):
+        held = leaves(leaf)
+        if not held or any(u >= result.diverging for h in held for u in consumers.get(h, [])):
+            continue
+        due = [
+            r.index
+            for r in reference
+            if r.leaf not in (None, "constant")
+            and not r.leaf.startswith("input")
+            and r.shape == candidate.records[leaf].shape
+            and r.index not in read
+            and r.index in used_r
+            and any(u >= result.diverging for u in consumers.get(r.index, []))
+        ]
+        if due:
+            use = min(due, key=lambda r: min(u for u in consumers[r] if u >= result.diverging))
+            first = min(u for u in consumers[use] if u >= result.diverging)
+            found.append((held[0], use, first))
+    return found
+
+
+def _residual_before(
+    result: Alignment, blamed: Record, target: Record, classes: list[int], found_of, origin
+) -> None:
+    """Where the blamed value takes none of the values its counterpart takes, but one of its inputs
+    holds a term of a sum (a residual connection) that the counterpart takes (the mean of the second
+    norm computed from the attention's output, the residual never added): blame the statement that
+    computed that term (``residual``), as ``_reroute`` does where the sum itself is due. Only where
+    the term's numbers are computed once and feed no good value, the sum is held nowhere, and its
+    other term is a value, not an additive mask."""
+    candidate, reference = result.candidate, result.reference.records
+    held_anywhere = {
+        classes[r] for c in candidate.records if c.leaf is None for r in _whole_or_parts(result, c.index)
+    }
+    for source in blamed.inputs:
+        found = found_of(source)
+        if not found or candidate.records[source].leaf is not None:
+            continue
+        first = origin(source, found)
+        total = _residual(result, target, first, classes)
+        if total is None or classes[total] in held_anywhere:
+            continue
+        others = [s for s in reference[total].inputs if classes[s] not in found]
+        if len(others) != 1 or not _parting(reference[others[0]].value):
+            continue
+        again = [
+            c.index
+            for c in candidate.records
+            if c.leaf is None and found_of(c.index) & found and origin(c.index, found_of(c.index)) != first
+        ]
+        if again or _used_well(result, first, found, found_of):
+            continue
+        result.residual, result.rerouted_from, result.blamed = total, result.blamed, first
+        result.counterpart = total
+        return
 
 
 def _residual(result: Alignment, target: Record, first: int, classes: list[int]) -> int | None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from parity_tests.locate.activation import activation_cause
 from parity_tests.locate.align import (
+    _PRODUCTS,
     Alignment,
     align,
     ancestors,
@@ -452,10 +453,16 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
         masks = _masks(actual, {counterpart.shape[-2:], diverging.shape[-2:]})
         fix = "pass is_causal=True or a mask" if unmasked is None else "pass is_causal=True or attn_mask"
         hides = (_hides(expected, counterpart.index), _hides(actual, blamed.index))
+        named = sizes  # past the attention, no factor is its scale (GELU's 0.5 is no 1/sqrt(4))
+        if counterpart.index in _past_attention(alignment):
+            named = {k: v for k, v in sizes.items() if k not in ("head", "head_dim", "feature")}
         report.causes += read_causes(
-            counterpart.value, laid_out, report.axes, sizes, rtol, atol, masks,
+            counterpart.value, laid_out, report.axes, named, rtol, atol, masks,
             _scale_after(alignment, counterpart.index), fix, hides, row,
         )  # fmt: skip
+        divisor = _variance_divisor(expected, counterpart, e, a, rtol, atol)
+        if divisor is not None:  # the factor named for what it is
+            report.causes = [divisor, *(c for c in report.causes if not c.startswith("scale differs"))]
         if any(cause.startswith("mask inverted") for cause in report.causes):
             _mask_taken_as_made(report, expected, actual, alignment)
         _add_new(report, _dropout_causes(expected, alignment, e, a, rtol, atol))
@@ -481,6 +488,56 @@ def _compare(expected: Trace, actual: Trace) -> LocateReport:
             report.causes += read_causes(due, blamed.value, axes, sizes, rtol, atol, masks=True)
         report.causes += transform_causes(alignment, sizes)
     return report
+
+
+def _past_attention(alignment: Alignment) -> set[int]:
+    """The reference records computed after the first product with weights that follows the
+    softmax the scale is applied before (after the attention's output projection: the residual
+    stream, the feed-forward layers), where a factor is no scale of the attention's."""
+    reference = alignment.reference.records
+    past: set[int] = set()
+    for record in reference:
+        projected = any(
+            s in alignment.settled
+            and reference[s].call.split(".")[0] in _PRODUCTS
+            and any(reference[w].leaf not in (None, "constant") for w in reference[s].inputs)
+            for s in record.inputs
+        )
+        if projected or any(s in past for s in record.inputs):
+            past.add(record.index)
+    return past
+
+
+def _variance_divisor(
+    expected: Trace, counterpart: Record, due: np.ndarray, value: np.ndarray, rtol: float, atol: float
+) -> str | None:
+    """Where the value due is a statistic per row (its last axis 1) of a value of ``n`` entries a row
+    and the line's value is ``n / (n - 1)`` times it (or ``(n - 1) / n``): the variance divided by
+    ``n - 1`` where the reference divides by ``n`` (or the other way round); else None."""
+    if counterpart.shape[-1:] != (1,) or due.ndim < 2 or (due < 0).any():  # (a variance: never negative)
+        return None
+    factor = scale_between(due, value, rtol, atol)
+    sizes = {
+        expected.records[s].shape[-1]
+        for s in counterpart.inputs
+        if expected.records[s].leaf is None or expected.records[s].leaf.startswith("input")
+        if expected.records[s].shape[:-1] == counterpart.shape[:-1] and expected.records[s].shape[-1] > 2
+    }
+    if factor is None or len(sizes) != 1:
+        return None
+    n = sizes.pop()
+    where = f"the reference's {counterpart.label} ({counterpart.location})"
+    if abs(factor / (n / (n - 1)) - 1) < 1e-4:
+        return (
+            f"unbiased variance: yours is {n}/{n - 1} times {where}, dividing by n - 1 where the biased "
+            "variance, divided by n, is due (np.var's ddof=0, torch's unbiased=False)"
+        )
+    if abs(factor / ((n - 1) / n) - 1) < 1e-4:
+        return (
+            f"biased variance: yours is {n - 1}/{n} times {where}, dividing by n where the unbiased "
+            "variance, divided by n - 1, is due (np.var's ddof=1, torch's unbiased=True)"
+        )
+    return None
 
 
 def _dropout_causes(

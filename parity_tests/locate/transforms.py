@@ -26,6 +26,7 @@ import numpy as np
 
 from parity_tests.locate.activation import which_activation
 from parity_tests.locate.align import (
+    _LAYOUT,
     _PRODUCTS,
     Alignment,
     ancestors,
@@ -282,7 +283,7 @@ def _left_out(alignment: Alignment) -> str | None:
                 continue
             where = f"the reference's {given.label} ({candidate.records[source].location}) as it is"
             which = which_activation(due, mine, record)
-            if which is not None:
+            if which is not None and not _activation_begun(candidate, source, taken, statement):
                 return (
                     f"activation left out: yours goes on with {where}, where the reference computes "
                     f"{which} of it ({record.location})"
@@ -310,15 +311,48 @@ def _elementwise_sources(trace, index: int) -> set[int]:
     return found
 
 
+def _activation_begun(candidate, source: int, taken: set[int], statement: list[Record]) -> bool:
+    """Whether the candidate computes, on the way to the blamed value, a function of its value
+    ``source`` entry by entry (a power, a product with a constant, a tanh: an activation of it, right
+    or wrong, not left out): an operation of its size taking it and no other value but constants,
+    neither a product with a weight nor a layout change."""
+    size = candidate.records[source].value.size
+    for r in (candidate.records[t] for t in sorted(taken | {r.index for r in statement})):
+        others = [s for s in r.inputs if s != source and candidate.records[s].leaf != "constant"]
+        name = r.call.split(".")[-1]
+        if source in r.inputs and not others and r.value.size == size and name not in (*_PRODUCTS, *_LAYOUT):
+            return True
+    return False
+
+
 def _norm_begun(candidate, source: int, taken: set[int], statement: list[Record], tols) -> bool:
     """Whether the candidate begins a norm of its value ``source`` on the way to the blamed value: a
     statistic of it taken (a mean over some axis; not a product with a weight), or the blamed
     statement computing a norm of it (with another eps, say)."""
     mine = candidate.records[source].value
+    inside = {source}  # the values computed from it on the way
     for r in (candidate.records[t] for t in sorted(taken | {r.index for r in statement})):
         if source in r.inputs and r.value.size < mine.size and r.call.split(".")[-1] not in _PRODUCTS:
             return True
+        if r.index > source and set(r.inputs) & inside:
+            inside.add(r.index)
+            if any(_row_statistic(candidate, s, mine) for s in r.inputs if s not in inside):
+                return True  # divided or multiplied by a statistic per row: a norm, right or wrong
     return any(which_norm(r.value, mine, *tols) for r in statement)
+
+
+def _row_statistic(candidate, index: int, of: np.ndarray) -> bool:
+    """Whether candidate record ``index`` is one number per row of a value like ``of`` (its last axis
+    1, the others as ``of``'s) computed from the data (a variance, a mean), not from weights alone."""
+    record = candidate.records[index]
+    if record.leaf is not None or record.value.ndim != of.ndim or record.value.ndim < 2:
+        return False
+    if record.shape[-1] != 1 or of.shape[-1] < 2 or record.shape[:-1] != of.shape[:-1]:
+        return False
+    return bool(
+        ancestors(candidate, index)
+        & {r.index for r in candidate.records if (r.leaf or "").startswith("input")}
+    )
 
 
 def _tokens_moved(alignment: Alignment, sizes: dict[str, int]) -> str | None:

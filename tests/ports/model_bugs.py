@@ -131,6 +131,42 @@ MODEL_BUGS = [
         "return np.stack([gpt2(token_ids[0], **params, n_head=n_head) for ids in token_ids])",
         "the same slice taken again where another batch's is due",
     ),
+    # a NumPy port of the book's GPT-2 block (torch_ref.gpt.TransformerBlock): helpers called twice
+    B(
+        "block_attention_residual_missing",
+        "numpy_block",
+        'x = x + linear(p, "att.out_proj", a)',
+        'x = linear(p, "att.out_proj", a)',
+        "a residual connection left out",
+    ),
+    B(
+        "block_second_norm_with_the_first_norms_weights",
+        "numpy_block",
+        'h = layer_norm(x, p["norm2.scale"], p["norm2.shift"])',
+        'h = layer_norm(x, p["norm1.scale"], p["norm1.shift"])',
+        "another layer's weights: this takes the reference's norm1.scale where it uses norm2.scale",
+    ),
+    B(
+        "block_gelu_without_its_half",
+        "numpy_block",
+        "return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))",
+        "return x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))",
+        "scale differs: yours is 2 times the reference",
+    ),
+    B(
+        "block_norm_variance_for_std",
+        "numpy_block",
+        "return scale * (x - mean) / np.sqrt(var + eps) + shift",
+        "return scale * (x - mean) / (var + eps) + shift",
+        "yours is the square of the reference's sqrt in norm1",
+    ),
+    B(
+        "block_norm_unbiased_variance",
+        "numpy_block",
+        "var = x.var(axis=-1, keepdims=True)",
+        "var = x.var(axis=-1, keepdims=True, ddof=1)",
+        "unbiased variance: yours is 12/11 times the reference's var in norm1",
+    ),
     # JAX GPT-2 on a pytree, jax.nn.dot_product_attention, blocks under jax.checkpoint
     B(
         "jax_gelu_erf",

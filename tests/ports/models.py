@@ -171,3 +171,33 @@ def torch_gpt(module, reference):
 
 
 MODEL_PORTS["torch_mingpt"] = (hf_gpt2, token_ids, torch_gpt)
+
+BOOK_WIDTH, BOOK_HEADS = 12, 3  # heads of 4: the scores' scale 1/sqrt(4) is GELU's 0.5
+
+
+def book_block():
+    """The book's GPT-2 block (``torch_ref.gpt.TransformerBlock``, its layer norm written out
+    operation by operation), width 12 in 3 heads, with the query, key and value biases."""
+    import torch
+
+    from torch_ref.gpt import TransformerBlock
+
+    torch.manual_seed(0)
+    config = {
+        "vocab_size": VOCAB, "context_length": CONTEXT, "emb_dim": BOOK_WIDTH, "n_heads": BOOK_HEADS,
+        "n_layers": 1, "drop_rate": 0.0, "qkv_bias": True,
+    }  # fmt: skip
+    return _drawn(TransformerBlock(config).eval())
+
+
+def book_states(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((BATCH, TOKENS, BOOK_WIDTH)).astype(np.float32)
+
+
+def numpy_block(module, reference):
+    from torch_ref import to_params
+
+    return module.block, to_params(reference)
+
+
+MODEL_PORTS["numpy_block"] = (book_block, book_states, numpy_block)
