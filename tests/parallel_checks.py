@@ -42,6 +42,8 @@ RING_VARIANTS = {
     "bidirectional_padded": (False, True, False),
 }
 RING_PARTS = ("forward", "d_queries", "d_keys", "d_values")
+# eager jax.grad on one mesh after another (the second once raised a sharding error naming the first)
+EAGER_RING_MESHES = ("seq8", "data2_seq4")
 # mesh name -> ("data", "model") sizes
 MODEL_MESHES = {"data8": (8, 1), "data2_model4": (2, 4), "data4_model2": (4, 2)}
 # model -> (meshes, parts checked); every parameter's placement is recorded on each mesh
@@ -75,12 +77,13 @@ CHECKS = [
         for mesh in meshes
         for part in parts
     ),
+    *(f"ring_eager/{mesh}/d_queries" for mesh in EAGER_RING_MESHES),
     f"keep_mask/{KEEP_MASK_MESH}/mask",
 ]
 
 # the sections of the checks, run one after another; a check belongs to the first whose prefix it has
 SECTIONS = {
-    "ring": ("ring/", "ring_explicit/"),
+    "ring": ("ring/", "ring_explicit/", "ring_eager/"),
     "ring_memory": ("ring_memory/", "ring_dims/", "reference_dims"),
     "keep_mask": ("keep_mask/",),
     "models": (*(f"{model}/" for model in MODELS), "gpt_memory/"),
@@ -142,6 +145,18 @@ def ring(results: Results) -> None:
     padding_mask[1, 5] = False  # batch row 1 sees only key 5: causal queries 0..4 see nothing
     padding_mask = jnp.asarray(padding_mask)
     weights = jnp.asarray(rng.normal(size=shape), jnp.float32)
+
+    # first, before any other gradient: eager jax.grad on one mesh, then another (the second raised a
+    # sharding error naming the first mesh; computed after the reference's gradient, it did not)
+    eager = {}
+    for mesh_name in EAGER_RING_MESHES:
+        mesh_shape, names, axes, _ = RING_MESHES[mesh_name]
+        mesh = auto_mesh(mesh_shape, names)
+        loss = lambda q, mesh=mesh, axes=axes: (ring_attention(q, keys, values, mesh, **axes) * weights).sum()  # noqa: E731
+        eager[mesh_name] = jax.grad(loss)(queries)
+    expected = jax.grad(lambda q: (attend(q, keys, values, Masking(True))[0] * weights).sum())(queries)
+    for mesh_name, actual in eager.items():
+        results.record(f"ring_eager/{mesh_name}/d_queries", expected, actual)
 
     @functools.partial(jax.jit, static_argnums=0)
     def forward_and_grads(fn, q, k, v):

@@ -94,9 +94,23 @@ def _check_ring_args(queries, keys, values, mesh, padding_mask, causal, load_bal
         )
 
 
-@functools.partial(jax.jit, static_argnames=("mesh", "ring", "batch_axis", "head_axis"))
 def _sharded_ring(queries, keys, values, hidden, *, mesh, ring, batch_axis, head_axis):
     """The ring on every device of ``mesh``, compiled once per shapes and arguments."""
+    return _ring_program(mesh, ring, batch_axis, head_axis)(queries, keys, values, hidden)
+
+
+@functools.lru_cache(maxsize=64)
+def _ring_program(mesh, ring, batch_axis, head_axis):
+    """The jitted ring of one mesh and its arguments, its output's sharding declared: without it, an
+    eager ``jax.grad`` through the ring on a second mesh raised a sharding error naming the first
+    mesh (JAX 0.10, recovering the output's sharding when it compiled the backward pass)."""
+    program = functools.partial(_ring, mesh=mesh, ring=ring, batch_axis=batch_axis, head_axis=head_axis)
+    if not isinstance(mesh, jax.sharding.Mesh):  # an AbstractMesh places nothing
+        return jax.jit(program)
+    return jax.jit(program, out_shardings=NamedSharding(mesh, P(batch_axis, head_axis, ring.axis_name)))
+
+
+def _ring(queries, keys, values, hidden, *, mesh, ring, batch_axis, head_axis):
     spec, hidden_spec = P(batch_axis, head_axis, ring.axis_name, None), P(batch_axis, ring.axis_name)
     if AxisType.Explicit in mesh.axis_types:  # shardings are types there: reshard, explicitly
         queries, keys, values = jax.sharding.reshard((queries, keys, values), NamedSharding(mesh, spec))
