@@ -248,7 +248,7 @@ def check_layer_call(spec: LayerSpec, framework: Framework, arguments: Mapping[s
     check_masks(spec, shape, known.get("num_heads", 1), arguments)
     if spec.dropouts:
         framework.check_random(arguments.get(framework.random))
-    if framework.concrete(arguments):
+    if framework.concrete({"params": params}):  # known weights, whatever else is traced
         finite.check_finite(params)
     checks.check_flag("return_steps", arguments.get("return_steps", False))
     return known

@@ -59,7 +59,7 @@ def transformer_block(fw: Any, a: A) -> None:
     checks.check_divisible("emb_dim", shape[-1], a["num_heads"])
     checks.check_context_length(shape, a["context_length"])
     fw.check_random(a[fw.random])
-    if fw.concrete(a):
+    if fw.concrete({"params": params}):  # known weights, whatever else is traced
         finite.check_finite(params)
     checks.check_flag("return_steps", a["return_steps"])
 
@@ -116,9 +116,8 @@ def check_model_call(fw: Any, kind: str, a: dict[str, Any]) -> None:
     call's ``params``) and token ids, their values where known."""
     config = a[MODELS[kind].config_name]
     a["params"] = without_buffers(kind, a["params"], config)
-    concrete = fw.concrete(a)
-    check_model_params(fw, kind, a["params"], config, values=concrete)
-    check_token_ids(a["token_ids"], config, values=concrete)
+    check_model_params(fw, kind, a["params"], config, values=fw.concrete({"params": a["params"]}))
+    check_token_ids(a["token_ids"], config, values=fw.concrete({"token_ids": a["token_ids"]}))
 
 
 def model_pass(kind: str, fw: Any, a: dict[str, Any]) -> None:

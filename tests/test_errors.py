@@ -334,6 +334,25 @@ def test_bad_input_is_rejected_with_the_same_error_everywhere(bad, caller):
 VALUE_CHECKS = {"non_finite_weight"}
 
 
+@pytest.mark.parametrize("what", ["layer", "gpt_model"])
+def test_known_non_finite_weights_are_refused_under_jit_too(what):
+    """Weights closed over as arrays are known while x (or the token ids) is traced: their NaN is
+    refused as in an eager call (their whole output was NaN)."""
+    if what == "layer":
+        call = valid_call("MultiHeadAttention")
+        params = {**call.params, "W_key.weight": np.full_like(call.params["W_key.weight"], np.nan)}
+        static = {k: v for k, v in call.kwargs.items() if k in CONSTRUCTOR_ARGS}
+        fn, arguments = functools.partial(jax_attn.multi_head_attention, params, **static), (call.x,)
+    else:
+        from tests.gpt_cases import TINY, token_ids, torch_model
+
+        params = to_params(torch_model())
+        params["trf_blocks.0.att.W_key.weight"][0, 0] = np.inf
+        fn, arguments = functools.partial(jax_attn.gpt_model, params, config=TINY), (token_ids(),)
+    with pytest.raises(ValueError, match=r"W_key\.weight'\] has non-finite values \(NaN or inf\)"):
+        jax.jit(fn)(*arguments)
+
+
 def test_table_is_large_and_names_are_unique():
     assert len(BAD_INPUTS) >= 25
     assert len({bad.name for bad in BAD_INPUTS}) == len(BAD_INPUTS)
