@@ -152,7 +152,7 @@ class _Decoder(ModelWeights):
     @classmethod
     def from_hf(cls, directory: str | os.PathLike, *, rngs: nnx.Rngs | None = None) -> Self:
         """A model from a transformers folder of this architecture (``numpy_attn.load_hf``), its head
-        tied to its token embedding where the checkpoint's is (``gpt_module.tied_in``)."""
+        tied to its token embedding where the checkpoint's is (``numpy_attn.hf_gpt2.tied``)."""
         params, cfg = load_hf(directory)
         if spec.model_kind(cfg) != cls.model:
             raise ValueError(f"{os.fspath(directory)} holds no {cls.model}: load it with jax_attn.from_hf")
@@ -179,7 +179,7 @@ class Qwen3Model(_Decoder):
 def from_hf(directory: str | os.PathLike, *, rngs: nnx.Rngs | None = None) -> nnx.Module:
     """The model of a transformers folder, by its config.json's ``model_type``: a ``GPTModel`` (gpt2),
     a ``Llama3Model`` (llama) or a ``Qwen3Model`` (qwen3), its weights in their dtype, its head tied
-    to its token embedding where the checkpoint's is (``gpt_module.tied_in``)."""
+    to its token embedding where the checkpoint's is (``numpy_attn.hf_gpt2.tied``)."""
     params, cfg = load_hf(directory)
     classes = {cls.model: cls for cls in (jax_attn.GPTModel, Llama3Model, Qwen3Model)}
     return classes[spec.model_kind(cfg)]._from_checkpoint(params, cfg, rngs)

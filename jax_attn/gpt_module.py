@@ -33,7 +33,7 @@ from numpy_attn.decoder_spec import (
     without_buffers,
 )
 from numpy_attn.gpt_spec import FIRST_WEIGHT
-from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2
+from numpy_attn.hf_gpt2 import load_hf_gpt2, save_hf_gpt2, tied
 from numpy_attn.steps import Steps
 
 Output = jax.Array | tuple[jax.Array, Steps]  # the output, or (output, steps) with return_steps
@@ -156,7 +156,7 @@ class ModelWeights(base.TorchWeights):
         """A model of a Hugging Face checkpoint's weights (``numpy_attn``'s loaders), tied where the
         checkpoint is: where its ``out_head.weight`` equals its ``tok_emb.weight`` (the file held no
         ``lm_head``, or an equal one), the savers' rule for writing a tied folder."""
-        return cls.from_params(params, config, tie_embeddings=tied_in(params), rngs=rngs)
+        return cls.from_params(params, config, tie_embeddings=tied(params), rngs=rngs)
 
     def _format(self) -> dict[str, tuple[int, ...]]:
         return decoder_param_shapes(self.model_config, self.model)
@@ -212,17 +212,10 @@ class GPTModel(ModelWeights):
     @classmethod
     def from_hf_gpt2(cls, directory: str | os.PathLike, *, rngs: nnx.Rngs | None = None) -> Self:
         """A model from a Hugging Face GPT-2 folder (``config.json`` and ``model.safetensors``), its
-        head tied to its token embedding where the checkpoint's is (``tied_in``)."""
+        head tied to its token embedding where the checkpoint's is (``numpy_attn.hf_gpt2.tied``)."""
         return cls._from_checkpoint(*load_hf_gpt2(directory), rngs)
 
     def save_hf_gpt2(self, directory: str | os.PathLike) -> None:
         """Write the model as a folder transformers' ``GPT2LMHeadModel.from_pretrained`` loads (tied
         where ``out_head.weight`` equals ``tok_emb.weight``: always for a tied model)."""
         save_hf_gpt2(directory, self.to_params(), self.config)
-
-
-def tied_in(params: Mapping[str, Any]) -> bool:
-    """Whether a checkpoint's weights (``numpy_attn.load_hf``'s) tie the output head to the token
-    embedding: ``out_head.weight`` equal to ``tok_emb.weight`` (the savers' rule for a tied folder)."""
-    head, embedding = params["out_head.weight"], params["tok_emb.weight"]
-    return head is embedding or bool(np.array_equal(head, embedding))

@@ -197,7 +197,14 @@ def saved_params(model: str, params: Any, config: Mapping[str, Any]) -> tuple[di
     ``out_head`` is tied to ``tok_emb`` (equal arrays: the file then holds no ``lm_head``)."""
     params = without_buffers(model, params, config)
     check_model_params(FILE_CHECKS, model, params, config)
-    return params, bool(np.array_equal(params["out_head.weight"], params["tok_emb.weight"]))
+    return params, tied(params)
+
+
+def tied(params: Mapping[str, Any]) -> bool:
+    """Whether ``out_head.weight`` is ``tok_emb.weight`` or equals it: the rule by which a saved folder
+    holds no ``lm_head`` and a loaded model ties its head to its token embedding."""
+    head, embedding = params["out_head.weight"], params["tok_emb.weight"]
+    return head is embedding or bool(np.array_equal(head, embedding))
 
 
 def _read_config(directory: str, path: str) -> dict[str, Any]:
