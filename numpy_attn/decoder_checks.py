@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from numpy_attn import checks, finite
+from numpy_attn import checks
 from numpy_attn.cache_checks import check_decode_room, check_group_cache
 from numpy_attn.decoder_spec import (
     check_eps,
@@ -93,8 +93,7 @@ def check_gqa(fw: Any, a: A) -> tuple[int, ...]:
     check_rope_freq(a["rope_freq"])
     check_eps(a["norm_eps"], "norm_eps")
     fw.check_float64("x", x)
-    if fw.concrete({"params": params}):  # known weights, whatever else is traced
-        finite.check_finite(params)
+    fw.check_finite(params)
     return shape
 
 

@@ -70,6 +70,11 @@ class Framework:
         """Whether the values are known (not traced by ``jax.jit``, ``jax.grad``...)."""
         return True
 
+    def check_finite(self, params: Mapping[str, Any]) -> None:
+        """``finite.check_finite`` of the weights where they are known, whatever else is traced."""
+        if self.concrete({"params": params}):
+            finite.check_finite(params)
+
     def read(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """The arguments as the math computes with them: another framework's arrays (JAX's) as NumPy's."""
         return {name: _as_numpy(value) for name, value in arguments.items()}
@@ -248,8 +253,7 @@ def check_layer_call(spec: LayerSpec, framework: Framework, arguments: Mapping[s
     check_masks(spec, shape, known.get("num_heads", 1), arguments)
     if spec.dropouts:
         framework.check_random(arguments.get(framework.random))
-    if framework.concrete({"params": params}):  # known weights, whatever else is traced
-        finite.check_finite(params)
+    framework.check_finite(params)
     checks.check_flag("return_steps", arguments.get("return_steps", False))
     return known
 

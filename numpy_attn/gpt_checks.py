@@ -59,8 +59,7 @@ def transformer_block(fw: Any, a: A) -> None:
     checks.check_divisible("emb_dim", shape[-1], a["num_heads"])
     checks.check_context_length(shape, a["context_length"])
     fw.check_random(a[fw.random])
-    if fw.concrete({"params": params}):  # known weights, whatever else is traced
-        finite.check_finite(params)
+    fw.check_finite(params)
     checks.check_flag("return_steps", a["return_steps"])
 
 
