@@ -53,9 +53,7 @@ def ring_attention(
     )
     hidden = jnp.zeros(queries.shape[:1] + queries.shape[2:3], bool) if padding_mask is None else padding_mask
     ring = _Ring(axis_name, mesh.shape[axis_name], causal, load_balance)
-    return _sharded_ring(
-        queries, keys, values, hidden, mesh=mesh, ring=ring, batch_axis=batch_axis, head_axis=head_axis
-    )
+    return _ring_program(mesh, ring, batch_axis, head_axis)(queries, keys, values, hidden)
 
 
 def _check_ring_args(queries, keys, values, mesh, padding_mask, causal, load_balance, *axes):
@@ -94,16 +92,12 @@ def _check_ring_args(queries, keys, values, mesh, padding_mask, causal, load_bal
         )
 
 
-def _sharded_ring(queries, keys, values, hidden, *, mesh, ring, batch_axis, head_axis):
-    """The ring on every device of ``mesh``, compiled once per shapes and arguments."""
-    return _ring_program(mesh, ring, batch_axis, head_axis)(queries, keys, values, hidden)
-
-
 @functools.lru_cache(maxsize=64)
 def _ring_program(mesh, ring, batch_axis, head_axis):
-    """The jitted ring of one mesh and its arguments, its output's sharding declared: without it, an
-    eager ``jax.grad`` through the ring on a second mesh raised a sharding error naming the first
-    mesh (JAX 0.10, recovering the output's sharding when it compiled the backward pass)."""
+    """The ring on every device of ``mesh``, jitted once per mesh and arguments (compiled once per
+    shapes), its output's sharding declared: without it, an eager ``jax.grad`` through the ring on a
+    second mesh raised a sharding error naming the first mesh (JAX 0.10, recovering the output's
+    sharding when it compiled the backward pass)."""
     program = functools.partial(_ring, mesh=mesh, ring=ring, batch_axis=batch_axis, head_axis=head_axis)
     if not isinstance(mesh, jax.sharding.Mesh):  # an AbstractMesh places nothing
         return jax.jit(program)
@@ -111,6 +105,7 @@ def _ring_program(mesh, ring, batch_axis, head_axis):
 
 
 def _ring(queries, keys, values, hidden, *, mesh, ring, batch_axis, head_axis):
+    """The ring's program: each device's shard of the queries, keys and values around the ring."""
     spec, hidden_spec = P(batch_axis, head_axis, ring.axis_name, None), P(batch_axis, ring.axis_name)
     if AxisType.Explicit in mesh.axis_types:  # shardings are types there: reshard, explicitly
         queries, keys, values = jax.sharding.reshard((queries, keys, values), NamedSharding(mesh, spec))
